@@ -1,0 +1,106 @@
+//! The tool's error type and its exit codes, documented in one place.
+
+use std::fmt;
+
+/// Exit codes of every command. `run` follows `git bisect run` (0 / 1 / 125).
+pub mod exit {
+    /// Success: the command did what was asked (for `run`: the workflow passed).
+    pub const OK: i32 = 0;
+    /// The question got a negative answer: `run` saw the workflow fail; `explain` predicts
+    /// that ComfyUI refuses the flags; `logscan` found a failure.
+    pub const FAILED: i32 = 1;
+    /// Bad command line or bad input the user can fix (a missing file, a malformed workflow).
+    pub const USAGE: i32 = 2;
+    /// The environment is unusable: the ComfyUI install or its Python cannot be run.
+    pub const ENVIRONMENT: i32 = 3;
+    /// `run`/`bisect`: the workflow could not be tested (invalid workflow, ComfyUI would not start).
+    pub const UNTESTABLE: i32 = 125;
+    /// Interrupted by Ctrl-C; everything finished so far was kept.
+    pub const INTERRUPTED: i32 = 130;
+}
+
+/// What kind of failure an [`Error`] is; decides the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Bad arguments or input files ([`exit::USAGE`]).
+    Usage,
+    /// The install or machine cannot be used ([`exit::ENVIRONMENT`]).
+    Environment,
+    /// The workflow cannot be tested ([`exit::UNTESTABLE`]).
+    Untestable,
+    /// Stopped by the user ([`exit::INTERRUPTED`]).
+    Interrupted,
+}
+
+/// An error with a one-line message and, where there is one, what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    pub kind: ErrorKind,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+impl Error {
+    pub fn usage(message: impl Into<String>) -> Error {
+        Error {
+            kind: ErrorKind::Usage,
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    pub fn environment(message: impl Into<String>) -> Error {
+        Error {
+            kind: ErrorKind::Environment,
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    pub fn untestable(message: impl Into<String>) -> Error {
+        Error {
+            kind: ErrorKind::Untestable,
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    /// Adds the "what to do" half of the line.
+    pub fn hint(mut self, hint: impl Into<String>) -> Error {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    pub fn exit_code(&self) -> i32 {
+        match self.kind {
+            ErrorKind::Usage => exit::USAGE,
+            ErrorKind::Environment => exit::ENVIRONMENT,
+            ErrorKind::Untestable => exit::UNTESTABLE,
+            ErrorKind::Interrupted => exit::INTERRUPTED,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(hint) = &self.hint {
+            write!(f, " ({hint})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Shortens a path-bearing I/O error to one line: "cannot read FILE: reason".
+pub fn io_error(action: &str, path: &std::path::Path, err: &std::io::Error) -> Error {
+    let reason = match err.kind() {
+        std::io::ErrorKind::NotFound => "no such file or folder".to_string(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        _ => err.to_string(),
+    };
+    Error::usage(format!("cannot {action} {}: {reason}", path.display()))
+}

@@ -1,0 +1,617 @@
+//! `vrambisect explain`: what a launch command really does to memory.
+
+use crate::error::Result;
+use crate::flags::argparse::{self, Ambiguous, BadValue};
+use crate::flags::decide::{self, Advice, Context, DynamicVram, NoOp, Platform};
+use crate::flags::defs;
+use crate::flags::help::FlagSet;
+use crate::flags::profile;
+use crate::install::Install;
+use crate::launcher::{self, Launch, RELEVANT_ENV};
+use crate::output::Style;
+use crate::version::{self, Version};
+use serde::Serialize;
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+/// What the user asked to explain.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    pub comfyui: Option<PathBuf>,
+    pub python: Option<PathBuf>,
+    pub launcher: Option<PathBuf>,
+    pub platform: Option<Platform>,
+    /// Arguments after `--`: ComfyUI flags, or a whole `python main.py …` line.
+    pub args: Vec<String>,
+}
+
+/// Where the flag list came from.
+#[derive(Debug, Clone, Serialize)]
+pub struct FlagsSource {
+    /// `install` (asked with `main.py --help`) or `builtin`.
+    pub kind: &'static str,
+    pub detail: String,
+}
+
+/// Two flags that may not be given together.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConflictOut {
+    pub flags: [String; 2],
+    pub group: String,
+    pub message: String,
+}
+
+/// A flag this install does not know, and what to do about it.
+#[derive(Debug, Clone, Serialize)]
+pub struct UnknownFlag {
+    pub flag: String,
+    pub hint: String,
+}
+
+/// An environment variable ComfyUI reads.
+#[derive(Debug, Clone, Serialize)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: String,
+    pub source: String,
+}
+
+/// The launcher that was read.
+#[derive(Debug, Clone, Serialize)]
+pub struct LauncherOut {
+    pub path: PathBuf,
+    pub line: Option<usize>,
+    pub python: Option<String>,
+    pub script: Option<String>,
+    pub passthrough: bool,
+}
+
+/// The whole answer of `explain`, as printed and as `--json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Explanation {
+    pub comfyui_version: Option<String>,
+    pub flags_source: FlagsSource,
+    pub platform: Platform,
+    pub platform_source: String,
+    pub launcher: Option<LauncherOut>,
+    /// ComfyUI's arguments as they will reach it.
+    pub argv: Vec<String>,
+    /// Whether ComfyUI starts with these flags.
+    pub accepted: bool,
+    /// The line ComfyUI prints before exiting 2, when it refuses.
+    pub startup_error: Option<String>,
+    pub help_requested: bool,
+    pub dynamic_vram: DynamicVram,
+    pub vram_state: &'static str,
+    pub reserved_vram_mb: u64,
+    pub reserved_vram_source: String,
+    pub pinned_memory: bool,
+    pub async_offload_streams: Option<u32>,
+    pub allocator: &'static str,
+    pub cache: &'static str,
+    pub single_gpu_forced: bool,
+    pub no_op_flags: Vec<NoOp>,
+    pub conflicts: Vec<ConflictOut>,
+    pub unknown_flags: Vec<UnknownFlag>,
+    pub ambiguous_flags: Vec<Ambiguous>,
+    pub bad_values: Vec<BadValue>,
+    pub advice: Vec<Advice>,
+    pub environment: Vec<EnvVar>,
+}
+
+/// Reads the launcher and the install, then explains.
+pub fn explain(req: &Request) -> Result<Explanation> {
+    let launch = match &req.launcher {
+        Some(path) => launcher::read_file(path, &req.args)?,
+        None => Launch::from_command_line(&req.args),
+    };
+    let install = req.comfyui.as_deref().map(Install::open).transpose()?;
+    let (flags, version, flags_source) = match &install {
+        Some(install) => {
+            let python = install.python(req.python.as_deref());
+            let flags = install.flags(&python)?;
+            let detail = format!(
+                "{} main.py --help in {} ({})",
+                python.path.display(),
+                install.dir.display(),
+                python.how
+            );
+            (
+                flags,
+                install.version.clone(),
+                FlagsSource {
+                    kind: "install",
+                    detail,
+                },
+            )
+        }
+        None => {
+            let p = profile::builtin(None);
+            let detail = format!(
+                "the built-in flag list of ComfyUI {}; pass --comfyui DIR to check your install",
+                p.version
+            );
+            (
+                p.flags,
+                Some(p.version),
+                FlagsSource {
+                    kind: "builtin",
+                    detail,
+                },
+            )
+        }
+    };
+    let (platform, platform_source) = match (req.platform, launch.platform) {
+        (Some(p), _) => (p, "--platform".to_string()),
+        (None, Some(p)) => (p, "implied by the .bat launcher".to_string()),
+        (None, None) => (Platform::host(), "this machine".to_string()),
+    };
+    let environment = environment(&launch, req, platform);
+    Ok(analyse(
+        &flags,
+        version,
+        flags_source,
+        platform,
+        platform_source,
+        &launch,
+        req.launcher.clone(),
+        environment,
+    ))
+}
+
+fn environment(launch: &Launch, req: &Request, platform: Platform) -> Vec<EnvVar> {
+    let mut out: Vec<EnvVar> = launch
+        .relevant_env()
+        .into_iter()
+        .map(|(name, value)| EnvVar {
+            name,
+            value,
+            source: match (&req.launcher, launch.line) {
+                (Some(path), _) => format!("set in {}", path.display()),
+                (None, _) => "the command line".into(),
+            },
+        })
+        .collect();
+    // The current environment matters when ComfyUI would start from this shell.
+    if req.launcher.is_none() && platform == Platform::host() {
+        for name in RELEVANT_ENV {
+            if out.iter().any(|e| e.name == *name) {
+                continue;
+            }
+            if let Ok(value) = std::env::var(name) {
+                out.push(EnvVar {
+                    name: name.to_string(),
+                    value,
+                    source: "this shell's environment".into(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The pure part: flags in, explanation out.
+#[allow(clippy::too_many_arguments)]
+pub fn analyse(
+    flags: &FlagSet,
+    version: Option<Version>,
+    flags_source: FlagsSource,
+    platform: Platform,
+    platform_source: String,
+    launch: &Launch,
+    launcher_path: Option<PathBuf>,
+    environment: Vec<EnvVar>,
+) -> Explanation {
+    let parsed = argparse::parse(flags, &launch.args, version.as_ref());
+    let ctx = Context {
+        platform,
+        version: version.clone(),
+        total_vram_mb: None,
+        env: environment
+            .iter()
+            .map(|e| (e.name.clone(), e.value.clone()))
+            .collect(),
+    };
+    let effective = decide::decide(&parsed, &ctx);
+    let conflicts = parsed
+        .conflicts
+        .iter()
+        .map(|c| ConflictOut {
+            flags: [c.first.clone(), c.second.clone()],
+            group: defs::lookup(&c.second)
+                .and_then(|d| d.group)
+                .map(|g| g.label().to_string())
+                .unwrap_or_else(|| "mutually exclusive group".into()),
+            message: c.message.clone(),
+        })
+        .collect();
+    let unknown_flags = parsed
+        .unknown
+        .iter()
+        .map(|flag| UnknownFlag {
+            flag: flag.clone(),
+            hint: unknown_hint(flag, flags, version.as_ref()),
+        })
+        .collect();
+    Explanation {
+        comfyui_version: version.as_ref().map(ToString::to_string),
+        flags_source,
+        platform,
+        platform_source,
+        launcher: launcher_path.map(|path| LauncherOut {
+            path,
+            line: launch.line,
+            python: launch.python.clone(),
+            script: launch.script.clone(),
+            passthrough: launch.passthrough,
+        }),
+        argv: launch.args.clone(),
+        accepted: parsed.accepted(),
+        startup_error: parsed
+            .error
+            .as_ref()
+            .map(|e| format!("main.py: error: {e}")),
+        help_requested: parsed.help_requested,
+        dynamic_vram: effective.dynamic_vram,
+        vram_state: effective.vram_state,
+        reserved_vram_mb: effective.reserved_vram_mb,
+        reserved_vram_source: effective.reserved_vram_source,
+        pinned_memory: effective.pinned_memory,
+        async_offload_streams: effective.async_offload_streams,
+        allocator: effective.allocator,
+        cache: effective.cache,
+        single_gpu_forced: effective.single_gpu_forced,
+        no_op_flags: effective.no_op,
+        conflicts,
+        unknown_flags,
+        ambiguous_flags: parsed.ambiguous.clone(),
+        bad_values: parsed.bad_values.clone(),
+        advice: effective.advice,
+        environment,
+    }
+}
+
+/// Why an install does not know a flag, and what to do.
+pub fn unknown_hint(flag: &str, flags: &FlagSet, version: Option<&Version>) -> String {
+    if !flag.starts_with('-') {
+        return "a value that no flag takes: check the flag before it".into();
+    }
+    let name = flag.split('=').next().unwrap_or(flag);
+    let this = version
+        .map(|v| format!("this install is {v}"))
+        .unwrap_or_else(|| "this install's version is unknown".into());
+    let of_this = version
+        .map(|v| format!("ComfyUI {v}"))
+        .unwrap_or_else(|| "this install".into());
+    if let Some(def) = defs::lookup(name) {
+        if let (Some(v), Some(defs::Removed(present, gone))) = (version, def.removed)
+            && *v > Version::lit(present)
+        {
+            return format!(
+                "{name} was removed from ComfyUI (it is in {present}, not in {gone}); {this}: drop it"
+            );
+        }
+        let mut hint = format!("{name} {}; {this}", def.since_text());
+        let dynamic_flag = matches!(
+            name,
+            "--disable-dynamic-vram"
+                | "--enable-dynamic-vram"
+                | "--vram-headroom"
+                | "--disable-nvml-pressure"
+        );
+        if dynamic_flag && version.is_some_and(|v| *v < version::dynamic_vram_release()) {
+            hint.push_str(", which has no Dynamic VRAM");
+        }
+        hint.push_str(": update ComfyUI or drop the flag");
+        return hint;
+    }
+    let candidates = flags.options.iter().map(|o| o.name());
+    if let Some(near) = closest(name, candidates) {
+        return format!("not a flag of {of_this}; did you mean {near}?");
+    }
+    format!(
+        "not a flag of {of_this} (a custom node's flag?): ComfyUI refuses unknown flags with exit 2"
+    )
+}
+
+/// The known flag within a small edit distance of `name`.
+fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .map(|c| (levenshtein(name, c), c))
+        .filter(|(d, c)| *d <= 2.max(c.len() / 6))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+fn levenshtein(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// Prints the explanation for a person.
+pub fn render(e: &Explanation, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+    let version = e.comfyui_version.as_deref().unwrap_or("(version unknown)");
+    writeln!(out, "{} {}", style.bold("ComfyUI"), style.bold(version))?;
+    writeln!(
+        out,
+        "  {}",
+        style.dim(&format!("flags from {}", e.flags_source.detail))
+    )?;
+    if let Some(l) = &e.launcher {
+        let line = l.line.map(|n| format!(" line {n}")).unwrap_or_default();
+        writeln!(out, "  launcher {}{line}", l.path.display())?;
+    }
+    let argv = if e.argv.is_empty() {
+        "(no flags)".to_string()
+    } else {
+        e.argv.join(" ")
+    };
+    writeln!(out, "  flags    {argv}")?;
+    writeln!(
+        out,
+        "  platform {} ({})",
+        e.platform.name(),
+        e.platform_source
+    )?;
+    writeln!(out)?;
+
+    if let Some(err) = &e.startup_error {
+        writeln!(
+            out,
+            "{} ComfyUI will refuse to start (exit 2):",
+            style.bad("✗")
+        )?;
+        writeln!(out, "    {err}")?;
+        writeln!(out)?;
+    } else if e.help_requested {
+        writeln!(out, "! ComfyUI will print its help and exit (--help)")?;
+        writeln!(out)?;
+    }
+
+    let dyn_word = if e.dynamic_vram.enabled {
+        style.good("on")
+    } else {
+        style.warn("off")
+    };
+    let rows: Vec<(&str, String)> = vec![
+        (
+            "Dynamic VRAM",
+            format!("{dyn_word}: {}", e.dynamic_vram.reason),
+        ),
+        ("VRAM state", e.vram_state.to_string()),
+        (
+            "Reserved VRAM",
+            format!("{} MiB ({})", e.reserved_vram_mb, e.reserved_vram_source),
+        ),
+        ("Pinned memory", on_off(e.pinned_memory).into()),
+        (
+            "Async offload",
+            e.async_offload_streams
+                .map(|n| format!("{n} streams"))
+                .unwrap_or_else(|| "off".into()),
+        ),
+        ("Allocator", e.allocator.to_string()),
+        ("Cache", e.cache.replace('_', " ")),
+    ];
+    for (label, value) in rows {
+        writeln!(out, "{:<14} {value}", style.bold(label))?;
+    }
+    if e.single_gpu_forced {
+        writeln!(
+            out,
+            "{:<14} only GPU 0 (Windows single-GPU mode)",
+            style.bold("GPUs")
+        )?;
+    }
+    for env in &e.environment {
+        writeln!(
+            out,
+            "{:<14} {}={} ({})",
+            style.bold("Environment"),
+            env.name,
+            env.value,
+            env.source
+        )?;
+    }
+
+    section(
+        out,
+        style,
+        "No-op flags",
+        e.no_op_flags
+            .iter()
+            .map(|n| (n.flag.clone(), n.reason.clone())),
+    )?;
+    section(
+        out,
+        style,
+        "Conflicts",
+        e.conflicts.iter().map(|c| {
+            (
+                c.flags.join(" + "),
+                format!("both in the {} group: only one may be given", c.group),
+            )
+        }),
+    )?;
+    section(
+        out,
+        style,
+        "Ambiguous abbreviations",
+        e.ambiguous_flags.iter().map(|a| {
+            (
+                a.typed.clone(),
+                format!("could be {}", a.candidates.join(", ")),
+            )
+        }),
+    )?;
+    section(
+        out,
+        style,
+        "Unknown flags",
+        e.unknown_flags
+            .iter()
+            .map(|u| (u.flag.clone(), u.hint.clone())),
+    )?;
+    section(
+        out,
+        style,
+        "Bad values",
+        e.bad_values
+            .iter()
+            .map(|b| (b.flag.clone(), b.message.clone())),
+    )?;
+    section(
+        out,
+        style,
+        "Advice",
+        e.advice.iter().map(|a| {
+            (
+                a.flag.clone().unwrap_or_else(|| "note".into()),
+                a.text.clone(),
+            )
+        }),
+    )?;
+    Ok(())
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b { "on" } else { "off" }
+}
+
+fn section(
+    out: &mut dyn Write,
+    style: &Style,
+    title: &str,
+    rows: impl Iterator<Item = (String, String)>,
+) -> io::Result<()> {
+    let rows: Vec<_> = rows.collect();
+    if rows.is_empty() {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(out, "{}", style.bold(title))?;
+    for (key, text) in rows {
+        writeln!(out, "  {}  {text}", style.warn(&key))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builtin(args: &[&str], platform: Platform) -> Explanation {
+        let p = profile::builtin(None);
+        let launch =
+            Launch::from_command_line(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        analyse(
+            &p.flags,
+            Some(p.version),
+            FlagsSource {
+                kind: "builtin",
+                detail: String::new(),
+            },
+            platform,
+            String::new(),
+            &launch,
+            None,
+            Vec::new(),
+        )
+    }
+
+    fn old(args: &[&str]) -> Explanation {
+        let v = Version::lit("0.3.64");
+        let p = profile::builtin(Some(&v));
+        let launch =
+            Launch::from_command_line(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        analyse(
+            &p.flags,
+            Some(v),
+            FlagsSource {
+                kind: "builtin",
+                detail: String::new(),
+            },
+            Platform::Linux,
+            String::new(),
+            &launch,
+            None,
+            Vec::new(),
+        )
+    }
+
+    #[test]
+    fn cpu_with_highvram_is_a_conflict() {
+        let e = builtin(&["--cpu", "--highvram"], Platform::Linux);
+        assert!(!e.accepted);
+        assert_eq!(e.conflicts.len(), 1);
+        assert_eq!(
+            e.conflicts[0].flags,
+            ["--cpu".to_string(), "--highvram".to_string()]
+        );
+        assert_eq!(e.conflicts[0].group, "VRAM mode");
+        assert_eq!(
+            e.startup_error.as_deref(),
+            Some("main.py: error: argument --highvram: not allowed with argument --cpu")
+        );
+    }
+
+    #[test]
+    fn unknown_flag_hints() {
+        let e = old(&["--disable-dynamic-vram"]);
+        assert_eq!(
+            e.unknown_flags[0].hint,
+            "--disable-dynamic-vram arrived in 0.15.0; this install is 0.3.64, which has no Dynamic VRAM: update ComfyUI or drop the flag"
+        );
+        let e = builtin(&["--normalvram"], Platform::Linux);
+        assert!(
+            e.unknown_flags[0].hint.contains("was removed"),
+            "{}",
+            e.unknown_flags[0].hint
+        );
+        let e = builtin(&["--highvrma"], Platform::Linux);
+        assert!(e.unknown_flags[0].hint.contains("did you mean --highvram?"));
+        let e = builtin(&["--my-custom-node-flag"], Platform::Linux);
+        assert!(e.unknown_flags[0].hint.contains("custom node"));
+    }
+
+    #[test]
+    fn prefix_is_explained() {
+        let e = builtin(&["--disable-dyn"], Platform::Linux);
+        assert!(e.accepted);
+        assert!(!e.dynamic_vram.enabled);
+        assert!(e.advice.iter().any(|a| a.text.contains("abbreviation")));
+    }
+
+    #[test]
+    fn render_mentions_everything_that_matters() {
+        let e = builtin(&["--highvram", "--lowvram"], Platform::Windows);
+        let mut buf = Vec::new();
+        render(&e, &Style::plain(), &mut buf).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        for needle in [
+            "ComfyUI will refuse to start",
+            "argument --lowvram: not allowed with argument --highvram",
+            "Dynamic VRAM   off: --highvram turns it off",
+            "600 MiB",
+            "Conflicts",
+            "only GPU 0",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn levenshtein_distance() {
+        assert_eq!(levenshtein("kitten", "sitting"), 3);
+        assert_eq!(levenshtein("", "ab"), 2);
+    }
+}

@@ -1,0 +1,721 @@
+//! What a command line really does to memory: ComfyUI's decisions as pure functions.
+//!
+//! The rules mirror ComfyUI's code as described in the reference facts: the Dynamic-VRAM
+//! request test `enables_dynamic_vram()` in `comfy/cli_args.py` (§1.3), the VRAM state
+//! selection in `model_management` (§2.2), `EXTRA_RESERVED_VRAM` (§2.3), the allocator
+//! choice in `cuda_malloc.py` (§2.7) and the Windows single-GPU rule (§3.1). They predict;
+//! only the startup log says what really happened (hardware and comfy-aimdo also gate
+//! Dynamic VRAM), and `run` reads it.
+
+use super::argparse::Parsed;
+use crate::version::{self, Version};
+use serde::Serialize;
+
+/// The operating system ComfyUI runs on; it changes the reserve and the GPU visibility.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Platform {
+    Linux,
+    Windows,
+}
+
+impl Platform {
+    /// The platform this tool runs on.
+    pub fn host() -> Platform {
+        if cfg!(windows) {
+            Platform::Windows
+        } else {
+            Platform::Linux
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Platform::Linux => "Linux",
+            Platform::Windows => "Windows",
+        }
+    }
+}
+
+/// Everything besides the flags that the decisions depend on.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub platform: Platform,
+    /// The install's version, when known; `None` means "assume the newest behaviour".
+    pub version: Option<Version>,
+    /// Total VRAM of the card in MiB, when known (Windows reserves 100 MiB more above 15 GiB).
+    pub total_vram_mb: Option<u64>,
+    /// Environment variables that ComfyUI reads (`CUDA_VISIBLE_DEVICES`, …).
+    pub env: Vec<(String, String)>,
+}
+
+impl Context {
+    pub fn new(platform: Platform) -> Context {
+        Context {
+            platform,
+            version: None,
+            total_vram_mb: None,
+            env: Vec::new(),
+        }
+    }
+
+    fn env(&self, name: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Whether this version has Dynamic VRAM at all (0.15.0 and later; unknown = yes).
+    fn has_dynamic_vram(&self) -> bool {
+        self.version
+            .as_ref()
+            .is_none_or(|v| *v >= version::dynamic_vram_release())
+    }
+
+    /// Whether this version predates pinned memory and default async offload (0.3.64 and older).
+    fn is_legacy(&self) -> bool {
+        self.version
+            .as_ref()
+            .is_some_and(|v| *v <= Version::lit(super::defs::OLDEST))
+    }
+}
+
+/// Dynamic VRAM on or off, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DynamicVram {
+    pub enabled: bool,
+    /// The flag that decided, or `None` when the default did.
+    pub decided_by: Option<String>,
+    /// One sentence: why.
+    pub reason: String,
+}
+
+/// A flag that changes nothing in this command line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NoOp {
+    pub flag: String,
+    pub reason: String,
+}
+
+/// A flag (or the platform) doing more than its name says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Advice {
+    /// The flag it is about; `None` for advice about the platform or environment.
+    pub flag: Option<String>,
+    pub text: String,
+}
+
+/// What ComfyUI will do with memory under a command line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Effective {
+    pub dynamic_vram: DynamicVram,
+    /// As ComfyUI logs it in `Set vram state to:`.
+    pub vram_state: &'static str,
+    pub reserved_vram_mb: u64,
+    /// Where the reserve comes from, in words.
+    pub reserved_vram_source: String,
+    pub pinned_memory: bool,
+    /// Async offload streams, `None` when off.
+    pub async_offload_streams: Option<u32>,
+    /// `cudaMallocAsync`, `native`, or `none` on the CPU.
+    pub allocator: &'static str,
+    /// `ram_pressure`, `classic`, `lru` or `none`.
+    pub cache: &'static str,
+    /// Windows hides every GPU but the first unless told otherwise (§3.1).
+    pub single_gpu_forced: bool,
+    pub no_op: Vec<NoOp>,
+    pub advice: Vec<Advice>,
+}
+
+/// The flags that turn Dynamic VRAM off, in the order of ComfyUI's test.
+pub const DYNAMIC_VRAM_OFF_FLAGS: &[&str] = &[
+    "--disable-dynamic-vram",
+    "--highvram",
+    "--gpu-only",
+    "--novram",
+    "--cpu",
+];
+
+/// Flags that only matter when a GPU is used.
+const GPU_ONLY_FLAGS: &[&str] = &[
+    "--disable-pinned-memory",
+    "--async-offload",
+    "--disable-async-offload",
+    "--reserve-vram",
+    "--vram-headroom",
+    "--disable-nvml-pressure",
+    "--cuda-malloc",
+    "--disable-cuda-malloc",
+    "--fast-disk",
+];
+
+/// ComfyUI's Dynamic-VRAM request test (`enables_dynamic_vram()`, §1.3).
+pub fn dynamic_vram(parsed: &Parsed, ctx: &Context) -> DynamicVram {
+    if !ctx.has_dynamic_vram() {
+        let v = ctx
+            .version
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        return DynamicVram {
+            enabled: false,
+            decided_by: None,
+            reason: format!(
+                "ComfyUI {v} predates Dynamic VRAM (on by default since {})",
+                version::dynamic_vram_release()
+            ),
+        };
+    }
+    if parsed.has("--enable-dynamic-vram") {
+        return DynamicVram {
+            enabled: true,
+            decided_by: Some("--enable-dynamic-vram".into()),
+            reason: "--enable-dynamic-vram forces it on, over every flag that would turn it off"
+                .into(),
+        };
+    }
+    let offs: Vec<&str> = parsed
+        .given
+        .iter()
+        .map(|g| g.flag.as_str())
+        .filter(|f| DYNAMIC_VRAM_OFF_FLAGS.contains(f))
+        .collect();
+    // The explicit switch is the natural answer to "what turned it off"; else the first.
+    let decider = offs
+        .iter()
+        .find(|f| **f == "--disable-dynamic-vram")
+        .or(offs.first());
+    match decider {
+        Some(flag) => {
+            let silently = if *flag == "--disable-dynamic-vram" {
+                ""
+            } else {
+                " (silently: ComfyUI logs nothing about it)"
+            };
+            let mut reason = format!("{flag} turns it off{silently}");
+            let others: Vec<&str> = offs.iter().copied().filter(|f| f != flag).collect();
+            if !others.is_empty() {
+                reason.push_str(&format!("; {} would too", others.join(", ")));
+            }
+            DynamicVram {
+                enabled: false,
+                decided_by: Some(flag.to_string()),
+                reason,
+            }
+        }
+        None => DynamicVram {
+            enabled: true,
+            decided_by: None,
+            reason: "on by default (NVIDIA; AMD needs ROCm 7.14+, PyTorch 2.8+ and a working \
+                     comfy-aimdo); the log line 'DynamicVRAM support detected and enabled' confirms it"
+                .into(),
+        },
+    }
+}
+
+/// The VRAM state ComfyUI logs as `Set vram state to:` (§2.2).
+pub fn vram_state(parsed: &Parsed) -> &'static str {
+    if parsed.has("--cpu") {
+        "DISABLED"
+    } else if parsed.has("--lowvram") {
+        "LOW_VRAM"
+    } else if parsed.has("--novram") {
+        "NO_VRAM"
+    } else if parsed.has("--highvram") || parsed.has("--gpu-only") {
+        "HIGH_VRAM"
+    } else {
+        "NORMAL_VRAM"
+    }
+}
+
+/// `EXTRA_RESERVED_VRAM` in MiB and where it comes from (§2.3).
+pub fn reserved_vram(parsed: &Parsed, ctx: &Context) -> (u64, String) {
+    if let Some(gb) = parsed
+        .last("--reserve-vram")
+        .and_then(|g| g.values.first())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+    {
+        let mb = (gb.max(0.0) * 1024.0).round() as u64;
+        return (mb, format!("--reserve-vram {gb} (replaces the OS default)"));
+    }
+    match ctx.platform {
+        Platform::Linux => (400, "Linux default".into()),
+        Platform::Windows => match ctx.total_vram_mb {
+            Some(total) if total > 15 * 1024 => {
+                (700, "Windows default for cards over 15 GiB".into())
+            }
+            Some(_) => (600, "Windows default".into()),
+            None => (
+                600,
+                "Windows default (700 MiB on cards over 15 GiB; card size unknown)".into(),
+            ),
+        },
+    }
+}
+
+/// Every decision at once.
+pub fn decide(parsed: &Parsed, ctx: &Context) -> Effective {
+    let dynamic = dynamic_vram(parsed, ctx);
+    let cpu = parsed.has("--cpu");
+    let (reserved_vram_mb, reserved_vram_source) = reserved_vram(parsed, ctx);
+    let pinned_memory = !cpu && !ctx.is_legacy() && !parsed.has("--disable-pinned-memory");
+    let async_offload_streams = async_streams(parsed, ctx, cpu);
+    let allocator = allocator(parsed, cpu);
+    let cache = cache_mode(parsed, ctx);
+    let single_gpu_forced = ctx.platform == Platform::Windows
+        && !cpu
+        && !parsed.has("--cuda-device")
+        && !parsed.has("--default-device")
+        && ctx.env("CUDA_VISIBLE_DEVICES").is_none();
+    let no_op = no_ops(parsed, ctx, &dynamic);
+    let advice = advice(
+        parsed,
+        ctx,
+        &dynamic,
+        reserved_vram_mb,
+        allocator,
+        single_gpu_forced,
+    );
+    Effective {
+        dynamic_vram: dynamic,
+        vram_state: vram_state(parsed),
+        reserved_vram_mb,
+        reserved_vram_source,
+        pinned_memory,
+        async_offload_streams,
+        allocator,
+        cache,
+        single_gpu_forced,
+        no_op,
+        advice,
+    }
+}
+
+fn async_streams(parsed: &Parsed, ctx: &Context, cpu: bool) -> Option<u32> {
+    if cpu || parsed.has("--disable-async-offload") {
+        return None;
+    }
+    match parsed.last("--async-offload") {
+        Some(g) => Some(g.values.first().and_then(|v| v.parse().ok()).unwrap_or(2)),
+        None if ctx.is_legacy() => None,
+        None => Some(2),
+    }
+}
+
+fn allocator(parsed: &Parsed, cpu: bool) -> &'static str {
+    if cpu {
+        return "none";
+    }
+    if parsed.has("--disable-cuda-malloc") {
+        return "native";
+    }
+    // `--fast` alone enables every feature, autotune included, which skips cudaMallocAsync.
+    let autotune = parsed
+        .last("--fast")
+        .is_some_and(|g| g.values.is_empty() || g.values.iter().any(|v| v == "autotune"));
+    if autotune && !parsed.has("--cuda-malloc") {
+        "native"
+    } else {
+        "cudaMallocAsync"
+    }
+}
+
+fn cache_mode(parsed: &Parsed, ctx: &Context) -> &'static str {
+    if parsed.has("--cache-none") {
+        "none"
+    } else if parsed.has("--cache-lru") {
+        "lru"
+    } else if parsed.has("--cache-classic") || parsed.has("--high-ram") {
+        "classic"
+    } else if parsed.has("--cache-ram") || !ctx.is_legacy() {
+        "ram_pressure"
+    } else {
+        "classic"
+    }
+}
+
+fn no_ops(parsed: &Parsed, ctx: &Context, dynamic: &DynamicVram) -> Vec<NoOp> {
+    let mut out: Vec<NoOp> = Vec::new();
+    let mut add = |flag: &str, reason: &str| {
+        if parsed.has(flag) && !out.iter().any(|n| n.flag == flag) {
+            out.push(NoOp {
+                flag: flag.into(),
+                reason: reason.into(),
+            });
+        }
+    };
+    if parsed.has("--cpu") {
+        for flag in GPU_ONLY_FLAGS {
+            add(flag, "no GPU is used with --cpu");
+        }
+    }
+    if dynamic.enabled {
+        add(
+            "--lowvram",
+            "does nothing while Dynamic VRAM is on (its own help says so); it only acts with --disable-dynamic-vram",
+        );
+    } else if ctx.has_dynamic_vram() {
+        let why = match &dynamic.decided_by {
+            Some(flag) => format!("only used by Dynamic VRAM, which {flag} turns off"),
+            None => "only used by Dynamic VRAM, which is off".into(),
+        };
+        add("--vram-headroom", &why);
+        add("--disable-nvml-pressure", &why);
+    }
+    if parsed.has("--enable-dynamic-vram") {
+        add(
+            "--disable-dynamic-vram",
+            "--enable-dynamic-vram wins over it",
+        );
+    }
+    if parsed.has("--disable-fast-disk") {
+        add("--fast-disk", "--disable-fast-disk overrides it");
+    }
+    let bare_async = parsed
+        .last("--async-offload")
+        .is_some_and(|g| g.values.is_empty());
+    if !ctx.is_legacy() && bare_async && !parsed.has("--disable-async-offload") {
+        add(
+            "--async-offload",
+            "async offload with 2 streams is already the default on NVIDIA and AMD",
+        );
+    }
+    if !parsed.has("--fast") {
+        add(
+            "--cuda-malloc",
+            "cudaMallocAsync is already the default for CUDA builds of PyTorch 2 and later",
+        );
+    }
+    add(
+        "--enable-assets",
+        "deprecated: the assets system is on by default",
+    );
+    out
+}
+
+fn advice(
+    parsed: &Parsed,
+    ctx: &Context,
+    dynamic: &DynamicVram,
+    reserved_mb: u64,
+    allocator: &str,
+    single_gpu_forced: bool,
+) -> Vec<Advice> {
+    let mut out = Vec::new();
+    let mut say = |flag: Option<&str>, text: String| {
+        out.push(Advice {
+            flag: flag.map(str::to_string),
+            text,
+        });
+    };
+    for g in parsed.given.iter().filter(|g| g.abbreviated()) {
+        say(
+            Some(&g.flag),
+            format!(
+                "'{}' is an abbreviation that ComfyUI expands to {}; spell it out, since a new flag can make it ambiguous",
+                g.typed, g.flag
+            ),
+        );
+    }
+    if ctx.has_dynamic_vram() && !parsed.has("--enable-dynamic-vram") {
+        for flag in ["--highvram", "--gpu-only", "--novram", "--cpu"] {
+            if parsed.has(flag) {
+                say(
+                    Some(flag),
+                    format!(
+                        "{flag} also turns Dynamic VRAM off, and ComfyUI logs nothing about it; \
+                         add --enable-dynamic-vram to keep Dynamic VRAM with it"
+                    ),
+                );
+            }
+        }
+    }
+    if parsed.has("--disable-dynamic-vram") && !parsed.has("--enable-dynamic-vram") {
+        say(
+            Some("--disable-dynamic-vram"),
+            "ComfyUI warns that this flag will be removed soon: if it fixes a failure, report it upstream (vrambisect report builds the bundle)".into(),
+        );
+    }
+    if parsed.has("--reserve-vram") {
+        let default = match ctx.platform {
+            Platform::Linux => "400 MiB",
+            Platform::Windows => "600 MiB (700 MiB over 15 GiB)",
+        };
+        let mut text = format!(
+            "--reserve-vram replaces the {} default of {default}, it does not add to it: {reserved_mb} MiB are reserved in total",
+            ctx.platform.name()
+        );
+        if dynamic.enabled {
+            text.push_str(
+                "; under Dynamic VRAM it only sets comfy-aimdo's simple headroom, and --vram-headroom is what keeps VRAM free for other apps (#15666)",
+            );
+        }
+        say(Some("--reserve-vram"), text);
+    }
+    if parsed.has("--disable-smart-memory") {
+        say(
+            Some("--disable-smart-memory"),
+            "--disable-smart-memory also unloads every model after each prompt, so every prompt reloads its models".into(),
+        );
+    }
+    if parsed.has("--disable-comfy-compiler") {
+        say(
+            Some("--disable-comfy-compiler"),
+            "--disable-comfy-compiler also disables CUDA graphs (--disable-cuda-graphs)".into(),
+        );
+    }
+    if parsed.has("--high-ram") {
+        say(
+            Some("--high-ram"),
+            "--high-ram also switches to classic caching (every node output kept)".into(),
+        );
+    }
+    if allocator == "native" && parsed.has("--fast") && !parsed.has("--disable-cuda-malloc") {
+        say(
+            Some("--fast"),
+            "--fast with autotune (bare --fast enables it) turns cudaMallocAsync off: the native allocator's OOM messages and fragmentation apply".into(),
+        );
+    }
+    if parsed.has("--windows-standalone-build") && !parsed.has("--disable-auto-launch") {
+        say(
+            Some("--windows-standalone-build"),
+            "--windows-standalone-build also opens a browser at start (add --disable-auto-launch to stop it)".into(),
+        );
+    }
+    if let Some(g) = parsed.last("--cuda-device") {
+        let which = g.values.first().map(String::as_str).unwrap_or("");
+        if which != "all" {
+            say(
+                Some("--cuda-device"),
+                format!(
+                    "--cuda-device {which} hides every other GPU from ComfyUI (it sets CUDA_VISIBLE_DEVICES)"
+                ),
+            );
+        }
+    }
+    if single_gpu_forced {
+        say(
+            None,
+            "on Windows ComfyUI forces single-GPU mode (CUDA_VISIBLE_DEVICES=0) unless --cuda-device, --default-device or CUDA_VISIBLE_DEVICES is set".into(),
+        );
+    }
+    if allocator == "cudaMallocAsync"
+        && let Some(conf) = ctx.env("PYTORCH_CUDA_ALLOC_CONF")
+        && conf.contains("expandable_segments")
+    {
+        say(
+            None,
+            format!(
+                "PYTORCH_CUDA_ALLOC_CONF={conf}: ComfyUI strips expandable_segments:True and adds backend:cudaMallocAsync; add --disable-cuda-malloc to keep your setting"
+            ),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flags::{argparse, profile};
+
+    fn run(args: &[&str], ctx: &Context) -> Effective {
+        let set = profile::builtin(ctx.version.as_ref()).flags;
+        let parsed = argparse::parse(&set, args, ctx.version.as_ref());
+        decide(&parsed, ctx)
+    }
+
+    fn linux() -> Context {
+        Context::new(Platform::Linux)
+    }
+
+    fn windows(total_vram_mb: Option<u64>) -> Context {
+        Context {
+            total_vram_mb,
+            ..Context::new(Platform::Windows)
+        }
+    }
+
+    #[test]
+    fn dynamic_vram_table() {
+        // (args, enabled, decided_by, vram state)
+        let cases: &[(&[&str], bool, Option<&str>, &str)] = &[
+            (&[], true, None, "NORMAL_VRAM"),
+            (
+                &["--enable-dynamic-vram", "--disable-dynamic-vram"],
+                true,
+                Some("--enable-dynamic-vram"),
+                "NORMAL_VRAM",
+            ),
+            (
+                &["--disable-dynamic-vram", "--enable-dynamic-vram"],
+                true,
+                Some("--enable-dynamic-vram"),
+                "NORMAL_VRAM",
+            ),
+            (&["--highvram"], false, Some("--highvram"), "HIGH_VRAM"),
+            (&["--gpu-only"], false, Some("--gpu-only"), "HIGH_VRAM"),
+            (&["--novram"], false, Some("--novram"), "NO_VRAM"),
+            (&["--cpu"], false, Some("--cpu"), "DISABLED"),
+            (&["--lowvram"], true, None, "LOW_VRAM"),
+            (
+                &["--highvram", "--disable-dynamic-vram"],
+                false,
+                Some("--disable-dynamic-vram"),
+                "HIGH_VRAM",
+            ),
+            (&["--disable-smart-memory"], true, None, "NORMAL_VRAM"),
+            (&["--reserve-vram", "4"], true, None, "NORMAL_VRAM"),
+            (
+                &["--disable-dyn"],
+                false,
+                Some("--disable-dynamic-vram"),
+                "NORMAL_VRAM",
+            ),
+        ];
+        for (args, enabled, by, state) in cases {
+            let e = run(args, &linux());
+            assert_eq!(e.dynamic_vram.enabled, *enabled, "{args:?}");
+            assert_eq!(e.dynamic_vram.decided_by.as_deref(), *by, "{args:?}");
+            assert_eq!(e.vram_state, *state, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn old_versions_have_no_dynamic_vram() {
+        let ctx = Context {
+            version: Some(Version::lit("0.3.64")),
+            ..linux()
+        };
+        let e = run(&["--lowvram"], &ctx);
+        assert!(!e.dynamic_vram.enabled);
+        assert!(e.dynamic_vram.reason.contains("predates"));
+        assert!(e.no_op.is_empty(), "--lowvram works on 0.3.64");
+        assert!(!e.pinned_memory);
+        assert_eq!(e.async_offload_streams, None);
+        assert_eq!(
+            run(&["--async-offload"], &ctx).async_offload_streams,
+            Some(2)
+        );
+        assert_eq!(e.cache, "classic");
+    }
+
+    #[test]
+    fn reserve_table() {
+        // (platform context, args, MiB)
+        let cases: &[(Context, &[&str], u64)] = &[
+            (linux(), &[], 400),
+            (linux(), &["--reserve-vram", "1"], 1024),
+            (linux(), &["--reserve-vram", "0.5"], 512),
+            (windows(None), &[], 600),
+            (windows(Some(8 * 1024)), &[], 600),
+            (windows(Some(15 * 1024)), &[], 600),
+            (windows(Some(24 * 1024)), &[], 700),
+            (windows(Some(24 * 1024)), &["--reserve-vram", "1"], 1024),
+            (windows(Some(8 * 1024)), &["--reserve-vram=2"], 2048),
+        ];
+        for (ctx, args, mb) in cases {
+            assert_eq!(
+                run(args, ctx).reserved_vram_mb,
+                *mb,
+                "{:?} {args:?}",
+                ctx.platform
+            );
+        }
+    }
+
+    #[test]
+    fn no_op_table() {
+        let cases: &[(&[&str], &[&str])] = &[
+            (&["--lowvram"], &["--lowvram"]),
+            (&["--lowvram", "--disable-dynamic-vram"], &[]),
+            (&["--vram-headroom", "1"], &[]),
+            (
+                &["--vram-headroom", "1", "--highvram"],
+                &["--vram-headroom"],
+            ),
+            (
+                &["--disable-nvml-pressure", "--disable-dynamic-vram"],
+                &["--disable-nvml-pressure"],
+            ),
+            (
+                &["--enable-dynamic-vram", "--disable-dynamic-vram"],
+                &["--disable-dynamic-vram"],
+            ),
+            (
+                &["--cpu", "--disable-pinned-memory", "--reserve-vram", "1"],
+                &["--disable-pinned-memory", "--reserve-vram"],
+            ),
+            (&["--async-offload"], &["--async-offload"]),
+            (&["--async-offload", "4"], &[]),
+            (&["--cuda-malloc"], &["--cuda-malloc"]),
+        ];
+        for (args, expected) in cases {
+            let flags: Vec<String> = run(args, &linux())
+                .no_op
+                .into_iter()
+                .map(|n| n.flag)
+                .collect();
+            assert_eq!(flags, *expected, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn advice_for_flags_that_do_more_than_they_say() {
+        let e = run(&["--highvram"], &linux());
+        assert!(e.advice.iter().any(
+            |a| a.flag.as_deref() == Some("--highvram") && a.text.contains("Dynamic VRAM off")
+        ));
+        let e = run(&["--highvram", "--enable-dynamic-vram"], &linux());
+        assert!(
+            !e.advice
+                .iter()
+                .any(|a| a.flag.as_deref() == Some("--highvram"))
+        );
+        let e = run(&["--reserve-vram", "2"], &windows(None));
+        let text = &e
+            .advice
+            .iter()
+            .find(|a| a.flag.as_deref() == Some("--reserve-vram"))
+            .unwrap()
+            .text;
+        assert!(text.contains("replaces the Windows default"), "{text}");
+        assert!(text.contains("2048 MiB"), "{text}");
+    }
+
+    #[test]
+    fn windows_single_gpu_rule() {
+        assert!(run(&[], &windows(None)).single_gpu_forced);
+        assert!(!run(&["--default-device", "1"], &windows(None)).single_gpu_forced);
+        let ctx = Context {
+            env: vec![("CUDA_VISIBLE_DEVICES".into(), "0,1".into())],
+            ..windows(None)
+        };
+        assert!(!run(&[], &ctx).single_gpu_forced);
+        assert!(!run(&[], &linux()).single_gpu_forced);
+    }
+
+    #[test]
+    fn alloc_conf_is_rewritten_by_comfyui() {
+        let ctx = Context {
+            env: vec![(
+                "PYTORCH_CUDA_ALLOC_CONF".into(),
+                "expandable_segments:True".into(),
+            )],
+            ..linux()
+        };
+        assert!(
+            run(&[], &ctx)
+                .advice
+                .iter()
+                .any(|a| a.text.contains("strips expandable_segments"))
+        );
+        assert!(
+            !run(&["--disable-cuda-malloc"], &ctx)
+                .advice
+                .iter()
+                .any(|a| a.text.contains("strips"))
+        );
+    }
+}

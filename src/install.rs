@@ -1,0 +1,293 @@
+//! A ComfyUI install on disk: its folder, version, Python, and the flags it accepts.
+
+use crate::error::{Error, Result};
+use crate::flags::help::{self, FlagSet};
+use crate::version::{self, Version};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A ComfyUI folder (the one holding `main.py`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Install {
+    pub dir: PathBuf,
+    /// From `comfyui_version.py`; `None` when the file is missing or unreadable.
+    pub version: Option<Version>,
+}
+
+impl Install {
+    /// Checks that `dir` is a ComfyUI folder and reads its version.
+    pub fn open(dir: &Path) -> Result<Install> {
+        if !dir.exists() {
+            return Err(
+                Error::usage(format!("ComfyUI folder {} does not exist", dir.display()))
+                    .hint("pass --comfyui with the folder that holds ComfyUI's main.py"),
+            );
+        }
+        if !dir.is_dir() {
+            return Err(Error::usage(format!("{} is not a folder", dir.display()))
+                .hint("pass --comfyui with the folder that holds ComfyUI's main.py"));
+        }
+        if !dir.join("main.py").is_file() {
+            let hint = if dir.join("ComfyUI").join("main.py").is_file() {
+                format!("did you mean {}?", dir.join("ComfyUI").display())
+            } else {
+                "pass --comfyui with the folder that holds ComfyUI's main.py".to_string()
+            };
+            return Err(Error::usage(format!(
+                "{} is not a ComfyUI folder: it has no main.py",
+                dir.display()
+            ))
+            .hint(hint));
+        }
+        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let version = std::fs::read_to_string(dir.join("comfyui_version.py"))
+            .ok()
+            .and_then(|t| version::from_version_py(&t));
+        Ok(Install { dir, version })
+    }
+
+    /// The Python that runs this install: `explicit`, else a venv inside the folder, else the
+    /// portable build's `python_embeded` beside it, else `python3`.
+    pub fn python(&self, explicit: Option<&Path>) -> Python {
+        if let Some(p) = explicit {
+            // A relative path with a folder in it means "from here", not from ComfyUI's folder.
+            let path = if p.components().count() > 1 && p.is_relative() {
+                std::env::current_dir()
+                    .map(|d| d.join(p))
+                    .unwrap_or_else(|_| p.to_path_buf())
+            } else {
+                p.to_path_buf()
+            };
+            return Python {
+                path,
+                how: "--python".into(),
+            };
+        }
+        let candidates = [
+            (self.dir.join("venv/bin/python"), "the install's venv"),
+            (self.dir.join(".venv/bin/python"), "the install's .venv"),
+            (
+                self.dir.join("venv/Scripts/python.exe"),
+                "the install's venv",
+            ),
+            (
+                self.dir.join(".venv/Scripts/python.exe"),
+                "the install's .venv",
+            ),
+            (
+                self.dir.join("../python_embeded/python.exe"),
+                "the portable build's python_embeded",
+            ),
+        ];
+        for (path, how) in candidates {
+            if path.is_file() {
+                return Python {
+                    path,
+                    how: how.into(),
+                };
+            }
+        }
+        let fallback = if cfg!(windows) { "python" } else { "python3" };
+        Python {
+            path: PathBuf::from(fallback),
+            how: format!("{fallback} on PATH"),
+        }
+    }
+
+    /// Asks the install for its flags by running `PYTHON main.py --help` (no torch import).
+    pub fn flags(&self, python: &Python) -> Result<FlagSet> {
+        let text = self.help_text(python)?;
+        help::parse(&text).map_err(|e| {
+            Error::environment(format!(
+                "could not read the flag list printed by '{} main.py --help': {}",
+                python.path.display(),
+                e.0
+            ))
+        })
+    }
+
+    fn help_text(&self, python: &Python) -> Result<String> {
+        const TIMEOUT: Duration = Duration::from_secs(60);
+        let shown = format!("{} main.py --help", python.path.display());
+        // A bare name (`python3`) is looked up on PATH; duct would read a Path as `./python3`.
+        let program = python.path.as_os_str().to_owned();
+        let handle = duct::cmd(program, ["main.py", "--help"])
+            .dir(&self.dir)
+            .env("COLUMNS", "100")
+            .env("PYTHONIOENCODING", "utf-8")
+            .stdin_null()
+            .stdout_capture()
+            .stderr_capture()
+            .unchecked()
+            .start()
+            .map_err(|e| {
+                let why = if e.kind() == std::io::ErrorKind::NotFound {
+                    "not found".to_string()
+                } else {
+                    e.to_string()
+                };
+                Error::environment(format!(
+                    "cannot run Python '{}' ({}): {why}",
+                    python.path.display(),
+                    python.how
+                ))
+                .hint("pass --python with the Python that runs ComfyUI")
+            })?;
+        let started = Instant::now();
+        let output = loop {
+            match handle.try_wait() {
+                Ok(Some(output)) => break output.clone(),
+                Ok(None) if started.elapsed() > TIMEOUT => {
+                    let _ = handle.kill();
+                    return Err(Error::environment(format!(
+                        "'{shown}' did not finish in {} s",
+                        TIMEOUT.as_secs()
+                    ))
+                    .hint("check that this Python and ComfyUI folder work"));
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => {
+                    return Err(Error::environment(format!("'{shown}' failed: {e}")));
+                }
+            }
+        };
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let last = stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("no output")
+                .trim()
+                .to_string();
+            let code = output
+                .status
+                .code()
+                .map(|c| format!("exit {c}"))
+                .unwrap_or_else(|| "killed by a signal".into());
+            return Err(
+                Error::environment(format!("'{shown}' failed ({code}): {last}"))
+                    .hint(startup_hint(&stderr)),
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+}
+
+/// What to do about a Python that fails before ComfyUI could even print its help.
+pub fn startup_hint(stderr: &str) -> String {
+    if stderr.contains("No module named 'comfy_aimdo") {
+        "comfy-aimdo is missing or too old: run 'pip install -r requirements.txt' with ComfyUI's Python".into()
+    } else if stderr.contains("ModuleNotFoundError") {
+        "a Python package is missing: run 'pip install -r requirements.txt' with ComfyUI's Python, or pass --python with the right one".into()
+    } else if stderr.contains("SyntaxError") {
+        "this Python is too old for this ComfyUI: pass --python with the one that runs it".into()
+    } else {
+        "check that this Python runs ComfyUI, or pass --python with the one that does".into()
+    }
+}
+
+/// The interpreter chosen for an install, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Python {
+    pub path: PathBuf,
+    /// Where it came from, in words.
+    pub how: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_and_wrong_folders() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = Install::open(&tmp.path().join("nope")).unwrap_err();
+        assert!(err.message.contains("does not exist"));
+        let err = Install::open(tmp.path()).unwrap_err();
+        assert!(err.message.contains("has no main.py"), "{err}");
+        std::fs::create_dir(tmp.path().join("ComfyUI")).unwrap();
+        std::fs::write(tmp.path().join("ComfyUI/main.py"), "").unwrap();
+        let err = Install::open(tmp.path()).unwrap_err();
+        assert!(err.hint.unwrap().contains("did you mean"));
+    }
+
+    #[test]
+    fn version_and_python_discovery() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("ComfyUI");
+        std::fs::create_dir_all(dir.join("venv/bin")).unwrap();
+        std::fs::write(dir.join("main.py"), "").unwrap();
+        std::fs::write(dir.join("comfyui_version.py"), "__version__ = \"0.3.64\"\n").unwrap();
+        let install = Install::open(&dir).unwrap();
+        assert_eq!(install.version, Some(Version::lit("0.3.64")));
+        assert_eq!(install.python(None).how, "python3 on PATH");
+        std::fs::write(dir.join("venv/bin/python"), "").unwrap();
+        assert_eq!(install.python(None).how, "the install's venv");
+        std::fs::create_dir_all(tmp.path().join("python_embeded")).unwrap();
+        std::fs::remove_file(dir.join("venv/bin/python")).unwrap();
+        std::fs::write(tmp.path().join("python_embeded/python.exe"), "").unwrap();
+        assert_eq!(
+            install.python(None).how,
+            "the portable build's python_embeded"
+        );
+        assert_eq!(install.python(Some(Path::new("/x/py"))).how, "--python");
+    }
+
+    #[test]
+    fn python_that_cannot_run() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("main.py"), "").unwrap();
+        let install = Install::open(tmp.path()).unwrap();
+        let py = install.python(Some(Path::new("/no/such/python")));
+        let err = install.flags(&py).unwrap_err();
+        assert_eq!(err.exit_code(), crate::error::exit::ENVIRONMENT);
+        assert!(
+            err.message.contains("cannot run Python '/no/such/python'"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn python_that_fails() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(
+            tmp.path().join("main.py"),
+            "import comfy_aimdo_missing_for_test\n",
+        )
+        .unwrap();
+        let install = Install::open(tmp.path()).unwrap();
+        let err = install
+            .flags(&install.python(Some(Path::new("python3"))))
+            .unwrap_err();
+        assert!(
+            err.message.contains("failed (exit 1): ModuleNotFoundError"),
+            "{err}"
+        );
+        assert!(
+            err.hint
+                .unwrap()
+                .contains("pip install -r requirements.txt")
+        );
+    }
+
+    #[test]
+    fn reads_flags_from_a_real_argparse() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(
+            tmp.path().join("main.py"),
+            "import argparse\np = argparse.ArgumentParser()\ng = p.add_mutually_exclusive_group()\ng.add_argument('--highvram', action='store_true')\ng.add_argument('--lowvram', action='store_true')\np.add_argument('--reserve-vram', type=float)\np.parse_args()\n",
+        )
+        .unwrap();
+        let install = Install::open(tmp.path()).unwrap();
+        let set = install
+            .flags(&install.python(Some(Path::new("python3"))))
+            .unwrap();
+        assert!(set.has("--reserve-vram"));
+        assert_eq!(
+            set.group_of("--lowvram").unwrap(),
+            ["--highvram", "--lowvram"]
+        );
+    }
+}

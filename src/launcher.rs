@@ -1,0 +1,631 @@
+//! Reading how a user starts ComfyUI: a Windows `.bat`, a POSIX `.sh`, or a command line.
+//!
+//! The portable build starts with `run_nvidia_gpu.bat`:
+//! `.\python_embeded\python.exe -s ComfyUI\main.py --windows-standalone-build`, maybe with
+//! `set VAR=…` lines, `%*` to pass on its own arguments, `REM`/`::` comments, `^`
+//! continuations, CRLF endings and a final `pause`. Linux users have a shell script with
+//! `export`, `source venv/bin/activate` and `python main.py "$@"`. Both come down to the
+//! same thing: the environment, the interpreter and the flags of the `main.py` call.
+
+use crate::error::{Error, Result, io_error};
+use crate::flags::decide::Platform;
+use serde::Serialize;
+use std::path::Path;
+
+/// Environment variables that change what ComfyUI does with memory or devices.
+pub const RELEVANT_ENV: &[&str] = &[
+    "CUDA_VISIBLE_DEVICES",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF",
+    "HIP_VISIBLE_DEVICES",
+    "CUDA_MODULE_LOADING",
+    "CUDA_DEVICE_ORDER",
+];
+
+/// A `main.py` call and what surrounds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Launch {
+    /// The interpreter as written (`.\python_embeded\python.exe`), if any.
+    pub python: Option<String>,
+    /// Interpreter options before the script (`-s`).
+    pub python_args: Vec<String>,
+    /// The script as written (`ComfyUI\main.py`).
+    pub script: Option<String>,
+    /// ComfyUI's arguments, with the launcher's pass-through (`%*`, `"$@"`) filled in.
+    pub args: Vec<String>,
+    /// Variables the launcher sets before the call, in order.
+    pub env: Vec<(String, String)>,
+    /// The platform the launcher implies (a `.bat` means Windows).
+    pub platform: Option<Platform>,
+    /// The launcher passes its own arguments on (`%*`, `"$@"`).
+    pub passthrough: bool,
+    /// 1-based line of the call in the launcher file.
+    pub line: Option<usize>,
+}
+
+impl Launch {
+    /// Only flags, from a command line: `-- --highvram` or `-- python main.py --highvram`.
+    pub fn from_command_line(args: &[String]) -> Launch {
+        let mut launch = Launch {
+            python: None,
+            python_args: Vec::new(),
+            script: None,
+            args: args.to_vec(),
+            env: Vec::new(),
+            platform: None,
+            passthrough: false,
+            line: None,
+        };
+        if let Some(at) = args.iter().position(|a| is_main_py(a)) {
+            let (env, rest) = split_assignments(&args[..at]);
+            launch.env = env;
+            launch.python = rest.first().cloned();
+            launch.python_args = rest.iter().skip(1).cloned().collect();
+            launch.script = Some(args[at].clone());
+            launch.args = args[at + 1..].to_vec();
+        }
+        launch
+    }
+
+    /// The variables among [`RELEVANT_ENV`] that the launcher sets.
+    pub fn relevant_env(&self) -> Vec<(String, String)> {
+        self.env
+            .iter()
+            .filter(|(k, _)| RELEVANT_ENV.iter().any(|r| r.eq_ignore_ascii_case(k)))
+            .cloned()
+            .collect()
+    }
+}
+
+/// Reads a launcher file; `extra` fills its pass-through (or is appended when it has none).
+pub fn read_file(path: &Path, extra: &[String]) -> Result<Launch> {
+    let bytes = std::fs::read(path).map_err(|e| io_error("read launcher", path, &e))?;
+    if bytes.contains(&0) {
+        return Err(Error::usage(format!(
+            "{} is not a launcher script (it is binary)",
+            path.display()
+        ))
+        .hint("give the .bat or .sh file that starts ComfyUI"));
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let text = text.trim_start_matches('\u{feff}');
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let is_bat = match ext.as_deref() {
+        Some("bat" | "cmd") => true,
+        Some("sh" | "bash" | "zsh") => false,
+        _ => {
+            !text.starts_with("#!")
+                && (text.contains("\r\n") || text.to_ascii_lowercase().contains("@echo"))
+        }
+    };
+    let parsed = if is_bat {
+        parse_bat(text, extra)
+    } else {
+        parse_sh(text, extra)
+    };
+    parsed.ok_or_else(|| {
+        Error::usage(format!(
+            "{} has no line that starts ComfyUI (no main.py call found)",
+            path.display()
+        ))
+        .hint("give the launcher that runs 'python main.py', or pass the flags after --")
+    })
+}
+
+/// Reads a Windows batch file.
+pub fn parse_bat(text: &str, extra: &[String]) -> Option<Launch> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    for (line_no, line) in logical_lines(text, '^') {
+        let line = line.trim().trim_start_matches('@').trim();
+        let lower = line.to_ascii_lowercase();
+        if line.is_empty()
+            || line.starts_with("::")
+            || line.starts_with(':')
+            || lower == "rem"
+            || lower.starts_with("rem ")
+        {
+            continue;
+        }
+        let first = lower.split_whitespace().next().unwrap_or("");
+        if matches!(first, "echo" | "echo." | "title" | "start") {
+            continue;
+        }
+        if first == "set" {
+            if let Some((k, v)) = bat_set(&line[3..], &env) {
+                env.retain(|(name, _)| !name.eq_ignore_ascii_case(&k));
+                env.push((k, v));
+            }
+            continue;
+        }
+        let command = line
+            .strip_prefix("call ")
+            .or_else(|| line.strip_prefix("CALL "))
+            .unwrap_or(line);
+        // cmd.exe expands %VAR% before it splits the line into arguments.
+        let tokens = bat_tokens(&bat_expand(command, &env));
+        let Some(at) = tokens.iter().position(|t| is_main_py(t)) else {
+            continue;
+        };
+        let mut args = Vec::new();
+        let mut passthrough = false;
+        for token in &tokens[at + 1..] {
+            if token == "%*" {
+                passthrough = true;
+                args.extend(extra.iter().cloned());
+            } else if is_positional_ref(token) {
+                // %1 … %9: the launcher's own arguments, unknown here.
+            } else {
+                args.push(bat_expand(token, &env));
+            }
+        }
+        if !passthrough {
+            args.extend(extra.iter().cloned());
+        }
+        return Some(Launch {
+            python: tokens
+                .first()
+                .filter(|_| at > 0)
+                .map(|p| bat_expand(p, &env)),
+            python_args: tokens[1.min(at)..at]
+                .iter()
+                .map(|t| bat_expand(t, &env))
+                .collect(),
+            script: Some(bat_expand(&tokens[at], &env)),
+            args,
+            env,
+            platform: Some(Platform::Windows),
+            passthrough,
+            line: Some(line_no),
+        });
+    }
+    None
+}
+
+/// Reads a POSIX shell script.
+pub fn parse_sh(text: &str, extra: &[String]) -> Option<Launch> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    for (line_no, line) in logical_lines(text, '\\') {
+        let tokens = sh_tokens(line.trim(), &env);
+        let Some(first) = tokens.first() else {
+            continue;
+        };
+        if matches!(first.text.as_str(), "echo" | "printf") {
+            continue;
+        }
+        if first.text == "export" || first.text == "declare" {
+            let (assigned, _) = split_assignments(
+                &tokens[1..]
+                    .iter()
+                    .map(|t| t.text.clone())
+                    .collect::<Vec<_>>(),
+            );
+            for (k, v) in assigned {
+                env.retain(|(name, _)| *name != k);
+                env.push((k, v));
+            }
+            continue;
+        }
+        let words: Vec<String> = tokens.iter().map(|t| t.text.clone()).collect();
+        let Some(at) = words.iter().position(|w| is_main_py(w)) else {
+            let (assigned, rest) = split_assignments(&words);
+            if rest.is_empty() {
+                for (k, v) in assigned {
+                    env.retain(|(name, _)| *name != k);
+                    env.push((k, v));
+                }
+            }
+            continue;
+        };
+        let (prefix_env, before) = split_assignments(&words[..at]);
+        let before: Vec<String> = before
+            .into_iter()
+            .skip_while(|w| matches!(w.as_str(), "exec" | "nohup" | "command" | "env"))
+            .collect();
+        let mut args = Vec::new();
+        let mut passthrough = false;
+        for token in &tokens[at + 1..] {
+            if token.all_args {
+                passthrough = true;
+                args.extend(extra.iter().cloned());
+            } else if matches!(token.text.as_str(), "&" | "&&" | "||" | ";" | "|") {
+                break;
+            } else {
+                args.push(token.text.clone());
+            }
+        }
+        if !passthrough {
+            args.extend(extra.iter().cloned());
+        }
+        env.extend(prefix_env);
+        return Some(Launch {
+            python: before.first().cloned(),
+            python_args: before.iter().skip(1).cloned().collect(),
+            script: Some(words[at].clone()),
+            args,
+            env,
+            platform: None,
+            passthrough,
+            line: Some(line_no),
+        });
+    }
+    None
+}
+
+fn is_main_py(token: &str) -> bool {
+    let t = token.trim_matches('"').to_ascii_lowercase();
+    t == "main.py" || t.ends_with("/main.py") || t.ends_with("\\main.py")
+}
+
+fn is_positional_ref(token: &str) -> bool {
+    let t = token.trim_matches('"');
+    t.len() == 2 && t.starts_with('%') && t.as_bytes()[1].is_ascii_digit()
+}
+
+/// Joins continuation lines (ending in `cont`) and numbers the result by its first line.
+fn logical_lines(text: &str, cont: char) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut start = 0;
+    for (i, raw) in text.split('\n').enumerate() {
+        let line = raw.strip_suffix('\r').unwrap_or(raw);
+        if current.is_empty() {
+            start = i + 1;
+        }
+        if let Some(body) = line.strip_suffix(cont) {
+            // A doubled caret (`^^`) is an escaped caret, not a continuation.
+            if cont == '^' && body.ends_with('^') {
+                current.push_str(line);
+            } else {
+                current.push_str(body);
+                continue;
+            }
+        } else {
+            current.push_str(line);
+        }
+        out.push((start, std::mem::take(&mut current)));
+    }
+    if !current.is_empty() {
+        out.push((start, current));
+    }
+    out
+}
+
+/// `set VAR=value` / `set "VAR=value"`; `set /a` and `set /p` are ignored.
+fn bat_set(rest: &str, env: &[(String, String)]) -> Option<(String, String)> {
+    let rest = rest.trim();
+    if rest.starts_with('/') {
+        return None;
+    }
+    let rest = rest
+        .strip_prefix('"')
+        .and_then(|r| r.rfind('"').map(|end| &r[..end]))
+        .unwrap_or(rest);
+    let (k, v) = rest.split_once('=')?;
+    let k = k.trim();
+    if k.is_empty() {
+        return None;
+    }
+    Some((k.to_string(), bat_expand(v, env)))
+}
+
+/// Splits a batch command on unquoted blanks; `^` escapes the next character.
+fn bat_tokens(line: &str) -> Vec<String> {
+    let mut tokens = Vec::new();
+    let mut current = String::new();
+    let mut quoted = false;
+    let mut has_token = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '^' if !quoted => {
+                if let Some(next) = chars.next() {
+                    current.push(next);
+                    has_token = true;
+                }
+            }
+            '"' => {
+                quoted = !quoted;
+                has_token = true;
+            }
+            ' ' | '\t' if !quoted => {
+                if has_token {
+                    tokens.push(std::mem::take(&mut current));
+                    has_token = false;
+                }
+            }
+            '&' | '|' if !quoted => break,
+            c => {
+                current.push(c);
+                has_token = true;
+            }
+        }
+    }
+    if has_token {
+        tokens.push(current);
+    }
+    tokens
+}
+
+/// Expands `%VAR%` from the launcher's own `set` lines; `%~dp0` is the launcher's folder.
+fn bat_expand(token: &str, env: &[(String, String)]) -> String {
+    let mut out = String::new();
+    let mut rest = token;
+    while let Some(start) = rest.find('%') {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 1..];
+        if let Some(stripped) = after.strip_prefix("~dp0") {
+            out.push_str(".\\");
+            rest = stripped;
+            continue;
+        }
+        // `%*` and `%1`…`%9` are the launcher's own arguments: left for the caller.
+        if after.starts_with('*') || after.starts_with(|c: char| c.is_ascii_digit()) {
+            out.push('%');
+            out.push_str(&after[..1]);
+            rest = &after[1..];
+            continue;
+        }
+        match after.find('%') {
+            Some(end) if end > 0 => {
+                let name = &after[..end];
+                match env.iter().rev().find(|(k, _)| k.eq_ignore_ascii_case(name)) {
+                    Some((_, v)) => out.push_str(v),
+                    None => {
+                        out.push('%');
+                        out.push_str(name);
+                        out.push('%');
+                    }
+                }
+                rest = &after[end + 1..];
+            }
+            _ => {
+                out.push('%');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A shell word, and whether it was `$@`/`"$@"`/`$*`.
+struct ShToken {
+    text: String,
+    all_args: bool,
+}
+
+/// POSIX-ish word splitting with quotes, escapes, comments and `$VAR` expansion.
+fn sh_tokens(line: &str, env: &[(String, String)]) -> Vec<ShToken> {
+    let mut tokens = Vec::new();
+    let mut current = String::new();
+    let mut has_token = false;
+    let mut all_args = false;
+    let mut chars = line.chars().peekable();
+    let lookup = |name: &str| -> String {
+        env.iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| std::env::var(name).unwrap_or_default())
+    };
+    let mut in_double = false;
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' if !in_double => {
+                has_token = true;
+                for q in chars.by_ref() {
+                    if q == '\'' {
+                        break;
+                    }
+                    current.push(q);
+                }
+            }
+            '"' => {
+                in_double = !in_double;
+                has_token = true;
+            }
+            '\\' => {
+                if let Some(next) = chars.next() {
+                    current.push(next);
+                    has_token = true;
+                }
+            }
+            '$' => {
+                has_token = true;
+                match chars.peek() {
+                    Some('@') | Some('*') => {
+                        chars.next();
+                        all_args = true;
+                    }
+                    Some('{') => {
+                        chars.next();
+                        let name: String = chars.by_ref().take_while(|c| *c != '}').collect();
+                        let name = name.split([':', '-']).next().unwrap_or("").to_string();
+                        current.push_str(&lookup(&name));
+                    }
+                    Some(c) if c.is_ascii_alphabetic() || *c == '_' => {
+                        let mut name = String::new();
+                        while let Some(c) = chars.peek() {
+                            if c.is_ascii_alphanumeric() || *c == '_' {
+                                name.push(*c);
+                                chars.next();
+                            } else {
+                                break;
+                            }
+                        }
+                        current.push_str(&lookup(&name));
+                    }
+                    _ => current.push('$'),
+                }
+            }
+            '#' if !in_double && !has_token => break,
+            ' ' | '\t' if !in_double => {
+                if has_token {
+                    tokens.push(ShToken {
+                        text: std::mem::take(&mut current),
+                        all_args,
+                    });
+                    has_token = false;
+                    all_args = false;
+                }
+            }
+            c => {
+                current.push(c);
+                has_token = true;
+            }
+        }
+    }
+    if has_token {
+        tokens.push(ShToken {
+            text: current,
+            all_args,
+        });
+    }
+    tokens
+}
+
+/// Splits leading `NAME=value` words off a command.
+fn split_assignments(words: &[String]) -> (Vec<(String, String)>, Vec<String>) {
+    let mut env = Vec::new();
+    let mut i = 0;
+    while i < words.len() {
+        match words[i].split_once('=') {
+            Some((k, v))
+                if !k.is_empty()
+                    && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    && !k.starts_with(|c: char| c.is_ascii_digit()) =>
+            {
+                env.push((k.to_string(), v.to_string()));
+                i += 1;
+            }
+            _ => break,
+        }
+    }
+    (env, words[i..].to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn portable_bat() {
+        let text = "@echo off\r\n.\\python_embeded\\python.exe -s ComfyUI\\main.py --windows-standalone-build --enable-manager\r\necho If you see this and ComfyUI did not start try updating your Nvidia Drivers to the latest.\r\npause\r\n";
+        let l = parse_bat(text, &[]).unwrap();
+        assert_eq!(l.python.as_deref(), Some(".\\python_embeded\\python.exe"));
+        assert_eq!(l.python_args, ["-s"]);
+        assert_eq!(l.script.as_deref(), Some("ComfyUI\\main.py"));
+        assert_eq!(l.args, ["--windows-standalone-build", "--enable-manager"]);
+        assert_eq!(l.platform, Some(Platform::Windows));
+        assert_eq!(l.line, Some(2));
+    }
+
+    #[test]
+    fn bat_with_set_comments_continuations_and_passthrough() {
+        let text = "REM my launcher\r\n:: another comment\r\nset CUDA_VISIBLE_DEVICES=1\r\nset \"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\"\r\nset FLAGS=--highvram\r\n.\\python_embeded\\python.exe -s ComfyUI\\main.py ^\r\n  --windows-standalone-build %FLAGS% ^\r\n  --reserve-vram 1 %*\r\npause\r\n";
+        let l = parse_bat(text, &s(&["--lowvram"])).unwrap();
+        assert_eq!(
+            l.args,
+            [
+                "--windows-standalone-build",
+                "--highvram",
+                "--reserve-vram",
+                "1",
+                "--lowvram"
+            ]
+        );
+        assert!(l.passthrough);
+        assert_eq!(l.line, Some(6));
+        assert_eq!(
+            l.relevant_env(),
+            vec![
+                ("CUDA_VISIBLE_DEVICES".to_string(), "1".to_string()),
+                (
+                    "PYTORCH_CUDA_ALLOC_CONF".into(),
+                    "expandable_segments:True".into()
+                )
+            ]
+        );
+    }
+
+    #[test]
+    fn bat_quoted_paths_and_rem_lines_with_main_py() {
+        let text = "rem python main.py --cpu\n\"C:\\Program Files\\Python\\python.exe\" \"D:\\AI\\Comfy UI\\main.py\" --lowvram\n";
+        let l = parse_bat(text, &[]).unwrap();
+        assert_eq!(
+            l.python.as_deref(),
+            Some("C:\\Program Files\\Python\\python.exe")
+        );
+        assert_eq!(l.script.as_deref(), Some("D:\\AI\\Comfy UI\\main.py"));
+        assert_eq!(l.args, ["--lowvram"]);
+    }
+
+    #[test]
+    fn bat_without_main_py() {
+        assert!(parse_bat("@echo off\r\necho hello\r\npause\r\n", &[]).is_none());
+    }
+
+    #[test]
+    fn sh_launcher() {
+        let text = "#!/usr/bin/env bash\n# start ComfyUI\nset -e\ncd \"$(dirname \"$0\")\"\nsource venv/bin/activate\nexport PYTORCH_CUDA_ALLOC_CONF='backend:native'\nCUDA_VISIBLE_DEVICES=0 exec python main.py \\\n  --listen 0.0.0.0 \\\n  --disable-dynamic-vram \"$@\" # comment\n";
+        let l = parse_sh(text, &s(&["--cache-none"])).unwrap();
+        assert_eq!(l.python.as_deref(), Some("python"));
+        assert_eq!(
+            l.args,
+            [
+                "--listen",
+                "0.0.0.0",
+                "--disable-dynamic-vram",
+                "--cache-none"
+            ]
+        );
+        assert!(l.passthrough);
+        assert_eq!(
+            l.relevant_env(),
+            vec![
+                (
+                    "PYTORCH_CUDA_ALLOC_CONF".to_string(),
+                    "backend:native".to_string()
+                ),
+                ("CUDA_VISIBLE_DEVICES".into(), "0".into())
+            ]
+        );
+        assert_eq!(l.line, Some(7));
+    }
+
+    #[test]
+    fn sh_variables_expand() {
+        let text = "ARGS=\"--highvram\"\npython3 ./main.py $ARGS --reserve-vram=${RESERVE:-2}\n";
+        let l = parse_sh(text, &[]).unwrap();
+        assert_eq!(l.args[0], "--highvram");
+        assert!(l.args[1].starts_with("--reserve-vram="));
+    }
+
+    #[test]
+    fn command_line_forms() {
+        let l = Launch::from_command_line(&s(&["--highvram", "--lowvram"]));
+        assert_eq!(l.args, ["--highvram", "--lowvram"]);
+        assert!(l.script.is_none());
+        let l = Launch::from_command_line(&s(&[
+            "CUDA_VISIBLE_DEVICES=1",
+            "python",
+            "-s",
+            "main.py",
+            "--cpu",
+        ]));
+        assert_eq!(l.args, ["--cpu"]);
+        assert_eq!(l.python.as_deref(), Some("python"));
+        assert_eq!(l.python_args, ["-s"]);
+        assert_eq!(
+            l.env,
+            vec![("CUDA_VISIBLE_DEVICES".to_string(), "1".to_string())]
+        );
+    }
+}

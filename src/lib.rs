@@ -1,0 +1,14 @@
+//! vrambisect: diagnose ComfyUI memory failures and find the startup flags that fix them.
+//!
+//! The binary (`src/main.rs`) only parses the command line and calls [`app::run`]; each
+//! command lives in its own module and writes through `&mut dyn Write`.
+
+pub mod app;
+pub mod cli;
+pub mod error;
+pub mod explain;
+pub mod flags;
+pub mod install;
+pub mod launcher;
+pub mod output;
+pub mod version;

@@ -1,0 +1,69 @@
+//! Terminal styling and the `--color` choice (honouring `NO_COLOR`).
+
+use std::io::IsTerminal;
+
+/// `--color auto|always|never`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ColorChoice {
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+/// Paints text with ANSI colours when enabled.
+#[derive(Debug, Clone, Copy)]
+pub struct Style {
+    enabled: bool,
+}
+
+impl Style {
+    /// Colours on for `always`; for `auto` only on a terminal and without `NO_COLOR`.
+    pub fn new(choice: ColorChoice) -> Style {
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        let enabled = match choice {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => !no_color && std::io::stdout().is_terminal(),
+        };
+        Style { enabled }
+    }
+
+    /// No colours (tests, files).
+    pub fn plain() -> Style {
+        Style { enabled: false }
+    }
+
+    fn paint(&self, code: &str, text: &str) -> String {
+        if self.enabled {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_string()
+        }
+    }
+
+    pub fn good(&self, text: &str) -> String {
+        self.paint("32", text)
+    }
+    pub fn warn(&self, text: &str) -> String {
+        self.paint("33", text)
+    }
+    pub fn bad(&self, text: &str) -> String {
+        self.paint("1;31", text)
+    }
+    pub fn bold(&self, text: &str) -> String {
+        self.paint("1", text)
+    }
+    pub fn dim(&self, text: &str) -> String {
+        self.paint("2", text)
+    }
+}
+
+/// Writes `value` as one pretty JSON document and a newline.
+pub fn write_json(
+    out: &mut dyn std::io::Write,
+    value: &impl serde::Serialize,
+) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, value)?;
+    writeln!(out)
+}
