@@ -4,11 +4,13 @@
 //! command lives in its own module and writes through `&mut dyn Write`.
 
 pub mod app;
+pub mod classify;
 pub mod cli;
 pub mod error;
 pub mod explain;
 pub mod flags;
 pub mod install;
 pub mod launcher;
+pub mod outcome;
 pub mod output;
 pub mod version;

@@ -83,16 +83,19 @@ fn readings_follow_the_state_file_while_open() {
 fn missing_driver_is_an_error_not_a_panic() {
     let gpu = FakeGpu::build();
     // No state file: the fake behaves like a machine whose driver is not loaded.
-    let err = nvml(&gpu).err().expect("init fails");
+    let Err(err) = nvml(&gpu) else {
+        panic!("init must fail without a state file")
+    };
     assert!(
         matches!(err, nvml_wrapper::error::NvmlError::DriverNotLoaded),
         "{err:?}"
     );
-    let err = Nvml::builder()
+    let Err(err) = Nvml::builder()
         .lib_path(std::ffi::OsStr::new("/no/such/libnvidia-ml.so.1"))
         .init()
-        .err()
-        .unwrap();
+    else {
+        panic!("init must fail without a library")
+    };
     assert!(
         matches!(err, nvml_wrapper::error::NvmlError::LibloadingError(_)),
         "{err:?}"

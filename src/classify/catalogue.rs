@@ -1,0 +1,430 @@
+//! The catalogue of known failure signatures, as data.
+//!
+//! Every string the classifier looks for lives here, with what it means, which flags people
+//! try against it and the upstream issues where it was reported (ComfyUI's tracker unless the
+//! note says otherwise). Patterns are regular expressions matched against normalised log
+//! lines and against the `exception_message` of an `execution_error`.
+
+use crate::outcome::Outcome;
+use regex::{Regex, RegexSet};
+use std::sync::OnceLock;
+
+/// Where a signature is looked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Before the server is ready (startup and argparse).
+    Startup,
+    /// While a prompt runs.
+    Prompt,
+}
+
+/// One known failure signature.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Signature {
+    /// A stable id (`cuda_oom_native`).
+    pub id: &'static str,
+    pub outcome: Outcome,
+    pub phase: Phase,
+    /// A regular expression over one normalised line.
+    pub pattern: &'static str,
+    pub title: &'static str,
+    /// What it means, for a person at 2 a.m.
+    pub meaning: &'static str,
+    /// Flags people try against it (the bisect toggles that test them).
+    pub flags_to_try: &'static [&'static str],
+    /// Upstream issue and PR numbers.
+    pub issues: &'static [u32],
+}
+
+/// The catalogue, most specific first within each outcome.
+pub const SIGNATURES: &[Signature] = &[
+    // --- startup -------------------------------------------------------------------------
+    Signature {
+        id: "argparse_rejected",
+        outcome: Outcome::FlagRejected,
+        phase: Phase::Startup,
+        pattern: r"^main\.py: error: (unrecognized arguments:|argument .*: not allowed with argument|ambiguous option:|argument .*: invalid .* value:|argument .*: invalid choice:|argument .*: expected .*argument|--cache-ram accepts at most two values|--verbose expects)",
+        title: "ComfyUI refused its flags",
+        meaning: "argparse stopped ComfyUI before it loaded anything (exit 2): a flag this version does not know, two flags of one group, or a bad value",
+        flags_to_try: &[],
+        issues: &[],
+    },
+    Signature {
+        id: "missing_comfy_aimdo",
+        outcome: Outcome::StartupFailed,
+        phase: Phase::Startup,
+        pattern: r"ModuleNotFoundError: No module named 'comfy_aimdo",
+        title: "comfy-aimdo is not installed (or too old)",
+        meaning: "ComfyUI imports comfy-aimdo unconditionally since early 2026; a partial update leaves it missing or out of step. Run 'pip install -r requirements.txt' with ComfyUI's Python",
+        flags_to_try: &[],
+        issues: &[12213, 14790],
+    },
+    Signature {
+        id: "missing_module",
+        outcome: Outcome::StartupFailed,
+        phase: Phase::Startup,
+        pattern: r"ModuleNotFoundError: No module named '[^']+'",
+        title: "a Python package is missing",
+        meaning: "ComfyUI's Python lacks a package it imports; run 'pip install -r requirements.txt' with that Python",
+        flags_to_try: &[],
+        issues: &[],
+    },
+    Signature {
+        id: "no_nvidia_driver",
+        outcome: Outcome::StartupFailed,
+        phase: Phase::Startup,
+        pattern: r"RuntimeError: Found no NVIDIA driver on your system",
+        title: "no NVIDIA driver",
+        meaning: "a CUDA build of PyTorch found no driver; ComfyUI does not fall back to the CPU (add --cpu, or fix the driver)",
+        flags_to_try: &["--cpu"],
+        issues: &[],
+    },
+    Signature {
+        id: "assets_db_in_use",
+        outcome: Outcome::StartupFailed,
+        phase: Phase::Startup,
+        pattern: r"^ASSETS_STARTUP_FAILED: \w+",
+        title: "the assets database could not be opened",
+        meaning: "another ComfyUI uses the same database, or it is locked or unwritable (kind after the colon)",
+        flags_to_try: &["--disable-assets"],
+        issues: &[],
+    },
+    Signature {
+        id: "port_in_use",
+        outcome: Outcome::StartupFailed,
+        phase: Phase::Startup,
+        pattern: r"Port \d+ is already in use|OSError: \[Errno 98\] .*address already in use",
+        title: "the port is taken",
+        meaning: "another program listens on ComfyUI's port",
+        flags_to_try: &[],
+        issues: &[],
+    },
+    // --- prompt: memory --------------------------------------------------------------------
+    Signature {
+        id: "cuda_oom_async",
+        outcome: Outcome::Oom,
+        phase: Phase::Prompt,
+        pattern: r"Allocation on device \d* ?would exceed allowed memory|torch\.(cuda\.)?OutOfMemoryError: Allocation on device",
+        title: "CUDA out of memory (cudaMallocAsync)",
+        meaning: "PyTorch's cudaMallocAsync allocator could not get more VRAM",
+        flags_to_try: &[
+            "--disable-dynamic-vram",
+            "--reserve-vram=1",
+            "--vram-headroom=1",
+            "--disable-cuda-malloc",
+        ],
+        issues: &[13598, 13210],
+    },
+    Signature {
+        id: "cuda_oom_native",
+        outcome: Outcome::Oom,
+        phase: Phase::Prompt,
+        pattern: r"CUDA out of memory\. Tried to allocate|torch\.(cuda\.)?OutOfMemoryError",
+        title: "CUDA out of memory",
+        meaning: "PyTorch could not allocate VRAM for a tensor; with Dynamic VRAM this is often a model that no longer fits the estimate",
+        flags_to_try: &[
+            "--disable-dynamic-vram",
+            "--reserve-vram=1",
+            "--vram-headroom=1",
+            "--disable-pinned-memory",
+        ],
+        issues: &[12823, 13210, 13598],
+    },
+    Signature {
+        id: "comfyui_oom_handler",
+        outcome: Outcome::Oom,
+        phase: Phase::Prompt,
+        pattern: r"^Got an OOM, unloading all loaded models\.|This error means you ran out of memory on your GPU\.",
+        title: "ComfyUI caught a GPU OOM",
+        meaning: "ComfyUI's OOM handler ran and unloaded all models (the next run starts cold)",
+        flags_to_try: &["--disable-dynamic-vram", "--reserve-vram=1"],
+        issues: &[],
+    },
+    Signature {
+        id: "accelerator_oom",
+        outcome: Outcome::AcceleratorOom,
+        phase: Phase::Prompt,
+        pattern: r"AcceleratorError: CUDA error: out of memory|cudaErrorMemoryAllocation",
+        title: "CUDA error: out of memory (AcceleratorError)",
+        meaning: "a raw CUDA allocation failed outside PyTorch's allocator; ComfyUI before v0.38 did not even treat it as an OOM",
+        flags_to_try: &[
+            "--disable-dynamic-vram",
+            "--reserve-vram=1",
+            "--disable-async-offload",
+        ],
+        issues: &[10903],
+    },
+    Signature {
+        id: "vbar_allocation_failed",
+        outcome: Outcome::Vbar,
+        phase: Phase::Prompt,
+        pattern: r"VBAR allocation failed|Could not reseve Virtual Address space for VBAR",
+        title: "VBAR allocation failed",
+        meaning: "Dynamic VRAM could not reserve virtual address space for a model (seen on laptop GPUs)",
+        flags_to_try: &["--disable-dynamic-vram"],
+        issues: &[16225],
+    },
+    Signature {
+        id: "aimdo_non_oom",
+        outcome: Outcome::AimdoFault,
+        phase: Phase::Prompt,
+        pattern: r"VRAM Allocation failed \(non OOM\)|Fault failed: \d+",
+        title: "comfy-aimdo fault",
+        meaning: "comfy-aimdo failed to fault weights into VRAM for a reason other than a plain OOM; often only on the second prompt",
+        flags_to_try: &["--disable-dynamic-vram", "--disable-pinned-memory"],
+        issues: &[15269, 12943],
+    },
+    Signature {
+        id: "aimdo_error_line",
+        outcome: Outcome::AimdoFault,
+        phase: Phase::Prompt,
+        pattern: r"^aimdo: \S+:\d+:(ERROR|CRITICAL):",
+        title: "comfy-aimdo logged an error",
+        meaning: "the Dynamic VRAM allocator reported an error; the prompt may still have finished",
+        flags_to_try: &["--disable-dynamic-vram"],
+        issues: &[12943, 15575],
+    },
+    Signature {
+        id: "hostbuffer_failed",
+        outcome: Outcome::HostOom,
+        phase: Phase::Prompt,
+        pattern: r"HostBuffer\.\w+ failed|hostbuf_grow",
+        title: "pinned host buffer failure",
+        meaning: "comfy-aimdo could not grow or read its pinned RAM buffer; reported on multi-GPU machines",
+        flags_to_try: &[
+            "--disable-pinned-memory",
+            "--cuda-device=0",
+            "--disable-dynamic-vram",
+        ],
+        issues: &[15255, 15591, 15575],
+    },
+    Signature {
+        id: "cpu_allocator",
+        outcome: Outcome::HostOom,
+        phase: Phase::Prompt,
+        pattern: r"DefaultCPUAllocator: (can't allocate memory|not enough memory)|unable to mmap .*Cannot allocate memory",
+        title: "out of system RAM",
+        meaning: "a node could not allocate system RAM; ComfyUI does not treat this as an OOM",
+        flags_to_try: &["--disable-pinned-memory", "--cache-none", "--cache-ram=4"],
+        issues: &[12332],
+    },
+    Signature {
+        id: "tensorrt_allocator",
+        outcome: Outcome::TensorrtAllocator,
+        phase: Phase::Prompt,
+        pattern: r"(?i)defaultAllocator\.cpp.*error code 1: cuda runtime|DefaultAllocator::allocate: \d+ \(out of memory\)|TensorRT has encountered an error|Failed to load TensorRT engine",
+        title: "TensorRT allocator error",
+        meaning: "TensorRT's own CUDA allocator failed; its nodes ignore the result, so the prompt can 'succeed' with garbage output. Dynamic VRAM holding VRAM TensorRT cannot reclaim is the suspected cause",
+        flags_to_try: &[
+            "--disable-dynamic-vram",
+            "--vram-headroom=2",
+            "--reserve-vram=2",
+        ],
+        issues: &[],
+    },
+    // --- process death ---------------------------------------------------------------------
+    Signature {
+        id: "fatal_python_error",
+        outcome: Outcome::Crash,
+        phase: Phase::Prompt,
+        pattern: r"^Fatal Python error: |^Segmentation fault|^Windows fatal exception: access violation",
+        title: "ComfyUI crashed",
+        meaning: "the Python process died in native code (abort, segfault, access violation)",
+        flags_to_try: &[
+            "--disable-dynamic-vram",
+            "--disable-pinned-memory",
+            "--disable-async-offload",
+        ],
+        issues: &[],
+    },
+];
+
+/// A signature id and the line that matched it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Hit {
+    pub id: &'static str,
+    pub outcome: Outcome,
+    pub line: String,
+}
+
+struct Compiled {
+    set: RegexSet,
+    each: Vec<Regex>,
+}
+
+fn compiled() -> &'static Compiled {
+    static COMPILED: OnceLock<Compiled> = OnceLock::new();
+    COMPILED.get_or_init(|| Compiled {
+        set: RegexSet::new(SIGNATURES.iter().map(|s| s.pattern))
+            .expect("catalogue patterns compile"),
+        each: SIGNATURES
+            .iter()
+            .map(|s| Regex::new(s.pattern).expect("catalogue pattern compiles"))
+            .collect(),
+    })
+}
+
+/// The signatures one normalised line matches, in catalogue order.
+pub fn match_line(text: &str) -> impl Iterator<Item = &'static Signature> {
+    compiled()
+        .set
+        .matches(text)
+        .into_iter()
+        .map(|i| &SIGNATURES[i])
+}
+
+/// The first signature of `phase` this line matches.
+pub fn first_match(text: &str, phase: Phase) -> Option<&'static Signature> {
+    match_line(text).find(|s| s.phase == phase)
+}
+
+/// Looks a signature up by id.
+pub fn by_id(id: &str) -> Option<&'static Signature> {
+    SIGNATURES.iter().find(|s| s.id == id)
+}
+
+/// The compiled single pattern of a signature (for callers that need captures).
+pub fn regex_of(id: &str) -> Option<&'static Regex> {
+    let i = SIGNATURES.iter().position(|s| s.id == id)?;
+    Some(&compiled().each[i])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pattern_compiles_and_ids_are_unique() {
+        assert_eq!(compiled().each.len(), SIGNATURES.len());
+        let mut ids: Vec<_> = SIGNATURES.iter().map(|s| s.id).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), SIGNATURES.len());
+    }
+
+    #[test]
+    fn lines_from_the_facts_classify() {
+        // (line as ComfyUI or a library prints it, expected signature id)
+        let cases: &[(&str, &str)] = &[
+            (
+                "main.py: error: unrecognized arguments: --no-such-flag",
+                "argparse_rejected",
+            ),
+            (
+                "main.py: error: argument --lowvram: not allowed with argument --highvram",
+                "argparse_rejected",
+            ),
+            (
+                "main.py: error: ambiguous option: --disable-cuda could match --disable-cuda-malloc, --disable-cuda-graphs",
+                "argparse_rejected",
+            ),
+            (
+                "main.py: error: argument --reserve-vram: invalid float value: 'abc'",
+                "argparse_rejected",
+            ),
+            (
+                "main.py: error: argument --reserve-vram: expected one argument",
+                "argparse_rejected",
+            ),
+            (
+                "ModuleNotFoundError: No module named 'comfy_aimdo'",
+                "missing_comfy_aimdo",
+            ),
+            (
+                "ModuleNotFoundError: No module named 'comfy_aimdo.vram_buffer'",
+                "missing_comfy_aimdo",
+            ),
+            (
+                "ModuleNotFoundError: No module named 'requests'",
+                "missing_module",
+            ),
+            (
+                "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed a driver from http://www.nvidia.com/Download/index.aspx",
+                "no_nvidia_driver",
+            ),
+            ("ASSETS_STARTUP_FAILED: in_use", "assets_db_in_use"),
+            (
+                "Port 8188 is already in use on address 127.0.0.1. Please close the other application or use a different port with --port.",
+                "port_in_use",
+            ),
+            (
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.14 GiB. GPU 0 has a total capacity of 7.96 GiB of which 33.64 MiB is free.",
+                "cuda_oom_native",
+            ),
+            (
+                "torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)",
+                "cuda_oom_async",
+            ),
+            (
+                "Got an OOM, unloading all loaded models.",
+                "comfyui_oom_handler",
+            ),
+            (
+                "torch.AcceleratorError: CUDA error: out of memory",
+                "accelerator_oom",
+            ),
+            (
+                "MemoryError: VBAR allocation failed",
+                "vbar_allocation_failed",
+            ),
+            (
+                "Could not reseve Virtual Address space for VBAR",
+                "vbar_allocation_failed",
+            ),
+            (
+                "aimdo: src/model-vbar.c:307:ERROR:VRAM Allocation failed (non OOM)",
+                "aimdo_non_oom",
+            ),
+            ("RuntimeError: Fault failed: 2", "aimdo_non_oom"),
+            (
+                "aimdo: src/hostbuf.c:88:ERROR:hostbuf_grow: mmap failed",
+                "aimdo_error_line",
+            ),
+            (
+                "RuntimeError: HostBuffer.read_file_slice failed",
+                "hostbuffer_failed",
+            ),
+            (
+                "RuntimeError: [enforce fail at alloc_cpu.cpp:124] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 4398046511104 bytes. Error code 12 (Cannot allocate memory)",
+                "cpu_allocator",
+            ),
+            (
+                "[defaultAllocator.cpp::allocate::19] Error code 1: Cuda Runtime (out of memory)",
+                "tensorrt_allocator",
+            ),
+            (
+                "defaultAllocator.cpp::nvinfer1::internal::DefaultAllocator::allocate::63] Error Code 1: Cuda Runtime (out of memory)",
+                "tensorrt_allocator",
+            ),
+            (
+                "[TRT] [E] Cuda Error in nvinfer1::internal::DefaultAllocator::allocate: 2 (out of memory)",
+                "tensorrt_allocator",
+            ),
+            (
+                "TensorRT has encountered an error. ErrorCode: 1. ErrorDesc: out of memory",
+                "tensorrt_allocator",
+            ),
+            ("Fatal Python error: Aborted", "fatal_python_error"),
+        ];
+        for (line, id) in cases {
+            let hit = match_line(line).next().map(|s| s.id);
+            assert_eq!(hit, Some(*id), "{line}");
+        }
+    }
+
+    #[test]
+    fn ordinary_lines_match_nothing() {
+        for line in [
+            "Requested to load SD1",
+            "loaded completely; 6063.82 MB usable, 242.03 MB loaded, full load: True",
+            "Prompt executed in 0.01 seconds",
+            "aimdo: src/control.c:64:INFO:comfy-aimdo inited for GPU: NVIDIA GeForce RTX 5090 (VRAM: 32086 MB)",
+            "Dynamic vram disabled with argument. If you have any issues with dynamic vram enabled please give us a detailed reports as this argument will be removed soon.",
+            "usage: main.py [-h] [--listen [IP]] [--port PORT]",
+            "Traceback (most recent call last):",
+        ] {
+            assert_eq!(match_line(line).count(), 0, "{line}");
+        }
+    }
+}
