@@ -13,4 +13,6 @@ pub mod install;
 pub mod launcher;
 pub mod outcome;
 pub mod output;
+pub mod startup;
 pub mod version;
+pub mod workflow;

@@ -1,0 +1,214 @@
+//! Loading the user's workflow: API format accepted, UI format explained, JSON errors located.
+
+use crate::error::{Error, Result, io_error};
+use serde_json::{Map, Value};
+use std::path::Path;
+
+/// An API-format workflow: `{node_id: {class_type, inputs}}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workflow {
+    pub prompt: Map<String, Value>,
+}
+
+/// How iterations are kept from being served out of ComfyUI's cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheBust {
+    /// The first iteration, or only one: nothing to do.
+    None,
+    /// Every `seed`/`noise_seed` input was changed.
+    Seed,
+    /// No seed inputs: ComfyUI's cache was emptied with `POST /free` before the prompt.
+    Free,
+}
+
+const SEED_INPUTS: &[&str] = &["seed", "noise_seed"];
+
+impl Workflow {
+    /// Reads and checks a workflow file.
+    pub fn load(path: &Path) -> Result<Workflow> {
+        let bytes = std::fs::read(path).map_err(|e| io_error("read workflow", path, &e))?;
+        let text = String::from_utf8_lossy(&bytes);
+        Workflow::parse(&text).map_err(|e| {
+            Error::usage(format!("workflow {}: {}", path.display(), e.message)).hint(
+                e.hint.unwrap_or_else(|| {
+                    "give an API-format workflow (Workflow → Export (API))".into()
+                }),
+            )
+        })
+    }
+
+    /// Parses workflow JSON; the error says what is wrong and where.
+    pub fn parse(text: &str) -> Result<Workflow> {
+        let value: Value = serde_json::from_str(text).map_err(|e| {
+            Error::usage(format!(
+                "not valid JSON at line {}, column {}: {}",
+                e.line(),
+                e.column(),
+                json_reason(&e)
+            ))
+        })?;
+        let Value::Object(mut top) = value else {
+            return Err(Error::usage("not a workflow: the JSON is not an object"));
+        };
+        if top.contains_key("nodes") && top.contains_key("links") {
+            return Err(Error::usage(
+                "this is a UI-format workflow (the kind the browser saves), which ComfyUI's API does not accept",
+            )
+            .hint("in ComfyUI open it and use Workflow → Export (API), then pass that file"));
+        }
+        // The body of a POST /prompt: {"prompt": {...}, "client_id": ...}.
+        if let Some(Value::Object(inner)) = top.get("prompt")
+            && !top.contains_key("class_type")
+        {
+            top = inner.clone();
+        }
+        if top.is_empty() {
+            return Err(Error::usage("the workflow has no nodes"));
+        }
+        for (id, node) in &top {
+            let Some(obj) = node.as_object() else {
+                return Err(Error::usage(format!(
+                    "node {id:?} is not an object: not an API-format workflow"
+                )));
+            };
+            if !obj.get("class_type").is_some_and(Value::is_string) {
+                return Err(Error::usage(format!(
+                    "node {id:?} has no class_type: not an API-format workflow"
+                )));
+            }
+            if !obj.get("inputs").is_none_or(Value::is_object) {
+                return Err(Error::usage(format!(
+                    "node {id:?} has inputs that are not an object"
+                )));
+            }
+        }
+        Ok(Workflow { prompt: top })
+    }
+
+    /// How many nodes the workflow has.
+    pub fn node_count(&self) -> usize {
+        self.prompt.len()
+    }
+
+    /// The class of node `id`.
+    pub fn class_of(&self, id: &str) -> Option<&str> {
+        self.prompt.get(id)?.get("class_type")?.as_str()
+    }
+
+    /// Whether any node has a literal integer seed input.
+    pub fn has_seed(&self) -> bool {
+        self.prompt.values().any(|n| {
+            n.get("inputs").and_then(Value::as_object).is_some_and(|i| {
+                SEED_INPUTS
+                    .iter()
+                    .any(|k| i.get(*k).is_some_and(Value::is_u64))
+            })
+        })
+    }
+
+    /// The prompt for iteration `n` (1-based): iteration 1 is the workflow as given; later
+    /// ones add `n - 1` to every literal seed so ComfyUI cannot serve them from its cache.
+    pub fn for_iteration(&self, n: u32) -> (Map<String, Value>, CacheBust) {
+        if n <= 1 {
+            return (self.prompt.clone(), CacheBust::None);
+        }
+        if !self.has_seed() {
+            return (self.prompt.clone(), CacheBust::Free);
+        }
+        let mut prompt = self.prompt.clone();
+        for node in prompt.values_mut() {
+            let Some(inputs) = node.get_mut("inputs").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            for key in SEED_INPUTS {
+                if let Some(seed) = inputs.get(*key).and_then(Value::as_u64) {
+                    inputs.insert(
+                        key.to_string(),
+                        Value::from(seed.wrapping_add(u64::from(n - 1))),
+                    );
+                }
+            }
+        }
+        (prompt, CacheBust::Seed)
+    }
+}
+
+fn json_reason(e: &serde_json::Error) -> String {
+    // serde_json appends " at line X column Y"; the position is already in our message.
+    let text = e.to_string();
+    match text.rfind(" at line ") {
+        Some(at) => text[..at].to_string(),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const API: &str = include_str!("../fixtures/captures/workflows/api/ok_empty_invert_save.json");
+    const UI: &str = include_str!("../fixtures/captures/workflows/ui/default.json");
+
+    #[test]
+    fn api_format_loads() {
+        let w = Workflow::parse(API).unwrap();
+        assert_eq!(w.node_count(), 3);
+        assert_eq!(w.class_of("3"), Some("SaveImage"));
+        assert!(!w.has_seed());
+    }
+
+    #[test]
+    fn request_body_is_unwrapped() {
+        let body = format!("{{\"prompt\": {API}, \"client_id\": \"x\"}}");
+        assert_eq!(Workflow::parse(&body).unwrap().node_count(), 3);
+    }
+
+    #[test]
+    fn ui_format_is_explained() {
+        let err = Workflow::parse(UI).unwrap_err();
+        assert!(err.message.contains("UI-format"), "{err}");
+        assert!(err.hint.unwrap().contains("Export (API)"));
+    }
+
+    #[test]
+    fn malformed_json_has_a_position() {
+        let err = Workflow::parse(
+            "{\"prompt\": {\"1\": {\"class_type\": \"EmptyImage\", \"inputs\": {\"width\": 64,,}",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.message,
+            "not valid JSON at line 1, column 70: key must be a string"
+        );
+        let err = Workflow::parse("{\n  \"1\": {\n    \"class_type\": \"X\"\n  }\n").unwrap_err();
+        assert!(err.message.starts_with("not valid JSON at line 5"), "{err}");
+    }
+
+    #[test]
+    fn not_a_workflow() {
+        for text in [
+            "[]",
+            "{}",
+            "{\"1\": 5}",
+            "{\"1\": {\"inputs\": {}}}",
+            "{\"1\": {\"class_type\": \"X\", \"inputs\": 3}}",
+        ] {
+            assert!(Workflow::parse(text).is_err(), "{text}");
+        }
+    }
+
+    #[test]
+    fn seeds_change_per_iteration() {
+        let w = Workflow::parse(r#"{"3": {"class_type": "KSampler", "inputs": {"seed": 42, "steps": 20}}, "9": {"class_type": "SaveImage", "inputs": {}}}"#).unwrap();
+        let (first, bust) = w.for_iteration(1);
+        assert_eq!(bust, CacheBust::None);
+        assert_eq!(first["3"]["inputs"]["seed"], 42);
+        let (third, bust) = w.for_iteration(3);
+        assert_eq!(bust, CacheBust::Seed);
+        assert_eq!(third["3"]["inputs"]["seed"], 44);
+        assert_eq!(third["3"]["inputs"]["steps"], 20);
+        let plain = Workflow::parse(API).unwrap();
+        assert_eq!(plain.for_iteration(2).1, CacheBust::Free);
+    }
+}
