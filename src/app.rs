@@ -1,6 +1,6 @@
 //! Dispatch: turns parsed arguments into a command run and an exit code.
 
-use crate::cli::{Cli, Command, ExplainArgs, Global};
+use crate::cli::{Cli, Command, ExplainArgs, Global, RunArgs};
 use crate::error::{Error, exit};
 use crate::explain;
 use crate::output::{Style, write_json};
@@ -11,6 +11,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let global = cli.global.clone();
     let result = match cli.command {
         Command::Explain(args) => run_explain(args, &global, out),
+        Command::Run(args) => run_run(args, &global, out),
     };
     match result {
         Ok(code) => code,
@@ -71,4 +72,71 @@ fn run_explain(args: ExplainArgs, global: &Global, out: &mut dyn Write) -> Resul
         explain::render(&e, &Style::new(global.color), out)?;
     }
     Ok(if e.accepted { exit::OK } else { exit::FAILED })
+}
+
+fn run_run(args: RunArgs, global: &Global, out: &mut dyn Write) -> Result<i32, Failure> {
+    use crate::run;
+    use std::io::IsTerminal;
+    let workflow = crate::workflow::Workflow::load(&args.workflow)?;
+    let install = crate::install::Install::open(&args.comfyui)?;
+    let python = install.python(args.python.as_deref());
+    let flags = install.flags(&python).map_err(as_untestable)?;
+    let run_dir = match &args.output {
+        Some(dir) => dir.clone(),
+        None => run::folder::fresh(std::path::Path::new("vrambisect-runs"), "run"),
+    };
+    let run_dir = run::folder::create(&run_dir)?;
+    let opts = run::RunOptions {
+        install,
+        python,
+        flags,
+        workflow,
+        workflow_path: args.workflow.clone(),
+        comfy_flags: args.flags.clone(),
+        env: Vec::new(),
+        iterations: args.iterations,
+        timeout: args.timeout,
+        stall_timeout: args.stall_timeout,
+        startup_timeout: args.startup_timeout,
+        grace: std::time::Duration::from_secs(10),
+        run_dir,
+        nvml_lib: args.nvml_lib.clone(),
+        cuda: args.cuda,
+    };
+    crate::signals::install();
+    let record = {
+        let mut progress = run::render::Progress::new(!global.json && io::stderr().is_terminal());
+        run::execute(&opts, &mut progress)?
+    };
+    if global.json {
+        write_json(out, &record)?;
+    } else {
+        run::render::summary(&record, &Style::new(global.color), out)?;
+    }
+    Ok(run_exit_code(&record))
+}
+
+/// `git bisect run` semantics: 0 pass, 1 fail, 125 untestable; 130 after Ctrl-C.
+pub fn run_exit_code(record: &crate::run::RunRecord) -> i32 {
+    use crate::outcome::Outcome;
+    match record.outcome {
+        Outcome::Pass => exit::OK,
+        Outcome::Interrupted if crate::signals::requested() != crate::signals::Stop::No => {
+            exit::INTERRUPTED
+        }
+        o if o.is_untestable() => exit::UNTESTABLE,
+        _ => exit::FAILED,
+    }
+}
+
+/// For `run`: an install whose Python cannot run cannot be tested (exit 125, not 3).
+fn as_untestable(e: Error) -> Error {
+    if e.kind == crate::error::ErrorKind::Environment {
+        Error {
+            kind: crate::error::ErrorKind::Untestable,
+            ..e
+        }
+    } else {
+        e
+    }
 }

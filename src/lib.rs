@@ -6,6 +6,8 @@
 pub mod app;
 pub mod classify;
 pub mod cli;
+pub mod comfy;
+pub mod duration;
 pub mod error;
 pub mod explain;
 pub mod flags;
@@ -13,6 +15,9 @@ pub mod install;
 pub mod launcher;
 pub mod outcome;
 pub mod output;
+pub mod process;
+pub mod run;
+pub mod signals;
 pub mod startup;
 pub mod version;
 pub mod workflow;

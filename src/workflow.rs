@@ -11,7 +11,7 @@ pub struct Workflow {
 }
 
 /// How iterations are kept from being served out of ComfyUI's cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CacheBust {
     /// The first iteration, or only one: nothing to do.

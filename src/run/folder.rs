@@ -1,0 +1,103 @@
+//! Run folders: where a run keeps its logs, samples and record.
+
+use crate::error::{Error, Result};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Creates `dir` for a new run; refuses a folder that already holds files (nothing is ever
+/// overwritten).
+pub fn create(dir: &Path) -> Result<PathBuf> {
+    if dir.exists() {
+        let non_empty = std::fs::read_dir(dir)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(true);
+        if non_empty {
+            return Err(
+                Error::usage(format!("{} already exists and is not empty", dir.display()))
+                    .hint("choose another --output folder; vrambisect never overwrites a run"),
+            );
+        }
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| crate::error::io_error("create run folder", dir, &e))?;
+    Ok(std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()))
+}
+
+/// A fresh folder name under `parent`: `run-20261129-145700-1a2b`.
+pub fn fresh(parent: &Path, prefix: &str) -> PathBuf {
+    let stamp = utc_stamp(SystemTime::now());
+    let nonce = std::process::id()
+        ^ (SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0));
+    parent.join(format!("{prefix}-{stamp}-{:04x}", nonce & 0xffff))
+}
+
+/// `20261129-145700` in UTC.
+pub fn utc_stamp(t: SystemTime) -> String {
+    let (y, mo, d, h, mi, s) = civil(t);
+    format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}")
+}
+
+/// `2026-11-29T14:57:00Z`.
+pub fn rfc3339(t: SystemTime) -> String {
+    let (y, mo, d, h, mi, s) = civil(t);
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+}
+
+/// Days-from-civil inverse (Howard Hinnant's algorithm), UTC.
+fn civil(t: SystemTime) -> (i64, u32, u32, u32, u32, u32) {
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = if m <= 2 { y + 1 } else { y };
+    (
+        y,
+        m,
+        d,
+        (rem / 3600) as u32,
+        ((rem % 3600) / 60) as u32,
+        (rem % 60) as u32,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn dates() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_795_959_244);
+        assert_eq!(rfc3339(t), "2026-11-29T13:34:04Z");
+        assert_eq!(utc_stamp(UNIX_EPOCH), "19700101-000000");
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "2000-02-29T00:00:00Z"
+        );
+    }
+
+    #[test]
+    fn never_overwrites() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        create(&dir).unwrap();
+        create(&dir).unwrap(); // empty: fine
+        std::fs::write(dir.join("record.json"), "{}").unwrap();
+        let err = create(&dir).unwrap_err();
+        assert!(err.message.contains("not empty"));
+    }
+}

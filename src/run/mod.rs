@@ -1,0 +1,90 @@
+//! `vrambisect run`: one run end to end — launch ComfyUI, submit the workflow, watch it,
+//! classify the outcome, tear ComfyUI down, and keep everything in a run folder.
+
+pub mod engine;
+pub mod folder;
+pub mod record;
+pub mod render;
+
+pub use engine::execute;
+pub use record::RunRecord;
+
+use crate::flags::help::FlagSet;
+use crate::install::{Install, Python};
+use crate::outcome::Outcome;
+use crate::workflow::Workflow;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything one run needs, validated.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub install: Install,
+    pub python: Python,
+    /// The install's flags (to predict, and to know whether `--disable-assets` exists).
+    pub flags: FlagSet,
+    pub workflow: Workflow,
+    pub workflow_path: PathBuf,
+    /// ComfyUI's flags as the user gave them; passed on unchanged.
+    pub comfy_flags: Vec<String>,
+    /// Extra environment for ComfyUI (from a launcher).
+    pub env: Vec<(String, String)>,
+    pub iterations: u32,
+    /// Per prompt.
+    pub timeout: Duration,
+    pub stall_timeout: Duration,
+    pub startup_timeout: Duration,
+    /// Teardown: how long ComfyUI gets after SIGTERM before SIGKILL.
+    pub grace: Duration,
+    pub run_dir: PathBuf,
+    /// Sample with NVML from this library (tests point at the fake).
+    pub nvml_lib: Option<PathBuf>,
+    /// Also sample CUDA from the tool's own context (costs VRAM; off by default).
+    pub cuda: bool,
+}
+
+/// What the engine tells its displays as the run goes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEvent {
+    Launching {
+        argv: Vec<String>,
+    },
+    Ready {
+        startup_ms: u64,
+    },
+    Submitted {
+        iteration: u32,
+        of: u32,
+        prompt_id: String,
+    },
+    Node {
+        iteration: u32,
+        node: String,
+        class: Option<String>,
+        done: usize,
+        total: usize,
+    },
+    Step {
+        value: f64,
+        max: f64,
+    },
+    IterationDone {
+        iteration: u32,
+        outcome: Outcome,
+    },
+    Stopping,
+    /// A first Ctrl-C: finishing cleanly (a second one kills ComfyUI at once).
+    Interrupting,
+}
+
+/// A consumer of [`RunEvent`]s (the progress display; a bisect's session log).
+pub trait Reporter {
+    fn event(&mut self, event: &RunEvent);
+}
+
+/// A reporter that shows nothing.
+pub struct Silent;
+
+impl Reporter for Silent {
+    fn event(&mut self, _: &RunEvent) {}
+}

@@ -1,0 +1,164 @@
+//! The run record: what `run --json` prints and what `bisect` and `report` read back.
+
+use crate::classify::{ExitInfo, Verdict};
+use crate::outcome::Outcome;
+use crate::startup::StartupFacts;
+use crate::workflow::CacheBust;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// What the startup log says was in force (`effective` in the contract).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Effective {
+    pub dynamic_vram: Option<bool>,
+    pub vram_state: Option<String>,
+    pub pinned_memory: Option<bool>,
+    pub async_offload_streams: Option<u32>,
+    pub allocator: Option<String>,
+    pub comfyui_version: Option<String>,
+    pub comfy_aimdo_version: Option<String>,
+    pub pytorch_version: Option<String>,
+    pub python_version: Option<String>,
+    pub device: Option<String>,
+    pub cache: Option<String>,
+}
+
+impl From<&StartupFacts> for Effective {
+    fn from(f: &StartupFacts) -> Effective {
+        Effective {
+            dynamic_vram: f.dynamic_vram,
+            vram_state: f.vram_state.clone(),
+            pinned_memory: f.pinned_memory,
+            async_offload_streams: f.async_offload_streams,
+            allocator: f.allocator.clone(),
+            comfyui_version: f.comfyui_version.clone(),
+            comfy_aimdo_version: f.comfy_aimdo_version.clone(),
+            pytorch_version: f.pytorch_version.clone(),
+            python_version: f.python_version.clone(),
+            device: f.device.clone(),
+            cache: f.cache.clone(),
+        }
+    }
+}
+
+/// One prompt sent to ComfyUI.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Iteration {
+    /// 1-based.
+    pub iteration: u32,
+    pub outcome: Outcome,
+    pub evidence: Vec<String>,
+    pub explanation: Option<String>,
+    pub signatures: Vec<String>,
+    pub prompt_id: Option<String>,
+    /// How this iteration avoided ComfyUI's cache.
+    pub cache_bust: CacheBust,
+    pub duration_ms: u64,
+    /// Milliseconds from the run's start to the prompt being posted.
+    pub started_ms: u64,
+    /// Nodes that executed (per the websocket), in order.
+    pub nodes_executed: Vec<String>,
+}
+
+/// Peak readings of the run (from the sampler when it ran).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Peaks {
+    /// Highest NVML "used" of the first GPU, bytes.
+    pub vram_used_bytes: Option<u64>,
+    /// Highest VRAM held by ComfyUI's process tree, bytes.
+    pub vram_comfyui_bytes: Option<u64>,
+    /// Highest resident memory of ComfyUI's process tree, bytes.
+    pub ram_comfyui_bytes: Option<u64>,
+    /// Lowest available system RAM, bytes.
+    pub ram_available_min_bytes: Option<u64>,
+}
+
+/// How ComfyUI was stopped.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Teardown {
+    /// SIGKILL was needed after the grace period.
+    pub killed: bool,
+    /// No process of ComfyUI's group was left.
+    pub group_empty: bool,
+    pub exit: Option<ExitRecord>,
+}
+
+/// An exit status, serialisable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitRecord {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+impl From<ExitInfo> for ExitRecord {
+    fn from(e: ExitInfo) -> Self {
+        ExitRecord {
+            code: e.code,
+            signal: e.signal,
+        }
+    }
+}
+
+/// Everything about one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub outcome: Outcome,
+    pub evidence: Vec<String>,
+    pub explanation: Option<String>,
+    /// The full command line ComfyUI was started with.
+    pub argv: Vec<String>,
+    /// The user's own flags (what a bisect toggles).
+    pub flags: Vec<String>,
+    pub effective: Effective,
+    pub iterations: Vec<Iteration>,
+    pub peaks: Peaks,
+    pub run_dir: PathBuf,
+    pub workflow: PathBuf,
+    pub started_at: String,
+    pub duration_ms: u64,
+    /// From launch to ready.
+    pub startup_ms: Option<u64>,
+    pub port: u16,
+    pub teardown: Teardown,
+    /// Where the log disagrees with what `explain` predicts, and other things to know.
+    pub warnings: Vec<String>,
+    /// `GET /system_stats` fetched before stopping.
+    pub system_stats: Option<serde_json::Value>,
+}
+
+impl RunRecord {
+    /// The record's file in a run folder.
+    pub const FILE: &'static str = "record.json";
+
+    /// Reads a record back from a run folder.
+    pub fn load(dir: &std::path::Path) -> crate::error::Result<RunRecord> {
+        let path = dir.join(Self::FILE);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| crate::error::io_error("read run record", &path, &e))?;
+        serde_json::from_str(&text).map_err(|e| {
+            crate::error::Error::usage(format!("{} is not a run record: {e}", path.display()))
+        })
+    }
+}
+
+/// The verdict of a whole run from its iterations (the first that did not pass).
+pub fn overall(iterations: &[Iteration]) -> Option<&Iteration> {
+    iterations.iter().find(|i| i.outcome != Outcome::Pass)
+}
+
+impl Iteration {
+    pub fn from_verdict(iteration: u32, v: &Verdict) -> Iteration {
+        Iteration {
+            iteration,
+            outcome: v.outcome,
+            evidence: v.evidence.clone(),
+            explanation: v.explanation.clone(),
+            signatures: v.signatures.iter().map(|s| s.to_string()).collect(),
+            prompt_id: None,
+            cache_bust: CacheBust::None,
+            duration_ms: 0,
+            started_ms: 0,
+            nodes_executed: Vec::new(),
+        }
+    }
+}
