@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 /// Diagnose ComfyUI memory failures and find the startup flags that fix them.
 #[derive(Debug, Parser)]
-#[command(name = "vrambisect", version, about, long_about = None)]
+#[command(name = "vrambisect", version, about, long_about = None, args_override_self = true)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,

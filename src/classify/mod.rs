@@ -106,7 +106,12 @@ impl Verdict {
             if !self.signatures.contains(id) {
                 self.signatures.push(id);
             }
-            if !self.evidence.contains(line) && self.evidence.len() < MAX_EVIDENCE {
+            // The exception line and the log's copy of it say the same thing once.
+            let known = self
+                .evidence
+                .iter()
+                .any(|e| e.contains(line.as_str()) || line.contains(e.as_str()));
+            if !known && self.evidence.len() < MAX_EVIDENCE {
                 self.evidence.push(line.clone());
             }
         }

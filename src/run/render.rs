@@ -94,7 +94,7 @@ pub fn summary(rec: &RunRecord, style: &Style, out: &mut dyn Write) -> io::Resul
         writeln!(out, "  {why}")?;
     }
     for line in &rec.evidence {
-        writeln!(out, "  {} {line}", style.dim("|"))?;
+        writeln!(out, "  {} {}", style.dim("|"), clip(line, 160))?;
     }
     writeln!(out)?;
     let e = &rec.effective;
@@ -156,4 +156,14 @@ pub fn summary(rec: &RunRecord, style: &Style, out: &mut dyn Write) -> io::Resul
         rec.run_dir.display()
     )?;
     Ok(())
+}
+
+/// Shortens a line for the terminal (the record keeps it whole).
+fn clip(line: &str, max: usize) -> String {
+    if line.chars().count() <= max {
+        return line.to_string();
+    }
+    let mut out: String = line.chars().take(max - 1).collect();
+    out.push('…');
+    out
 }

@@ -1,4 +1,47 @@
-//! Test support shared by the integration tests: the fake GPU libraries and the fake ComfyUI.
+//! Test support shared by the integration tests: the fake GPU libraries, the fake ComfyUI,
+//! and running the vrambisect binary.
 #![allow(dead_code)]
 
+pub mod comfy;
 pub mod gpu;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A fixture file by path relative to `fixtures/`.
+pub fn fixture(rel: &str) -> PathBuf {
+    root().join("fixtures").join(rel)
+}
+
+/// The vrambisect binary, without colours.
+pub fn vrambisect() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vrambisect"));
+    cmd.env("NO_COLOR", "1").env_remove("VRAMBISECT_NVML_LIB");
+    cmd
+}
+
+/// Runs vrambisect with `args` and `--json`, returning the exit code and the JSON document.
+pub fn json(args: &[&str]) -> (i32, serde_json::Value, Output) {
+    // `--json` goes right after the subcommand: after `--` it would be ComfyUI's flag.
+    let mut all: Vec<&str> = args.to_vec();
+    all.insert(1.min(all.len()), "--json");
+    let out = vrambisect().args(&all).output().expect("run vrambisect");
+    let doc = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON document ({e}):\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), doc, out)
+}
+
+/// A temporary folder that will hold a run (which must not exist yet).
+pub fn out_dir(tmp: &Path, name: &str) -> String {
+    tmp.join(name).to_str().unwrap().to_string()
+}

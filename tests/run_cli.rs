@@ -1,0 +1,512 @@
+//! `vrambisect run` against the fake ComfyUI: every outcome kind, both log formats, bad
+//! input, and no process left behind.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::comfy::FakeComfy;
+use support::{fixture, out_dir};
+
+const SD15: &str = "workflows/sd15_txt2img.json";
+const EMPTY: &str = "workflows/empty_invert_save.json";
+
+/// Runs `vrambisect run` on `install` with `workflow` and extra arguments.
+fn run(install: &FakeComfy, workflow: &str, extra: &[&str]) -> (i32, Value, tempfile::TempDir) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = out_dir(tmp.path(), "run");
+    let wf = fixture(workflow);
+    let mut args = vec![
+        "run",
+        "--comfyui",
+        install.path_str(),
+        "--workflow",
+        wf.to_str().unwrap(),
+        "--output",
+        &out,
+        "--stall-timeout",
+        "3s",
+        "--timeout",
+        "60s",
+        "--startup-timeout",
+        "30s",
+    ];
+    args.extend_from_slice(extra);
+    let (code, doc, _) = support::json(&args);
+    install.assert_nothing_left();
+    (code, doc, tmp)
+}
+
+fn rule(effect: &str) -> Value {
+    json!({ "rules": [{ "effect": effect }] })
+}
+
+fn evidence(doc: &Value) -> String {
+    doc["evidence"].to_string()
+}
+
+#[test]
+fn pass_with_two_iterations_keeps_everything() {
+    let install = FakeComfy::new("0.38.1", Value::Null);
+    let (code, doc, tmp) = run(&install, SD15, &["--iterations", "2"]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["outcome"], "pass");
+    assert_eq!(doc["iterations"].as_array().unwrap().len(), 2);
+    assert_eq!(doc["iterations"][1]["cache_bust"], "seed");
+    assert_eq!(doc["effective"]["dynamic_vram"], true);
+    assert_eq!(doc["effective"]["vram_state"], "NORMAL_VRAM");
+    assert_eq!(doc["effective"]["pinned_memory"], true);
+    assert_eq!(doc["effective"]["async_offload_streams"], 2);
+    assert_eq!(doc["effective"]["allocator"], "cudaMallocAsync");
+    assert_eq!(doc["effective"]["comfyui_version"], "0.38.1");
+    assert_eq!(doc["teardown"]["group_empty"], true);
+    let argv: Vec<&str> = doc["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(argv.contains(&"--disable-auto-launch") && argv.contains(&"--disable-assets"));
+    let dir = tmp.path().join("run");
+    for file in [
+        "record.json",
+        "comfyui.log",
+        "workflow.json",
+        "history-1.json",
+        "history-2.json",
+        "system_stats.json",
+    ] {
+        assert!(dir.join(file).is_file(), "{file} kept");
+    }
+    assert!(
+        std::fs::read_to_string(dir.join("comfyui.log"))
+            .unwrap()
+            .contains("To see the GUI go to")
+    );
+}
+
+#[test]
+fn iterations_without_a_seed_free_the_cache() {
+    let install = FakeComfy::new("0.38.1", Value::Null);
+    let (code, doc, _) = run(&install, EMPTY, &["--iterations", "2"]);
+    assert_eq!(code, 0);
+    assert_eq!(doc["iterations"][1]["cache_bust"], "free");
+    // The second prompt really executed its nodes: not served from the cache.
+    assert_eq!(
+        doc["iterations"][1]["nodes_executed"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+}
+
+#[test]
+fn cuda_oom_native_and_async() {
+    for (effect, needle) in [
+        ("oom", "CUDA out of memory. Tried to allocate"),
+        ("oom_async", "Allocation on device"),
+    ] {
+        let install = FakeComfy::new("0.38.1", rule(effect));
+        let (code, doc, _) = run(&install, SD15, &[]);
+        assert_eq!(code, 1, "{effect}");
+        assert_eq!(doc["outcome"], "oom", "{effect}");
+        assert!(
+            evidence(&doc).contains(needle),
+            "{effect}: {}",
+            evidence(&doc)
+        );
+        assert_eq!(doc["iterations"][0]["outcome"], "oom");
+    }
+}
+
+#[test]
+fn memory_failures_table() {
+    let cases = [
+        (
+            "accelerator_oom",
+            "accelerator_oom",
+            "CUDA error: out of memory",
+        ),
+        ("host_oom", "host_oom", "DefaultCPUAllocator"),
+        ("vbar", "vbar", "VBAR allocation failed"),
+        ("aimdo_fault", "aimdo_fault", "Fault failed"),
+    ];
+    for (effect, outcome, needle) in cases {
+        let install = FakeComfy::new("0.38.1", rule(effect));
+        let (code, doc, _) = run(&install, SD15, &[]);
+        assert_eq!(code, 1, "{effect}");
+        assert_eq!(doc["outcome"], outcome, "{effect}: {doc:#}");
+        assert!(
+            evidence(&doc).contains(needle),
+            "{effect}: {}",
+            evidence(&doc)
+        );
+    }
+}
+
+#[test]
+fn tensorrt_errors_on_a_successful_prompt() {
+    let install = FakeComfy::new("0.38.1", rule("tensorrt"));
+    let (code, doc, tmp) = run(&install, SD15, &[]);
+    assert_eq!(code, 1);
+    assert_eq!(doc["outcome"], "tensorrt_allocator");
+    assert!(
+        evidence(&doc).contains("defaultAllocator.cpp"),
+        "{}",
+        evidence(&doc)
+    );
+    let history = std::fs::read_to_string(tmp.path().join("run/history-1.json")).unwrap();
+    assert!(
+        history.contains("\"success\""),
+        "ComfyUI itself called it a success"
+    );
+}
+
+#[test]
+fn failure_only_on_the_second_prompt() {
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"rules": [{"when": {"iteration": 2}, "effect": "aimdo_fault"}]}),
+    );
+    let (code, doc, _) = run(&install, SD15, &["--iterations", "3"]);
+    assert_eq!(code, 1);
+    assert_eq!(doc["outcome"], "aimdo_fault");
+    let its = doc["iterations"].as_array().unwrap();
+    assert_eq!(its.len(), 2, "stops at the first failure");
+    assert_eq!(its[0]["outcome"], "pass");
+    assert_eq!(its[1]["outcome"], "aimdo_fault");
+}
+
+#[test]
+fn hang_after_requested_to_load() {
+    let install = FakeComfy::new("0.38.1", rule("hang"));
+    let (code, doc, _) = run(&install, SD15, &["--stall-timeout", "1s"]);
+    assert_eq!(code, 1);
+    assert_eq!(doc["outcome"], "hang");
+    assert!(
+        evidence(&doc).contains("Requested to load"),
+        "{}",
+        evidence(&doc)
+    );
+}
+
+#[test]
+fn crash_by_abort_and_by_sigkill() {
+    let install = FakeComfy::new("0.38.1", rule("abort"));
+    let (code, doc, _) = run(&install, SD15, &[]);
+    assert_eq!(code, 1);
+    assert_eq!(doc["outcome"], "crash");
+    assert!(
+        evidence(&doc).contains("Fatal Python error: Aborted"),
+        "{}",
+        evidence(&doc)
+    );
+
+    let install = FakeComfy::new("0.38.1", rule("oom_kill"));
+    let (code, doc, _) = run(&install, SD15, &[]);
+    assert_eq!(code, 1);
+    assert_eq!(doc["outcome"], "crash");
+    assert!(doc["explanation"].as_str().unwrap().contains("OOM killer"));
+    assert!(evidence(&doc).contains("SIGKILL"));
+}
+
+#[test]
+fn timeout_of_a_slow_prompt() {
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"rules": [{"effect": "pass", "slow": 30}], "timing": {"step_time": 0.2}}),
+    );
+    let (code, doc, _) = run(
+        &install,
+        SD15,
+        &["--timeout", "2s", "--stall-timeout", "1m"],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(doc["outcome"], "timeout");
+}
+
+#[test]
+fn flag_rejected_by_argparse() {
+    let install = FakeComfy::new("0.38.1", Value::Null);
+    let (code, doc, _) = run(&install, SD15, &["--", "--no-such-flag"]);
+    assert_eq!(
+        code, 1,
+        "the flags explain it: a real answer, not untestable"
+    );
+    assert_eq!(doc["outcome"], "flag_rejected");
+    assert_eq!(
+        doc["evidence"][0],
+        "main.py: error: unrecognized arguments: --no-such-flag"
+    );
+}
+
+#[test]
+fn old_install_rejects_dynamic_vram_flags() {
+    let install = FakeComfy::new("0.3.64", Value::Null);
+    let (code, doc, _) = run(&install, SD15, &["--", "--cpu", "--disable-dynamic-vram"]);
+    assert_eq!(code, 1);
+    assert_eq!(doc["outcome"], "flag_rejected");
+    assert_eq!(
+        doc["evidence"][0],
+        "main.py: error: unrecognized arguments: --disable-dynamic-vram"
+    );
+}
+
+#[test]
+fn startup_failure_is_untestable() {
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"rules": [{"effect": "startup_crash", "kind": "missing_aimdo"}]}),
+    );
+    let (code, doc, _) = run(&install, SD15, &[]);
+    assert_eq!(code, 125);
+    assert_eq!(doc["outcome"], "startup_failed");
+    assert!(evidence(&doc).contains("No module named 'comfy_aimdo'"));
+    assert!(
+        doc["explanation"]
+            .as_str()
+            .unwrap()
+            .contains("pip install -r requirements.txt")
+    );
+}
+
+#[test]
+fn invalid_workflow_is_untestable() {
+    let install = FakeComfy::new("0.38.1", Value::Null);
+    let (code, doc, tmp) = run(
+        &install,
+        "captures/workflows/api/sd15_txt2img_missing_checkpoint.json",
+        &[],
+    );
+    assert_eq!(code, 125);
+    assert_eq!(doc["outcome"], "invalid_workflow");
+    assert!(
+        evidence(&doc).contains("ckpt_name: 'missing.safetensors' not in"),
+        "{}",
+        evidence(&doc)
+    );
+    assert!(tmp.path().join("run/rejected-1.json").is_file());
+}
+
+#[test]
+fn plain_log_format_of_0_3_64() {
+    let install = FakeComfy::new("0.3.64", Value::Null);
+    let (code, doc, _) = run(&install, EMPTY, &["--", "--cpu"]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["effective"]["comfyui_version"], "0.3.64");
+    assert_eq!(doc["effective"]["dynamic_vram"], false);
+    assert_eq!(doc["effective"]["vram_state"], "DISABLED");
+    assert_eq!(doc["effective"]["allocator"], "none");
+}
+
+#[test]
+fn log_disagreeing_with_the_prediction_is_a_warning() {
+    let install = FakeComfy::new("0.38.1", json!({"machine": {"aimdo": "no_native"}}));
+    let (code, doc, _) = run(&install, EMPTY, &[]);
+    assert_eq!(code, 0);
+    assert_eq!(doc["effective"]["dynamic_vram"], false);
+    assert!(
+        doc["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("Dynamic VRAM is off according to the log")
+    );
+}
+
+// --- bad input: one line, documented exit code, nothing started ------------------------
+
+fn bad(args: &[&str]) -> (i32, String) {
+    let out = support::vrambisect().args(args).output().unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn ui_format_workflow() {
+    let install = FakeComfy::new("0.38.1", Value::Null);
+    let wf = fixture("workflows/ui_default.json");
+    let (code, err) = bad(&[
+        "run",
+        "--comfyui",
+        install.path_str(),
+        "--workflow",
+        wf.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("UI-format") && err.contains("Export (API)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn malformed_workflow() {
+    let install = FakeComfy::new("0.38.1", Value::Null);
+    let wf = fixture("workflows/malformed.json");
+    let (code, err) = bad(&[
+        "run",
+        "--comfyui",
+        install.path_str(),
+        "--workflow",
+        wf.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("line 2, column"), "{err}");
+}
+
+#[test]
+fn missing_comfyui_folder_and_workflow() {
+    let wf = fixture(SD15);
+    let (code, err) = bad(&[
+        "run",
+        "--comfyui",
+        "/no/such/ComfyUI",
+        "--workflow",
+        wf.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("does not exist"), "{err}");
+    let install = FakeComfy::new("0.38.1", Value::Null);
+    let (code, err) = bad(&[
+        "run",
+        "--comfyui",
+        install.path_str(),
+        "--workflow",
+        "/no/such.json",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot read workflow"), "{err}");
+}
+
+#[test]
+fn python_that_does_not_run_is_untestable() {
+    let install = FakeComfy::new("0.38.1", Value::Null);
+    let wf = fixture(SD15);
+    let (code, err) = bad(&[
+        "run",
+        "--comfyui",
+        install.path_str(),
+        "--workflow",
+        wf.to_str().unwrap(),
+        "--python",
+        "/no/such/python",
+    ]);
+    assert_eq!(code, 125);
+    assert!(err.contains("cannot run Python"), "{err}");
+}
+
+#[test]
+fn bad_durations_are_usage_errors() {
+    let (code, err) = bad(&[
+        "run",
+        "--comfyui",
+        ".",
+        "--workflow",
+        "x",
+        "--timeout",
+        "soon",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--timeout"), "{err}");
+}
+
+#[test]
+fn an_existing_run_folder_is_never_overwritten() {
+    let install = FakeComfy::new("0.38.1", Value::Null);
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("record.json"), "{}").unwrap();
+    let wf = fixture(SD15);
+    let (code, err) = bad(&[
+        "run",
+        "--comfyui",
+        install.path_str(),
+        "--workflow",
+        wf.to_str().unwrap(),
+        "--output",
+        tmp.path().to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not empty"));
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("record.json")).unwrap(),
+        "{}"
+    );
+}
+
+// --- signals: Ctrl-C and SIGTERM end cleanly and leave nothing -------------------------
+
+fn signal_during_hang(signal: i32, presses: u32) -> (i32, Value) {
+    let install = FakeComfy::new("0.38.1", rule("hang"));
+    let tmp = tempfile::tempdir().unwrap();
+    let out = out_dir(tmp.path(), "run");
+    let wf = fixture(SD15);
+    let child = support::vrambisect()
+        .args([
+            "run",
+            "--json",
+            "--comfyui",
+            install.path_str(),
+            "--workflow",
+            wf.to_str().unwrap(),
+            "--output",
+            &out,
+            "--stall-timeout",
+            "1m",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the prompt is hanging (the log says Requested to load).
+    let log = tmp.path().join("run/comfyui.log");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("Requested to load")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the prompt never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    for _ in 0..presses {
+        unsafe {
+            libc::kill(child.id() as i32, signal);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let output = child.wait_with_output().unwrap();
+    install.assert_nothing_left();
+    let doc: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("run/record.json")).unwrap())
+            .unwrap();
+    assert_eq!(doc, record, "what was printed is what was kept");
+    (output.status.code().unwrap_or(-1), record)
+}
+
+#[test]
+fn ctrl_c_ends_the_run_cleanly() {
+    let (code, record) = signal_during_hang(libc::SIGINT, 1);
+    assert_eq!(code, 130);
+    assert_eq!(record["outcome"], "interrupted");
+    assert_eq!(record["iterations"][0]["outcome"], "interrupted");
+}
+
+#[test]
+fn second_ctrl_c_kills_at_once() {
+    let (code, record) = signal_during_hang(libc::SIGINT, 2);
+    assert_eq!(code, 130);
+    assert_eq!(record["outcome"], "interrupted");
+}
+
+#[test]
+fn sigterm_to_the_tool_tears_comfyui_down() {
+    let (code, record) = signal_during_hang(libc::SIGTERM, 1);
+    assert_eq!(code, 130);
+    assert_eq!(record["teardown"]["group_empty"], true);
+}
