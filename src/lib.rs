@@ -4,6 +4,7 @@
 //! command lives in its own module and writes through `&mut dyn Write`.
 
 pub mod app;
+pub mod bisect;
 pub mod classify;
 pub mod cli;
 pub mod comfy;

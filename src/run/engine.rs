@@ -1,6 +1,6 @@
 //! The run engine: one ComfyUI process, N prompts, one record.
 
-use super::record::{Effective, ExitRecord, Iteration, Peaks, RunRecord, Teardown, overall};
+use super::record::{Effective, ExitRecord, Iteration, Overhead, Peaks, RunRecord, Teardown, overall};
 use super::{Reporter, RunEvent, RunOptions};
 use crate::classify::normalize::normalize;
 use crate::classify::{self, ExitInfo, PromptEnd, PromptObservation, Verdict};
@@ -278,6 +278,7 @@ pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunReco
         }
     };
     let startup_ms = clock.elapsed().as_millis() as u64;
+    let ready_at = Instant::now();
     live.startup.finish();
     live.ready = true;
     live.window.clear();
@@ -301,10 +302,26 @@ pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunReco
     let mut iterations: Vec<Iteration> = Vec::new();
     let mut interrupted = false;
     let mut process_exit: Option<ExitInfo> = None;
+    let mut overhead = Overhead::default();
     for n in 1..=opts.iterations.max(1) {
+        let mut timing = PromptTiming::default();
         let (it, stop_after) = run_prompt(
-            n, opts, &client, &client_id, &mut live, &child, clock, reporter,
+            n,
+            opts,
+            &client,
+            &client_id,
+            &mut live,
+            &child,
+            clock,
+            reporter,
+            &mut timing,
         );
+        if n == 1
+            && let Some(t) = timing.submitted
+        {
+            overhead.ready_to_submitted_ms = ms(t.duration_since(ready_at));
+        }
+        overhead.end_to_verdict_ms = timing.last_event.map(|t| ms(t.elapsed())).unwrap_or(0.0);
         if let Some(exit) = it.1 {
             process_exit = Some(exit);
         }
@@ -322,6 +339,7 @@ pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunReco
     }
 
     reporter.event(&RunEvent::Stopping);
+    let stopping = Instant::now();
     let system_stats = if process_exit.is_none() && signals::requested() != Stop::Now {
         client.system_stats(Duration::from_secs(5)).ok()
     } else {
@@ -341,6 +359,7 @@ pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunReco
     if let Some(t) = ws_thread {
         let _ = t.join();
     }
+    overhead.teardown_ms = ms(stopping.elapsed());
     let teardown = Teardown {
         killed,
         group_empty: !process::group_alive(pgid),
@@ -380,9 +399,22 @@ pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunReco
         teardown,
         warnings,
         system_stats,
+        overhead,
     };
     write_json(&dir.join(RunRecord::FILE), &record);
     Ok(record)
+}
+
+/// When the moments that bound the tool's own overhead happened in one prompt.
+#[derive(Default)]
+struct PromptTiming {
+    submitted: Option<Instant>,
+    /// The last websocket message of the prompt (`executing` with node null, or the end event).
+    last_event: Option<Instant>,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 enum Ready {
@@ -442,6 +474,7 @@ fn run_prompt(
     child: &process::Child,
     clock: Instant,
     reporter: &mut dyn Reporter,
+    timing: &mut PromptTiming,
 ) -> ((Iteration, Option<ExitInfo>), bool) {
     let (prompt, bust) = opts.workflow.for_iteration(n);
     if bust == CacheBust::Free {
@@ -489,6 +522,7 @@ fn run_prompt(
             return ((it_base(&v, None, vec![]), None), true);
         }
     };
+    timing.submitted = Some(Instant::now());
     reporter.event(&RunEvent::Submitted {
         iteration: n,
         of: opts.iterations,
@@ -503,6 +537,7 @@ fn run_prompt(
     let mut exit: Option<ExitInfo> = None;
     loop {
         if let Some(ev) = live.pump() {
+            timing.last_event = Some(Instant::now());
             match ev {
                 WsEvent::Executing {
                     prompt_id: Some(p),
@@ -650,6 +685,7 @@ fn finish_early(
         },
         warnings: Vec::new(),
         system_stats: None,
+        overhead: Overhead::default(),
     }
 }
 

@@ -73,6 +73,18 @@ pub struct Peaks {
     pub ram_available_min_bytes: Option<u64>,
 }
 
+/// The tool's own time per run, besides ComfyUI's startup and execution.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Overhead {
+    /// From ComfyUI being ready to the first prompt being accepted (websocket connect and
+    /// POST /prompt included).
+    pub ready_to_submitted_ms: f64,
+    /// From the last websocket message of the last prompt to its verdict (history fetched).
+    pub end_to_verdict_ms: f64,
+    /// From deciding to stop to ComfyUI's process group being gone.
+    pub teardown_ms: f64,
+}
+
 /// How ComfyUI was stopped.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Teardown {
@@ -124,6 +136,7 @@ pub struct RunRecord {
     pub warnings: Vec<String>,
     /// `GET /system_stats` fetched before stopping.
     pub system_stats: Option<serde_json::Value>,
+    pub overhead: Overhead,
 }
 
 impl RunRecord {

@@ -1,0 +1,122 @@
+//! Runs to a verdict: adaptive, each and matrix on scripted cases, next to the
+//! information-theoretic bound. `cargo bench --bench bisect` prints the table recorded in
+//! BENCHMARKS.md.
+
+use std::collections::BTreeSet;
+use vrambisect::bisect::scripted::Scripted;
+use vrambisect::bisect::search::{Search, Settings, Strategy, VerdictKind};
+use vrambisect::bisect::space::Space;
+use vrambisect::flags::decide::{Context, Platform};
+use vrambisect::flags::profile;
+
+const SWITCHES: &[&str] = &[
+    "--disable-dynamic-vram",
+    "--disable-pinned-memory",
+    "--disable-async-offload",
+    "--disable-smart-memory",
+    "--disable-cuda-graphs",
+    "--disable-mmap",
+    "--force-non-blocking",
+    "--fast-disk",
+    "--mmap-torch-files",
+    "--disable-comfy-compiler",
+    "--cpu-vae",
+    "--deterministic",
+];
+
+struct Case {
+    name: String,
+    toggles: Vec<&'static str>,
+    /// Flags that must all be present to fix it (the answer).
+    answer: Vec<&'static str>,
+    hypotheses: f64,
+}
+
+fn space(toggles: &[&str]) -> Space {
+    let p = profile::builtin(None);
+    let t: Vec<String> = toggles.iter().map(|s| s.to_string()).collect();
+    Space::new(&p.flags, Some(p.version), Context::new(Platform::Linux), &[], &t)
+}
+
+/// Mean runs and share correct over every position of the answer and `seeds` seeds.
+fn measure(case: &Case, strategy: Strategy, p_fail: f64, repeat: u32, seeds: u64) -> (f64, u32, f64) {
+    let (mut runs, mut worst, mut correct, mut n) = (0u64, 0u32, 0u64, 0u64);
+    for seed in 0..seeds {
+        // Rotate the toggles so the answer sits at every position in turn.
+        let mut toggles = case.toggles.clone();
+        let len = toggles.len();
+        toggles.rotate_left((seed as usize) % len);
+        let sp = space(&toggles);
+        let answer: BTreeSet<String> = case.answer.iter().map(|s| s.to_string()).collect();
+        let a2 = answer.clone();
+        let mut oracle = Scripted::new(Box::new(move |s| a2.iter().all(|f| s.contains(f))), p_fail, seed + 1);
+        let mut search = Search::new(&sp, &mut oracle, Settings { strategy, repeat, max_runs: 4096, ..Settings::default() }, Vec::new());
+        let found = search.run();
+        let got: BTreeSet<String> = found.fixing_flags.iter().cloned().collect();
+        if found.kind == VerdictKind::FixedBy && got == answer {
+            correct += 1;
+        }
+        runs += search.runs as u64;
+        worst = worst.max(search.runs);
+        n += 1;
+    }
+    (runs as f64 / n as f64, worst, correct as f64 / n as f64)
+}
+
+fn main() {
+    let mut cases = Vec::new();
+    for k in [2usize, 4, 8, 12] {
+        cases.push(Case {
+            name: format!("1 culprit among {k}"),
+            toggles: SWITCHES[..k].to_vec(),
+            answer: vec![SWITCHES[0]],
+            hypotheses: k as f64,
+        });
+    }
+    cases.push(Case {
+        name: "pair among 8".into(),
+        toggles: SWITCHES[..8].to_vec(),
+        answer: vec![SWITCHES[0], SWITCHES[5]],
+        hypotheses: 8.0 * 7.0 / 2.0,
+    });
+    cases.push(Case {
+        name: "triple among 8 (#13730 hang)".into(),
+        toggles: SWITCHES[..8].to_vec(),
+        answer: vec![SWITCHES[0], SWITCHES[1], SWITCHES[2]],
+        hypotheses: 8.0 * 7.0 * 6.0 / 6.0,
+    });
+    println!("Deterministic oracle (failing configurations always fail), every position of the answer:");
+    println!();
+    println!("| case | bound ⌈log2 H⌉ (+2) | adaptive runs mean / worst | adaptive correct | each runs / correct | matrix runs / correct |");
+    println!("|---|---|---|---|---|---|");
+    for case in &cases {
+        let seeds = case.toggles.len() as u64;
+        let (a_mean, a_worst, a_ok) = measure(case, Strategy::Adaptive, 1.0, 1, seeds);
+        let (e_mean, _, e_ok) = measure(case, Strategy::Each, 1.0, 1, seeds);
+        let matrix = if case.toggles.len() <= 8 {
+            let (m_mean, _, m_ok) = measure(case, Strategy::Matrix, 1.0, 1, seeds.min(4));
+            format!("{m_mean:.1} / {:.0}%", m_ok * 100.0)
+        } else {
+            "2^k: not run".to_string()
+        };
+        let bound = case.hypotheses.log2().ceil();
+        println!(
+            "| {} | {} ({}) | {a_mean:.1} / {a_worst} | {:.0}% | {e_mean:.1} / {:.0}% | {matrix} |",
+            case.name,
+            bound,
+            bound + 2.0,
+            a_ok * 100.0,
+            e_ok * 100.0
+        );
+    }
+    println!();
+    println!("Flaky oracle (failing configurations fail with probability p), 1 culprit among 8, 400 seeds:");
+    println!();
+    println!("| p | --repeat | adaptive correct | mean runs |");
+    println!("|---|---|---|---|");
+    for (p, repeat) in [(0.9, 1), (0.7, 1), (0.7, 2), (0.7, 3), (0.5, 3)] {
+        let case = &cases[2];
+        let (mean, _, ok) = measure(case, Strategy::Adaptive, p, repeat, 400);
+        println!("| {p} | {repeat} | {:.1}% | {mean:.1} |", ok * 100.0);
+    }
+}

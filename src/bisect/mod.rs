@@ -1,0 +1,13 @@
+//! `vrambisect bisect`: the minimal set of flags that fixes a failing workflow (or the
+//! user's own flag that causes it).
+//!
+//! - [`space`]: base flags, toggles, and the valid configurations they make;
+//! - [`search`]: the strategies, against an [`search::Oracle`];
+//! - [`scripted`]: an oracle from a rule, for tests and the benchmark.
+
+pub mod scripted;
+pub mod search;
+pub mod space;
+
+#[cfg(test)]
+mod tests;

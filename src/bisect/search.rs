@@ -1,0 +1,490 @@
+//! Search strategies: adaptive (group testing, then delta debugging), matrix and each.
+//!
+//! They talk to ComfyUI only through [`Oracle`], so a scripted oracle tests them without
+//! launching anything. Every run is expensive (minutes of GPU time), so the adaptive search
+//! spends runs only where they carry information: one run per configuration while outcomes
+//! agree, more where they disagree.
+
+use super::space::{Choice, Config, Space};
+use crate::outcome::Outcome;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// One run of one configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Trial {
+    pub outcome: Outcome,
+    pub run_dir: Option<PathBuf>,
+    pub duration_ms: u64,
+    pub peak_vram_bytes: Option<u64>,
+    pub peak_ram_bytes: Option<u64>,
+}
+
+impl Trial {
+    pub fn of(outcome: Outcome) -> Trial {
+        Trial { outcome, run_dir: None, duration_ms: 0, peak_vram_bytes: None, peak_ram_bytes: None }
+    }
+}
+
+/// Why a search stopped before its verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stopped {
+    /// Ctrl-C: the session can be resumed.
+    Interrupted,
+    /// `--max-runs` was reached.
+    Budget,
+}
+
+/// Runs ComfyUI with a configuration.
+pub trait Oracle {
+    fn run(&mut self, config: &Config) -> Result<Trial, Stopped>;
+}
+
+/// `--strategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    Adaptive,
+    Matrix,
+    Each,
+}
+
+/// How a search is run.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub strategy: Strategy,
+    /// Runs per configuration (`--repeat`).
+    pub repeat: u32,
+    /// The most runs the whole bisect may take.
+    pub max_runs: u32,
+    /// The chance of calling a failing configuration "fixed" that the adaptive search accepts
+    /// once it knows failures are flaky.
+    pub alpha: f64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { strategy: Strategy::Adaptive, repeat: 1, max_runs: 64, alpha: 0.05 }
+    }
+}
+
+/// Every configuration tried, with its runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tally {
+    pub config: Config,
+    pub trials: Vec<Trial>,
+}
+
+impl Tally {
+    pub fn runs(&self) -> usize {
+        self.trials.len()
+    }
+    pub fn passes(&self) -> usize {
+        self.trials.iter().filter(|t| t.outcome == Outcome::Pass).count()
+    }
+    pub fn count(&self, outcome: Outcome) -> usize {
+        self.trials.iter().filter(|t| t.outcome == outcome).count()
+    }
+    /// Failures of another kind than the one hunted: unresolved, not passes.
+    pub fn others(&self, target: Outcome) -> usize {
+        self.trials.iter().filter(|t| t.outcome != Outcome::Pass && t.outcome != target).count()
+    }
+}
+
+/// The answer of a bisect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictKind {
+    FixedBy,
+    CausedBy,
+    NotReproduced,
+    NoFixFound,
+    Untestable,
+    /// Stopped before a verdict (Ctrl-C or the run budget); resumable.
+    Incomplete,
+}
+
+/// What a search found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Found {
+    pub kind: VerdictKind,
+    /// The failure hunted (the baseline's outcome).
+    pub target: Option<Outcome>,
+    /// The configuration the verdict is about (confirmed by a final run).
+    pub config: Option<Config>,
+    pub fixing_flags: Vec<String>,
+    pub culprit_flags: Vec<String>,
+    /// Why, when the kind alone does not say (untestable, incomplete, no fix).
+    pub reason: Option<String>,
+    /// The failures were flaky: some configurations both passed and failed.
+    pub flaky: bool,
+}
+
+/// The state of one search.
+pub struct Search<'a> {
+    space: &'a Space,
+    oracle: &'a mut dyn Oracle,
+    settings: Settings,
+    pub tallies: Vec<Tally>,
+    pub target: Option<Outcome>,
+    pub flaky: bool,
+    pub runs: u32,
+    last_run_key: Option<String>,
+}
+
+/// How a configuration did, as far as the search is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Eval {
+    Pass,
+    Fail,
+    /// ComfyUI would refuse the combination: never run.
+    Invalid,
+}
+
+impl<'a> Search<'a> {
+    /// A search that starts from `prior` (the tallies of a session being resumed).
+    pub fn new(space: &'a Space, oracle: &'a mut dyn Oracle, settings: Settings, prior: Vec<Tally>) -> Search<'a> {
+        let runs = prior.iter().map(|t| t.runs() as u32).sum();
+        let mut s = Search { space, oracle, settings, tallies: prior, target: None, flaky: false, runs, last_run_key: None };
+        s.refresh_flaky();
+        s
+    }
+
+    fn tally_index(&mut self, config: &Config) -> usize {
+        match self.tallies.iter().position(|t| t.config.key == config.key) {
+            Some(i) => i,
+            None => {
+                self.tallies.push(Tally { config: config.clone(), trials: Vec::new() });
+                self.tallies.len() - 1
+            }
+        }
+    }
+
+    /// Runs `config` once more.
+    fn run_once(&mut self, config: &Config) -> Result<Outcome, Stopped> {
+        if self.runs >= self.settings.max_runs {
+            return Err(Stopped::Budget);
+        }
+        let trial = self.oracle.run(config)?;
+        self.runs += 1;
+        let outcome = trial.outcome;
+        let i = self.tally_index(config);
+        self.tallies[i].trials.push(trial);
+        self.last_run_key = Some(config.key.clone());
+        self.refresh_flaky();
+        Ok(outcome)
+    }
+
+    fn refresh_flaky(&mut self) {
+        if let Some(target) = self.target {
+            self.flaky = self.tallies.iter().any(|t| t.passes() > 0 && t.count(target) > 0);
+        }
+    }
+
+    /// The failure rate of configurations known to fail, for deciding how many passes make
+    /// a configuration "fixed" once failures are flaky.
+    fn failure_rate(&self) -> f64 {
+        let Some(target) = self.target else { return 1.0 };
+        let (fails, runs) = self
+            .tallies
+            .iter()
+            .filter(|t| t.count(target) > 0)
+            .fold((0, 0), |(f, r), t| (f + t.count(target), r + t.runs()));
+        if runs == 0 { 1.0 } else { fails as f64 / runs as f64 }
+    }
+
+    /// Passes needed before a configuration counts as fixed.
+    fn passes_needed(&self) -> usize {
+        let repeat = self.settings.repeat.max(1) as usize;
+        if !self.flaky {
+            return repeat;
+        }
+        let p = self.failure_rate().clamp(0.3, 0.95);
+        let k = (self.settings.alpha.ln() / (1.0 - p).ln()).ceil() as usize;
+        k.max(repeat)
+    }
+
+    /// Whether `choice` fixes the failure: any failure of the hunted kind says no at once; a
+    /// pass counts once there are enough of them.
+    fn evaluate(&mut self, choice: &[(usize, usize)]) -> Result<Eval, Stopped> {
+        let Some(config) = self.space.config(choice) else {
+            return Ok(Eval::Invalid);
+        };
+        let target = self.target.expect("baseline ran first");
+        loop {
+            let i = self.tally_index(&config);
+            let t = &self.tallies[i];
+            if t.count(target) > 0 || t.others(target) > 0 {
+                return Ok(Eval::Fail);
+            }
+            if t.passes() >= self.passes_needed() {
+                return Ok(Eval::Pass);
+            }
+            self.run_once(&config)?;
+        }
+    }
+
+    /// Runs the baseline; decides the hunted failure, or that there is none.
+    fn baseline(&mut self) -> Result<Option<Found>, Stopped> {
+        let base = self.space.baseline();
+        let repeat = self.settings.repeat.max(1) as usize;
+        // A passing baseline gets a few tries: flaky failures need a chance to show.
+        let tries = repeat.max(3);
+        loop {
+            let i = self.tally_index(&base);
+            let t = self.tallies[i].clone();
+            if let Some(first) = t.trials.iter().map(|t| t.outcome).find(|o| *o != Outcome::Pass) {
+                if matches!(first, Outcome::StartupFailed | Outcome::InvalidWorkflow | Outcome::FlagRejected | Outcome::Interrupted) {
+                    return Ok(Some(self.verdict(VerdictKind::Untestable, None, Some(format!("the baseline run ended in {first} ({})", first.describe())))));
+                }
+                self.target = Some(first);
+                if t.runs() >= repeat {
+                    self.refresh_flaky();
+                    return Ok(None);
+                }
+            } else if t.runs() >= tries {
+                return Ok(Some(self.verdict(
+                    VerdictKind::NotReproduced,
+                    None,
+                    Some(format!("the baseline passed {0}/{0} runs", t.runs())),
+                )));
+            }
+            self.run_once(&base)?;
+        }
+    }
+
+    fn verdict(&self, kind: VerdictKind, choice: Option<&Choice>, reason: Option<String>) -> Found {
+        let config = choice.and_then(|c| self.space.config(c));
+        let (mut fixing, mut culprits) = (Vec::new(), Vec::new());
+        if let Some(c) = choice {
+            for (d, a) in c {
+                match &self.space.dims[*d] {
+                    super::space::Dim::Add { .. } => fixing.push(self.space.dims[*d].describe(*a)),
+                    super::space::Dim::Remove { flag, .. } => culprits.push(flag.clone()),
+                }
+            }
+        }
+        let kind = match kind {
+            VerdictKind::FixedBy if fixing.is_empty() && !culprits.is_empty() => VerdictKind::CausedBy,
+            k => k,
+        };
+        Found { kind, target: self.target, config, fixing_flags: fixing, culprit_flags: culprits, reason, flaky: self.flaky }
+    }
+
+    /// Runs the search to a verdict (or to where it had to stop).
+    pub fn run(&mut self) -> Found {
+        match self.search() {
+            Ok(v) => v,
+            Err(stop) => {
+                let why = match stop {
+                    Stopped::Interrupted => "interrupted: continue with --resume".to_string(),
+                    Stopped::Budget => format!("the run budget ({} runs) was spent before a verdict", self.settings.max_runs),
+                };
+                self.verdict(VerdictKind::Incomplete, None, Some(why))
+            }
+        }
+    }
+
+    fn search(&mut self) -> Result<Found, Stopped> {
+        if let Some(v) = self.baseline()? {
+            return Ok(v);
+        }
+        if self.space.dims.is_empty() {
+            return Ok(self.verdict(VerdictKind::NoFixFound, None, Some("there was nothing to try: no toggles this install supports and no memory flags of your own".into())));
+        }
+        let found = match self.settings.strategy {
+            Strategy::Adaptive => self.adaptive()?,
+            Strategy::Each => self.each()?,
+            Strategy::Matrix => self.matrix()?,
+        };
+        let Some(choice) = found else {
+            return Ok(self.verdict(VerdictKind::NoFixFound, None, Some("no configuration tried passed".into())));
+        };
+        // Every verdict is confirmed by a run of exactly that configuration, after the search.
+        let config = self.space.config(&choice).expect("a found configuration is valid");
+        let already = self.last_run_key.as_deref() == Some(config.key.as_str())
+            && self.settings.strategy == Strategy::Adaptive;
+        if !already && self.run_once(&config)? != Outcome::Pass {
+            return Ok(self.verdict(VerdictKind::NoFixFound, None, Some(format!("{} passed during the search but failed its confirmation run", config.flags.join(" ")))));
+        }
+        match self.evaluate(&choice)? {
+            Eval::Pass => Ok(self.verdict(VerdictKind::FixedBy, Some(&choice), None)),
+            _ => Ok(self.verdict(VerdictKind::NoFixFound, None, Some("the best candidate did not pass reliably".into()))),
+        }
+    }
+
+    /// Group testing for one change that fixes it; delta debugging when changes must act
+    /// together; then the least value of a multi-valued flag.
+    fn adaptive(&mut self) -> Result<Option<Choice>, Stopped> {
+        let all: Vec<usize> = (0..self.space.dims.len()).collect();
+        let mut found: Option<Vec<usize>> = None;
+        for _attempt in 0..3 {
+            let flaky_before = self.flaky;
+            let mut candidates = all.clone();
+            let mut passed_sets: Vec<Vec<usize>> = Vec::new();
+            while candidates.len() > 1 {
+                let half: Vec<usize> = candidates[..candidates.len().div_ceil(2)].to_vec();
+                match self.evaluate(&self.space.strong(&half))? {
+                    Eval::Pass => {
+                        passed_sets.push(half.clone());
+                        candidates = half;
+                    }
+                    Eval::Fail | Eval::Invalid => candidates = candidates[half.len()..].to_vec(),
+                }
+            }
+            if self.evaluate(&self.space.strong(&candidates))? == Eval::Pass {
+                found = Some(candidates);
+                break;
+            }
+            // The search led to a configuration that fails. Either changes must act together,
+            // or a pass on the way was luck: look again at what passed.
+            if !self.flaky {
+                for set in passed_sets.iter().rev() {
+                    let config = self.space.config(&self.space.strong(set)).expect("ran before");
+                    self.run_once(&config)?;
+                    if self.flaky {
+                        break;
+                    }
+                }
+            }
+            if self.flaky && !flaky_before {
+                continue;
+            }
+            // Changes that only work together: is there a fix at all, and which is minimal?
+            let everything = self.largest_valid(&all);
+            if self.evaluate(&self.space.strong(&everything))? != Eval::Pass {
+                return Ok(None);
+            }
+            let mut minimal = self.minimize(&[], &everything)?;
+            minimal.sort_unstable();
+            found = Some(minimal);
+            break;
+        }
+        let Some(dims) = found else { return Ok(None) };
+        let mut choice = self.space.strong(&dims);
+        // For flags with several values, find the least that still fixes it (values are
+        // ordered, so bisect them).
+        for i in 0..choice.len() {
+            let (d, strongest) = choice[i];
+            if strongest == 0 {
+                continue;
+            }
+            let (mut lo, mut hi) = (0usize, strongest);
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                let mut trial = choice.clone();
+                trial[i] = (d, mid);
+                if self.evaluate(&trial)? == Eval::Pass {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            choice[i] = (d, hi);
+        }
+        Ok(Some(choice))
+    }
+
+    /// The dimensions of `dims` that can be applied together (greedy, in order).
+    fn largest_valid(&self, dims: &[usize]) -> Vec<usize> {
+        let mut out: Vec<usize> = Vec::new();
+        for d in dims {
+            let mut with = out.clone();
+            with.push(*d);
+            if self.space.config(&self.space.strong(&with)).is_some() {
+                out = with;
+            }
+        }
+        out
+    }
+
+    /// The minimal subset of `candidates` that, added to `base`, makes the run pass, given
+    /// that `base` plus all of `candidates` passes (Junker's QuickXplain: about
+    /// d·log2(k/d) runs for d changes that must act together among k).
+    fn minimize(&mut self, base: &[usize], candidates: &[usize]) -> Result<Vec<usize>, Stopped> {
+        if candidates.len() <= 1 {
+            // The baseline fails, so with nothing added the candidate is needed.
+            let base_alone_passes = !base.is_empty() && self.passes_with(base, &[])?;
+            return Ok(if base_alone_passes { Vec::new() } else { candidates.to_vec() });
+        }
+        let (c1, c2) = candidates.split_at(candidates.len().div_ceil(2));
+        if self.passes_with(base, c1)? {
+            return self.minimize(base, c1);
+        }
+        if self.passes_with(base, c2)? {
+            return self.minimize(base, c2);
+        }
+        // Both halves hold something needed.
+        let with_c1: Vec<usize> = base.iter().chain(c1).copied().collect();
+        let m2 = self.minimize(&with_c1, c2)?;
+        let with_m2: Vec<usize> = base.iter().chain(&m2).copied().collect();
+        let m1 = self.minimize(&with_m2, c1)?;
+        Ok(m1.into_iter().chain(m2).collect())
+    }
+
+    fn passes_with(&mut self, base: &[usize], extra: &[usize]) -> Result<bool, Stopped> {
+        let mut dims: Vec<usize> = base.iter().chain(extra).copied().collect();
+        dims.sort_unstable();
+        dims.dedup();
+        Ok(self.evaluate(&self.space.strong(&dims))? == Eval::Pass)
+    }
+
+    /// One change at a time; the first (in the order given) that fixes it.
+    fn each(&mut self) -> Result<Option<Choice>, Stopped> {
+        let mut first: Option<Choice> = None;
+        for d in 0..self.space.dims.len() {
+            for a in 0..self.space.dims[d].alternatives() {
+                let choice = vec![(d, a)];
+                if self.evaluate(&choice)? == Eval::Pass && first.is_none() {
+                    first = Some(choice);
+                }
+            }
+        }
+        Ok(first)
+    }
+
+    /// Every valid combination; the passing one with the fewest changes (then least values).
+    fn matrix(&mut self) -> Result<Option<Choice>, Stopped> {
+        let mut best: Option<Choice> = None;
+        for choice in all_choices(self.space) {
+            if self.evaluate(&choice)? == Eval::Pass {
+                let better = match &best {
+                    None => true,
+                    Some(b) => (choice.len(), weight(&choice)) < (b.len(), weight(b)),
+                };
+                if better {
+                    best = Some(choice);
+                }
+            }
+        }
+        Ok(best)
+    }
+}
+
+fn weight(choice: &Choice) -> usize {
+    choice.iter().map(|(_, a)| a).sum()
+}
+
+/// Every combination of alternatives (each dimension off, or one of its values).
+pub fn all_choices(space: &Space) -> Vec<Choice> {
+    let mut out: Vec<Choice> = vec![Vec::new()];
+    for (d, dim) in space.dims.iter().enumerate() {
+        let mut next = Vec::new();
+        for c in &out {
+            next.push(c.clone());
+            for a in 0..dim.alternatives() {
+                let mut with = c.clone();
+                with.push((d, a));
+                next.push(with);
+            }
+        }
+        out = next;
+    }
+    out
+}
+
+/// How many runs `matrix` would need (before removing invalid and equivalent ones).
+pub fn matrix_size(space: &Space) -> usize {
+    space.dims.iter().map(|d| d.alternatives() + 1).product()
+}

@@ -1,0 +1,342 @@
+//! The search space of a bisect: the user's base flags, the toggles to try, and the
+//! configurations they make (valid ones only, equivalent ones merged).
+
+use crate::flags::argparse::{self, Given};
+use crate::flags::decide::{self, Context};
+use crate::flags::help::FlagSet;
+use crate::version::Version;
+use serde::{Deserialize, Serialize};
+
+/// One dimension of the search: something the bisect may change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Dim {
+    /// Add `flag`, with one of `values` (ascending; `[None]` for a switch).
+    Add { flag: String, values: Vec<Option<String>> },
+    /// Remove one of the user's own flags (with its values).
+    Remove { flag: String, values: Vec<String> },
+}
+
+impl Dim {
+    /// How many alternatives the dimension has.
+    pub fn alternatives(&self) -> usize {
+        match self {
+            Dim::Add { values, .. } => values.len(),
+            Dim::Remove { .. } => 1,
+        }
+    }
+
+    /// The flag's name.
+    pub fn flag(&self) -> &str {
+        match self {
+            Dim::Add { flag, .. } | Dim::Remove { flag, .. } => flag,
+        }
+    }
+
+    /// How the change reads: `--reserve-vram 2`, `without --highvram`.
+    pub fn describe(&self, alt: usize) -> String {
+        match self {
+            Dim::Add { flag, values } => match values.get(alt).cloned().flatten() {
+                Some(v) => format!("{flag} {v}"),
+                None => flag.clone(),
+            },
+            Dim::Remove { flag, values } => {
+                let mut s = format!("without {flag}");
+                for v in values {
+                    s.push(' ');
+                    s.push_str(v);
+                }
+                s
+            }
+        }
+    }
+}
+
+/// A choice of alternatives: `(dimension index, alternative index)`, sorted by dimension.
+pub type Choice = Vec<(usize, usize)>;
+
+/// A configuration to run: ComfyUI's flags, and what distinguishes it from the baseline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    pub flags: Vec<String>,
+    pub choice: Choice,
+    /// The flags that change something here, sorted: equal keys are equivalent configurations.
+    pub key: String,
+}
+
+/// Why a toggle was left out of the search.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    pub toggle: String,
+    pub reason: String,
+}
+
+/// The whole space.
+#[derive(Debug, Clone)]
+pub struct Space {
+    pub base: Vec<Given>,
+    pub dims: Vec<Dim>,
+    pub skipped: Vec<Skipped>,
+    flags: FlagSet,
+    ctx: Context,
+}
+
+/// The toggles tried when the user gives none, in order of how often they fix things
+/// (Dynamic VRAM first: it is the change behind most reports).
+pub const DEFAULT_TOGGLES: &[&str] = &[
+    "--disable-dynamic-vram",
+    "--disable-pinned-memory",
+    "--disable-async-offload",
+    "--disable-nvml-pressure",
+];
+
+impl Space {
+    /// Builds the space from the base flags and `--toggle` values (`--flag` or `--flag=value`).
+    /// Several values of one flag become one dimension whose values are searched in order.
+    pub fn new(
+        flags: &FlagSet,
+        version: Option<Version>,
+        ctx: Context,
+        base: &[String],
+        toggles: &[String],
+    ) -> Space {
+        let parsed = argparse::parse(flags, base, version.as_ref());
+        let mut dims: Vec<Dim> = Vec::new();
+        let mut skipped = Vec::new();
+        for toggle in toggles {
+            let (name, value) = match toggle.split_once('=') {
+                Some((n, v)) => (n.to_string(), Some(v.to_string())),
+                None => {
+                    let mut parts = toggle.split_whitespace();
+                    let n = parts.next().unwrap_or("").to_string();
+                    let rest: Vec<&str> = parts.collect();
+                    (n, (!rest.is_empty()).then(|| rest.join(" ")))
+                }
+            };
+            // Resolve through argparse so a prefix or an unknown flag is caught here.
+            let mut probe = vec![name.clone()];
+            if let Some(v) = &value {
+                probe.push(v.clone());
+            }
+            let p = argparse::parse(flags, &probe, version.as_ref());
+            if let Some(err) = &p.error {
+                let reason = if p.unknown.iter().any(|u| *u == name) {
+                    crate::explain::unknown_hint(&name, flags, version.as_ref())
+                } else {
+                    err.clone()
+                };
+                skipped.push(Skipped { toggle: toggle.clone(), reason });
+                continue;
+            }
+            let Some(g) = p.given.first() else { continue };
+            let canonical = g.flag.clone();
+            if parsed.has(&canonical) && value.is_none() {
+                skipped.push(Skipped {
+                    toggle: toggle.clone(),
+                    reason: format!("{canonical} is already among your flags (the bisect tries removing it instead)"),
+                });
+                continue;
+            }
+            match dims.iter_mut().find(|d| matches!(d, Dim::Add { flag, .. } if *flag == canonical)) {
+                Some(Dim::Add { values, .. }) => {
+                    if !values.contains(&value) {
+                        values.push(value);
+                    }
+                }
+                _ => dims.push(Dim::Add { flag: canonical, values: vec![value] }),
+            }
+        }
+        for d in &mut dims {
+            if let Dim::Add { values, .. } = d {
+                sort_values(values);
+            }
+        }
+        // The user's own memory-related flags are part of the question too.
+        for g in &parsed.given {
+            if is_removable(&g.flag) {
+                dims.push(Dim::Remove { flag: g.flag.clone(), values: g.values.clone() });
+            }
+        }
+        Space {
+            base: parsed.given,
+            dims,
+            skipped,
+            flags: flags.clone(),
+            ctx: Context { version, ..ctx },
+        }
+    }
+
+    /// The configuration for `choice`, or `None` when ComfyUI would refuse it.
+    pub fn config(&self, choice: &[(usize, usize)]) -> Option<Config> {
+        let mut choice: Choice = choice.to_vec();
+        choice.sort();
+        let removed: Vec<&str> = choice
+            .iter()
+            .filter_map(|(d, _)| match &self.dims[*d] {
+                Dim::Remove { flag, .. } => Some(flag.as_str()),
+                _ => None,
+            })
+            .collect();
+        let mut flags: Vec<String> = Vec::new();
+        for g in self.base.iter().filter(|g| !removed.contains(&g.flag.as_str())) {
+            push_given(&mut flags, g);
+        }
+        for (d, alt) in &choice {
+            if let Dim::Add { flag, values } = &self.dims[*d] {
+                flags.push(flag.clone());
+                if let Some(Some(v)) = values.get(*alt) {
+                    flags.push(v.clone());
+                }
+            }
+        }
+        let parsed = argparse::parse(&self.flags, &flags, self.ctx.version.as_ref());
+        if !parsed.accepted() {
+            return None;
+        }
+        let effective = decide::decide(&parsed, &self.ctx);
+        let no_ops: Vec<&str> = effective.no_op.iter().map(|n| n.flag.as_str()).collect();
+        let mut key_parts: Vec<String> = parsed
+            .given
+            .iter()
+            .filter(|g| !no_ops.contains(&g.flag.as_str()))
+            .map(|g| {
+                let mut s = g.flag.clone();
+                for v in &g.values {
+                    s.push('=');
+                    s.push_str(v);
+                }
+                s
+            })
+            .collect();
+        key_parts.sort();
+        key_parts.dedup();
+        Some(Config {
+            flags,
+            choice,
+            key: key_parts.join(" "),
+        })
+    }
+
+    /// The baseline: the user's flags unchanged.
+    pub fn baseline(&self) -> Config {
+        self.config(&[]).unwrap_or_else(|| Config {
+            flags: self.base_tokens(),
+            choice: Vec::new(),
+            key: String::from("(baseline)"),
+        })
+    }
+
+    fn base_tokens(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for g in &self.base {
+            push_given(&mut out, g);
+        }
+        out
+    }
+
+    /// The choice with every dimension in `dims` at its strongest (last) alternative.
+    pub fn strong(&self, dims: &[usize]) -> Choice {
+        dims.iter().map(|d| (*d, self.dims[*d].alternatives() - 1)).collect()
+    }
+
+    /// A choice as words: `--disable-dynamic-vram, without --highvram`.
+    pub fn describe(&self, choice: &[(usize, usize)]) -> Vec<String> {
+        choice.iter().map(|(d, a)| self.dims[*d].describe(*a)).collect()
+    }
+}
+
+/// A user's flag as typed (`--x=value` stays one word).
+fn push_given(out: &mut Vec<String>, g: &Given) {
+    out.push(g.typed.clone());
+    if !g.typed.contains('=') {
+        out.extend(g.values.iter().cloned());
+    }
+}
+
+/// The base flags the bisect may try removing: those that touch memory.
+fn is_removable(flag: &str) -> bool {
+    crate::flags::defs::lookup(flag).is_some()
+}
+
+/// Orders values numerically when they are numbers (`1 < 2 < 10`), else as given.
+fn sort_values(values: &mut [Option<String>]) {
+    if values
+        .iter()
+        .all(|v| v.as_deref().is_some_and(|s| s.parse::<f64>().is_ok()))
+    {
+        values.sort_by(|a, b| {
+            let a: f64 = a.as_deref().unwrap_or("0").parse().unwrap_or(0.0);
+            let b: f64 = b.as_deref().unwrap_or("0").parse().unwrap_or(0.0);
+            a.total_cmp(&b)
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flags::decide::Platform;
+    use crate::flags::profile;
+
+    fn space(base: &[&str], toggles: &[&str]) -> Space {
+        let p = profile::builtin(None);
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        Space::new(&p.flags, Some(p.version), Context::new(Platform::Linux), &s(base), &s(toggles))
+    }
+
+    #[test]
+    fn values_of_one_flag_are_one_ordered_dimension() {
+        let sp = space(&[], &["--reserve-vram=4", "--reserve-vram=1", "--reserve-vram=2", "--disable-pinned-memory"]);
+        assert_eq!(sp.dims.len(), 2);
+        assert_eq!(
+            sp.dims[0],
+            Dim::Add { flag: "--reserve-vram".into(), values: vec![Some("1".into()), Some("2".into()), Some("4".into())] }
+        );
+        let c = sp.config(&sp.strong(&[0])).unwrap();
+        assert_eq!(c.flags, ["--reserve-vram", "4"]);
+    }
+
+    #[test]
+    fn unknown_and_duplicate_toggles_are_skipped_with_a_reason() {
+        let v = Version::lit("0.3.64");
+        let p = profile::builtin(Some(&v));
+        let sp = Space::new(
+            &p.flags,
+            Some(v),
+            Context::new(Platform::Linux),
+            &["--cpu".into()],
+            &["--disable-dynamic-vram".into(), "--cpu".into(), "--cache-none".into()],
+        );
+        assert_eq!(sp.skipped.len(), 2);
+        assert!(sp.skipped[0].reason.contains("arrived in 0.15.0"), "{:?}", sp.skipped);
+        assert!(sp.skipped[1].reason.contains("already among your flags"));
+        assert_eq!(sp.dims.len(), 2, "--cache-none, and removing --cpu");
+    }
+
+    #[test]
+    fn base_flags_become_removals() {
+        let sp = space(&["--highvram", "--listen", "0.0.0.0"], &["--disable-pinned-memory"]);
+        assert_eq!(sp.dims[1], Dim::Remove { flag: "--highvram".into(), values: vec![] });
+        let c = sp.config(&[(1, 0)]).unwrap();
+        assert_eq!(c.flags, ["--listen", "0.0.0.0"]);
+        assert_eq!(sp.describe(&[(1, 0)]), ["without --highvram"]);
+    }
+
+    #[test]
+    fn invalid_combinations_are_refused() {
+        let sp = space(&["--highvram"], &["--lowvram"]);
+        // Adding --lowvram to --highvram: argparse would exit 2.
+        assert!(sp.config(&[(0, 0)]).is_none());
+        // With --highvram removed it is fine.
+        assert!(sp.config(&[(0, 0), (1, 0)]).is_some());
+    }
+
+    #[test]
+    fn no_op_toggles_make_equivalent_configurations() {
+        let sp = space(&[], &["--disable-dynamic-vram", "--disable-nvml-pressure"]);
+        let off = sp.config(&[(0, 0)]).unwrap();
+        let off_and_noop = sp.config(&[(0, 0), (1, 0)]).unwrap();
+        assert_eq!(off.key, off_and_noop.key, "--disable-nvml-pressure does nothing without Dynamic VRAM");
+        assert_ne!(sp.config(&[(1, 0)]).unwrap().key, sp.baseline().key);
+    }
+}
