@@ -5,8 +5,11 @@
 //! - [`search`]: the strategies, against an [`search::Oracle`];
 //! - [`scripted`]: an oracle from a rule, for tests and the benchmark.
 
+pub mod cli;
+pub mod result;
 pub mod scripted;
 pub mod search;
+pub mod session;
 pub mod space;
 
 #[cfg(test)]

@@ -20,7 +20,13 @@ pub struct Scripted {
 
 impl Scripted {
     pub fn new(fixes: Rule, p_fail: f64, seed: u64) -> Scripted {
-        Scripted { fixes, p_fail, failure: Outcome::Oom, rng: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1, runs: 0 }
+        Scripted {
+            fixes,
+            p_fail,
+            failure: Outcome::Oom,
+            rng: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            runs: 0,
+        }
     }
 
     /// Deterministic: failing configurations always fail.

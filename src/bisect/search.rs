@@ -22,7 +22,13 @@ pub struct Trial {
 
 impl Trial {
     pub fn of(outcome: Outcome) -> Trial {
-        Trial { outcome, run_dir: None, duration_ms: 0, peak_vram_bytes: None, peak_ram_bytes: None }
+        Trial {
+            outcome,
+            run_dir: None,
+            duration_ms: 0,
+            peak_vram_bytes: None,
+            peak_ram_bytes: None,
+        }
     }
 }
 
@@ -65,7 +71,12 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { strategy: Strategy::Adaptive, repeat: 1, max_runs: 64, alpha: 0.05 }
+        Settings {
+            strategy: Strategy::Adaptive,
+            repeat: 1,
+            max_runs: 64,
+            alpha: 0.05,
+        }
     }
 }
 
@@ -81,14 +92,20 @@ impl Tally {
         self.trials.len()
     }
     pub fn passes(&self) -> usize {
-        self.trials.iter().filter(|t| t.outcome == Outcome::Pass).count()
+        self.trials
+            .iter()
+            .filter(|t| t.outcome == Outcome::Pass)
+            .count()
     }
     pub fn count(&self, outcome: Outcome) -> usize {
         self.trials.iter().filter(|t| t.outcome == outcome).count()
     }
     /// Failures of another kind than the one hunted: unresolved, not passes.
     pub fn others(&self, target: Outcome) -> usize {
-        self.trials.iter().filter(|t| t.outcome != Outcome::Pass && t.outcome != target).count()
+        self.trials
+            .iter()
+            .filter(|t| t.outcome != Outcome::Pass && t.outcome != target)
+            .count()
     }
 }
 
@@ -144,9 +161,23 @@ enum Eval {
 
 impl<'a> Search<'a> {
     /// A search that starts from `prior` (the tallies of a session being resumed).
-    pub fn new(space: &'a Space, oracle: &'a mut dyn Oracle, settings: Settings, prior: Vec<Tally>) -> Search<'a> {
+    pub fn new(
+        space: &'a Space,
+        oracle: &'a mut dyn Oracle,
+        settings: Settings,
+        prior: Vec<Tally>,
+    ) -> Search<'a> {
         let runs = prior.iter().map(|t| t.runs() as u32).sum();
-        let mut s = Search { space, oracle, settings, tallies: prior, target: None, flaky: false, runs, last_run_key: None };
+        let mut s = Search {
+            space,
+            oracle,
+            settings,
+            tallies: prior,
+            target: None,
+            flaky: false,
+            runs,
+            last_run_key: None,
+        };
         s.refresh_flaky();
         s
     }
@@ -155,7 +186,10 @@ impl<'a> Search<'a> {
         match self.tallies.iter().position(|t| t.config.key == config.key) {
             Some(i) => i,
             None => {
-                self.tallies.push(Tally { config: config.clone(), trials: Vec::new() });
+                self.tallies.push(Tally {
+                    config: config.clone(),
+                    trials: Vec::new(),
+                });
                 self.tallies.len() - 1
             }
         }
@@ -178,20 +212,29 @@ impl<'a> Search<'a> {
 
     fn refresh_flaky(&mut self) {
         if let Some(target) = self.target {
-            self.flaky = self.tallies.iter().any(|t| t.passes() > 0 && t.count(target) > 0);
+            self.flaky = self
+                .tallies
+                .iter()
+                .any(|t| t.passes() > 0 && t.count(target) > 0);
         }
     }
 
     /// The failure rate of configurations known to fail, for deciding how many passes make
     /// a configuration "fixed" once failures are flaky.
     fn failure_rate(&self) -> f64 {
-        let Some(target) = self.target else { return 1.0 };
+        let Some(target) = self.target else {
+            return 1.0;
+        };
         let (fails, runs) = self
             .tallies
             .iter()
             .filter(|t| t.count(target) > 0)
             .fold((0, 0), |(f, r), t| (f + t.count(target), r + t.runs()));
-        if runs == 0 { 1.0 } else { fails as f64 / runs as f64 }
+        if runs == 0 {
+            1.0
+        } else {
+            fails as f64 / runs as f64
+        }
     }
 
     /// Passes needed before a configuration counts as fixed.
@@ -234,9 +277,27 @@ impl<'a> Search<'a> {
         loop {
             let i = self.tally_index(&base);
             let t = self.tallies[i].clone();
-            if let Some(first) = t.trials.iter().map(|t| t.outcome).find(|o| *o != Outcome::Pass) {
-                if matches!(first, Outcome::StartupFailed | Outcome::InvalidWorkflow | Outcome::FlagRejected | Outcome::Interrupted) {
-                    return Ok(Some(self.verdict(VerdictKind::Untestable, None, Some(format!("the baseline run ended in {first} ({})", first.describe())))));
+            if let Some(first) = t
+                .trials
+                .iter()
+                .map(|t| t.outcome)
+                .find(|o| *o != Outcome::Pass)
+            {
+                if matches!(
+                    first,
+                    Outcome::StartupFailed
+                        | Outcome::InvalidWorkflow
+                        | Outcome::FlagRejected
+                        | Outcome::Interrupted
+                ) {
+                    return Ok(Some(self.verdict(
+                        VerdictKind::Untestable,
+                        None,
+                        Some(format!(
+                            "the baseline run ended in {first} ({})",
+                            first.describe()
+                        )),
+                    )));
                 }
                 self.target = Some(first);
                 if t.runs() >= repeat {
@@ -266,10 +327,20 @@ impl<'a> Search<'a> {
             }
         }
         let kind = match kind {
-            VerdictKind::FixedBy if fixing.is_empty() && !culprits.is_empty() => VerdictKind::CausedBy,
+            VerdictKind::FixedBy if fixing.is_empty() && !culprits.is_empty() => {
+                VerdictKind::CausedBy
+            }
             k => k,
         };
-        Found { kind, target: self.target, config, fixing_flags: fixing, culprit_flags: culprits, reason, flaky: self.flaky }
+        Found {
+            kind,
+            target: self.target,
+            config,
+            fixing_flags: fixing,
+            culprit_flags: culprits,
+            reason,
+            flaky: self.flaky,
+        }
     }
 
     /// Runs the search to a verdict (or to where it had to stop).
@@ -279,7 +350,10 @@ impl<'a> Search<'a> {
             Err(stop) => {
                 let why = match stop {
                     Stopped::Interrupted => "interrupted: continue with --resume".to_string(),
-                    Stopped::Budget => format!("the run budget ({} runs) was spent before a verdict", self.settings.max_runs),
+                    Stopped::Budget => format!(
+                        "the run budget ({} runs) was spent before a verdict",
+                        self.settings.max_runs
+                    ),
                 };
                 self.verdict(VerdictKind::Incomplete, None, Some(why))
             }
@@ -299,18 +373,36 @@ impl<'a> Search<'a> {
             Strategy::Matrix => self.matrix()?,
         };
         let Some(choice) = found else {
-            return Ok(self.verdict(VerdictKind::NoFixFound, None, Some("no configuration tried passed".into())));
+            return Ok(self.verdict(
+                VerdictKind::NoFixFound,
+                None,
+                Some("no configuration tried passed".into()),
+            ));
         };
         // Every verdict is confirmed by a run of exactly that configuration, after the search.
-        let config = self.space.config(&choice).expect("a found configuration is valid");
+        let config = self
+            .space
+            .config(&choice)
+            .expect("a found configuration is valid");
         let already = self.last_run_key.as_deref() == Some(config.key.as_str())
             && self.settings.strategy == Strategy::Adaptive;
         if !already && self.run_once(&config)? != Outcome::Pass {
-            return Ok(self.verdict(VerdictKind::NoFixFound, None, Some(format!("{} passed during the search but failed its confirmation run", config.flags.join(" ")))));
+            return Ok(self.verdict(
+                VerdictKind::NoFixFound,
+                None,
+                Some(format!(
+                    "{} passed during the search but failed its confirmation run",
+                    config.flags.join(" ")
+                )),
+            ));
         }
         match self.evaluate(&choice)? {
             Eval::Pass => Ok(self.verdict(VerdictKind::FixedBy, Some(&choice), None)),
-            _ => Ok(self.verdict(VerdictKind::NoFixFound, None, Some("the best candidate did not pass reliably".into()))),
+            _ => Ok(self.verdict(
+                VerdictKind::NoFixFound,
+                None,
+                Some("the best candidate did not pass reliably".into()),
+            )),
         }
     }
 
@@ -341,7 +433,10 @@ impl<'a> Search<'a> {
             // or a pass on the way was luck: look again at what passed.
             if !self.flaky {
                 for set in passed_sets.iter().rev() {
-                    let config = self.space.config(&self.space.strong(set)).expect("ran before");
+                    let config = self
+                        .space
+                        .config(&self.space.strong(set))
+                        .expect("ran before");
                     self.run_once(&config)?;
                     if self.flaky {
                         break;
@@ -406,7 +501,11 @@ impl<'a> Search<'a> {
         if candidates.len() <= 1 {
             // The baseline fails, so with nothing added the candidate is needed.
             let base_alone_passes = !base.is_empty() && self.passes_with(base, &[])?;
-            return Ok(if base_alone_passes { Vec::new() } else { candidates.to_vec() });
+            return Ok(if base_alone_passes {
+                Vec::new()
+            } else {
+                candidates.to_vec()
+            });
         }
         let (c1, c2) = candidates.split_at(candidates.len().div_ceil(2));
         if self.passes_with(base, c1)? {

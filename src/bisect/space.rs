@@ -12,7 +12,10 @@ use serde::{Deserialize, Serialize};
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Dim {
     /// Add `flag`, with one of `values` (ascending; `[None]` for a switch).
-    Add { flag: String, values: Vec<Option<String>> },
+    Add {
+        flag: String,
+        values: Vec<Option<String>>,
+    },
     /// Remove one of the user's own flags (with its values).
     Remove { flag: String, values: Vec<String> },
 }
@@ -120,12 +123,15 @@ impl Space {
             }
             let p = argparse::parse(flags, &probe, version.as_ref());
             if let Some(err) = &p.error {
-                let reason = if p.unknown.iter().any(|u| *u == name) {
+                let reason = if p.unknown.contains(&name) {
                     crate::explain::unknown_hint(&name, flags, version.as_ref())
                 } else {
                     err.clone()
                 };
-                skipped.push(Skipped { toggle: toggle.clone(), reason });
+                skipped.push(Skipped {
+                    toggle: toggle.clone(),
+                    reason,
+                });
                 continue;
             }
             let Some(g) = p.given.first() else { continue };
@@ -137,13 +143,19 @@ impl Space {
                 });
                 continue;
             }
-            match dims.iter_mut().find(|d| matches!(d, Dim::Add { flag, .. } if *flag == canonical)) {
+            match dims
+                .iter_mut()
+                .find(|d| matches!(d, Dim::Add { flag, .. } if *flag == canonical))
+            {
                 Some(Dim::Add { values, .. }) => {
                     if !values.contains(&value) {
                         values.push(value);
                     }
                 }
-                _ => dims.push(Dim::Add { flag: canonical, values: vec![value] }),
+                _ => dims.push(Dim::Add {
+                    flag: canonical,
+                    values: vec![value],
+                }),
             }
         }
         for d in &mut dims {
@@ -154,7 +166,10 @@ impl Space {
         // The user's own memory-related flags are part of the question too.
         for g in &parsed.given {
             if is_removable(&g.flag) {
-                dims.push(Dim::Remove { flag: g.flag.clone(), values: g.values.clone() });
+                dims.push(Dim::Remove {
+                    flag: g.flag.clone(),
+                    values: g.values.clone(),
+                });
             }
         }
         Space {
@@ -178,7 +193,11 @@ impl Space {
             })
             .collect();
         let mut flags: Vec<String> = Vec::new();
-        for g in self.base.iter().filter(|g| !removed.contains(&g.flag.as_str())) {
+        for g in self
+            .base
+            .iter()
+            .filter(|g| !removed.contains(&g.flag.as_str()))
+        {
             push_given(&mut flags, g);
         }
         for (d, alt) in &choice {
@@ -236,12 +255,17 @@ impl Space {
 
     /// The choice with every dimension in `dims` at its strongest (last) alternative.
     pub fn strong(&self, dims: &[usize]) -> Choice {
-        dims.iter().map(|d| (*d, self.dims[*d].alternatives() - 1)).collect()
+        dims.iter()
+            .map(|d| (*d, self.dims[*d].alternatives() - 1))
+            .collect()
     }
 
     /// A choice as words: `--disable-dynamic-vram, without --highvram`.
     pub fn describe(&self, choice: &[(usize, usize)]) -> Vec<String> {
-        choice.iter().map(|(d, a)| self.dims[*d].describe(*a)).collect()
+        choice
+            .iter()
+            .map(|(d, a)| self.dims[*d].describe(*a))
+            .collect()
     }
 }
 
@@ -281,16 +305,33 @@ mod tests {
     fn space(base: &[&str], toggles: &[&str]) -> Space {
         let p = profile::builtin(None);
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        Space::new(&p.flags, Some(p.version), Context::new(Platform::Linux), &s(base), &s(toggles))
+        Space::new(
+            &p.flags,
+            Some(p.version),
+            Context::new(Platform::Linux),
+            &s(base),
+            &s(toggles),
+        )
     }
 
     #[test]
     fn values_of_one_flag_are_one_ordered_dimension() {
-        let sp = space(&[], &["--reserve-vram=4", "--reserve-vram=1", "--reserve-vram=2", "--disable-pinned-memory"]);
+        let sp = space(
+            &[],
+            &[
+                "--reserve-vram=4",
+                "--reserve-vram=1",
+                "--reserve-vram=2",
+                "--disable-pinned-memory",
+            ],
+        );
         assert_eq!(sp.dims.len(), 2);
         assert_eq!(
             sp.dims[0],
-            Dim::Add { flag: "--reserve-vram".into(), values: vec![Some("1".into()), Some("2".into()), Some("4".into())] }
+            Dim::Add {
+                flag: "--reserve-vram".into(),
+                values: vec![Some("1".into()), Some("2".into()), Some("4".into())]
+            }
         );
         let c = sp.config(&sp.strong(&[0])).unwrap();
         assert_eq!(c.flags, ["--reserve-vram", "4"]);
@@ -305,18 +346,35 @@ mod tests {
             Some(v),
             Context::new(Platform::Linux),
             &["--cpu".into()],
-            &["--disable-dynamic-vram".into(), "--cpu".into(), "--cache-none".into()],
+            &[
+                "--disable-dynamic-vram".into(),
+                "--cpu".into(),
+                "--cache-none".into(),
+            ],
         );
         assert_eq!(sp.skipped.len(), 2);
-        assert!(sp.skipped[0].reason.contains("arrived in 0.15.0"), "{:?}", sp.skipped);
+        assert!(
+            sp.skipped[0].reason.contains("arrived in 0.15.0"),
+            "{:?}",
+            sp.skipped
+        );
         assert!(sp.skipped[1].reason.contains("already among your flags"));
         assert_eq!(sp.dims.len(), 2, "--cache-none, and removing --cpu");
     }
 
     #[test]
     fn base_flags_become_removals() {
-        let sp = space(&["--highvram", "--listen", "0.0.0.0"], &["--disable-pinned-memory"]);
-        assert_eq!(sp.dims[1], Dim::Remove { flag: "--highvram".into(), values: vec![] });
+        let sp = space(
+            &["--highvram", "--listen", "0.0.0.0"],
+            &["--disable-pinned-memory"],
+        );
+        assert_eq!(
+            sp.dims[1],
+            Dim::Remove {
+                flag: "--highvram".into(),
+                values: vec![]
+            }
+        );
         let c = sp.config(&[(1, 0)]).unwrap();
         assert_eq!(c.flags, ["--listen", "0.0.0.0"]);
         assert_eq!(sp.describe(&[(1, 0)]), ["without --highvram"]);
@@ -336,7 +394,10 @@ mod tests {
         let sp = space(&[], &["--disable-dynamic-vram", "--disable-nvml-pressure"]);
         let off = sp.config(&[(0, 0)]).unwrap();
         let off_and_noop = sp.config(&[(0, 0), (1, 0)]).unwrap();
-        assert_eq!(off.key, off_and_noop.key, "--disable-nvml-pressure does nothing without Dynamic VRAM");
+        assert_eq!(
+            off.key, off_and_noop.key,
+            "--disable-nvml-pressure does nothing without Dynamic VRAM"
+        );
         assert_ne!(sp.config(&[(1, 0)]).unwrap().key, sp.baseline().key);
     }
 }

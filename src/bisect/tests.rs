@@ -26,7 +26,13 @@ const SWITCHES: &[&str] = &[
 fn space(base: &[&str], toggles: &[&str]) -> Space {
     let p = profile::builtin(None);
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    Space::new(&p.flags, Some(p.version), Context::new(Platform::Linux), &s(base), &s(toggles))
+    Space::new(
+        &p.flags,
+        Some(p.version),
+        Context::new(Platform::Linux),
+        &s(base),
+        &s(toggles),
+    )
 }
 
 fn bisect(space: &Space, oracle: &mut Scripted, settings: Settings) -> (Found, u32) {
@@ -53,9 +59,16 @@ fn one_culprit_among_k_within_the_bound() {
             let mut oracle = Scripted::deterministic(Box::new(move |s| has(s, &fix)));
             let (found, runs) = bisect(&sp, &mut oracle, Settings::default());
             assert_eq!(found.kind, VerdictKind::FixedBy, "k={k} culprit={culprit}");
-            assert_eq!(found.fixing_flags, [toggles[culprit]], "k={k} culprit={culprit}");
+            assert_eq!(
+                found.fixing_flags,
+                [toggles[culprit]],
+                "k={k} culprit={culprit}"
+            );
             let bound = 1 + ceil_log2(k) + 1;
-            assert!(runs <= bound, "k={k} culprit={culprit}: {runs} runs > {bound}");
+            assert!(
+                runs <= bound,
+                "k={k} culprit={culprit}: {runs} runs > {bound}"
+            );
         }
     }
 }
@@ -66,20 +79,31 @@ fn three_flags_that_only_work_together() {
     let toggles = &SWITCHES[..8];
     let sp = space(&[], toggles);
     let mut oracle = Scripted::deterministic(Box::new(|s| {
-        has(s, "--disable-dynamic-vram") && has(s, "--disable-pinned-memory") && has(s, "--disable-async-offload")
+        has(s, "--disable-dynamic-vram")
+            && has(s, "--disable-pinned-memory")
+            && has(s, "--disable-async-offload")
     }));
     let (found, runs) = bisect(&sp, &mut oracle, Settings::default());
     assert_eq!(found.kind, VerdictKind::FixedBy);
     let mut flags = found.fixing_flags.clone();
     flags.sort();
-    assert_eq!(flags, ["--disable-async-offload", "--disable-dynamic-vram", "--disable-pinned-memory"]);
+    assert_eq!(
+        flags,
+        [
+            "--disable-async-offload",
+            "--disable-dynamic-vram",
+            "--disable-pinned-memory"
+        ]
+    );
     assert!(runs <= 24, "{runs} runs");
 }
 
 #[test]
 fn pairs_that_must_both_be_present() {
     let sp = space(&[], &SWITCHES[..6]);
-    let mut oracle = Scripted::deterministic(Box::new(|s| has(s, "--disable-smart-memory") && has(s, "--disable-mmap")));
+    let mut oracle = Scripted::deterministic(Box::new(|s| {
+        has(s, "--disable-smart-memory") && has(s, "--disable-mmap")
+    }));
     let (found, _) = bisect(&sp, &mut oracle, Settings::default());
     let mut flags = found.fixing_flags.clone();
     flags.sort();
@@ -89,11 +113,15 @@ fn pairs_that_must_both_be_present() {
 #[test]
 fn an_or_of_two_names_one_of_them() {
     let sp = space(&[], &SWITCHES[..6]);
-    let mut oracle = Scripted::deterministic(Box::new(|s| has(s, "--disable-pinned-memory") || has(s, "--disable-mmap")));
+    let mut oracle = Scripted::deterministic(Box::new(|s| {
+        has(s, "--disable-pinned-memory") || has(s, "--disable-mmap")
+    }));
     let (found, _) = bisect(&sp, &mut oracle, Settings::default());
     assert_eq!(found.kind, VerdictKind::FixedBy);
     assert_eq!(found.fixing_flags.len(), 1);
-    assert!(["--disable-pinned-memory", "--disable-mmap"].contains(&found.fixing_flags[0].as_str()));
+    assert!(
+        ["--disable-pinned-memory", "--disable-mmap"].contains(&found.fixing_flags[0].as_str())
+    );
 }
 
 #[test]
@@ -107,9 +135,22 @@ fn a_base_flag_that_causes_it() {
 
 #[test]
 fn least_value_of_a_multi_valued_flag() {
-    let sp = space(&[], &["--reserve-vram=1", "--reserve-vram=2", "--reserve-vram=4", "--reserve-vram=8", "--disable-pinned-memory"]);
+    let sp = space(
+        &[],
+        &[
+            "--reserve-vram=1",
+            "--reserve-vram=2",
+            "--reserve-vram=4",
+            "--reserve-vram=8",
+            "--disable-pinned-memory",
+        ],
+    );
     let mut oracle = Scripted::deterministic(Box::new(|s| {
-        s.iter().any(|f| f.strip_prefix("--reserve-vram=").and_then(|v| v.parse::<f64>().ok()).is_some_and(|v| v >= 2.0))
+        s.iter().any(|f| {
+            f.strip_prefix("--reserve-vram=")
+                .and_then(|v| v.parse::<f64>().ok())
+                .is_some_and(|v| v >= 2.0)
+        })
     }));
     let (found, _) = bisect(&sp, &mut oracle, Settings::default());
     assert_eq!(found.fixing_flags, ["--reserve-vram 2"]);
@@ -136,7 +177,16 @@ fn baseline_that_passes_is_not_reproduced() {
 #[test]
 fn invalid_combinations_are_never_run() {
     // --lowvram and --novram conflict with the base --highvram; cache modes with each other.
-    let sp = space(&["--highvram"], &["--lowvram", "--novram", "--cache-none", "--cache-classic", "--disable-pinned-memory"]);
+    let sp = space(
+        &["--highvram"],
+        &[
+            "--lowvram",
+            "--novram",
+            "--cache-none",
+            "--cache-classic",
+            "--disable-pinned-memory",
+        ],
+    );
     let mut oracle = Scripted::deterministic(Box::new(|s| has(s, "--cache-none")));
     let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
     let found = search.run();
@@ -144,7 +194,11 @@ fn invalid_combinations_are_never_run() {
     let p = profile::builtin(None);
     for t in &search.tallies {
         let parsed = crate::flags::argparse::parse(&p.flags, &t.config.flags, None);
-        assert!(parsed.accepted(), "ran an invalid configuration: {:?}", t.config.flags);
+        assert!(
+            parsed.accepted(),
+            "ran an invalid configuration: {:?}",
+            t.config.flags
+        );
     }
 }
 
@@ -154,8 +208,19 @@ fn each_and_matrix_agree_with_adaptive() {
     for strategy in [Strategy::Each, Strategy::Matrix] {
         let sp = space(&[], toggles);
         let mut oracle = Scripted::deterministic(Box::new(|s| has(s, "--disable-async-offload")));
-        let (found, runs) = bisect(&sp, &mut oracle, Settings { strategy, ..Settings::default() });
-        assert_eq!(found.fixing_flags, ["--disable-async-offload"], "{strategy:?}");
+        let (found, runs) = bisect(
+            &sp,
+            &mut oracle,
+            Settings {
+                strategy,
+                ..Settings::default()
+            },
+        );
+        assert_eq!(
+            found.fixing_flags,
+            ["--disable-async-offload"],
+            "{strategy:?}"
+        );
         match strategy {
             Strategy::Each => assert_eq!(runs, 1 + 4 + 1),
             _ => assert!(runs >= 16, "{runs}"),
@@ -173,17 +238,30 @@ fn flaky_accuracy(k: usize, p_fail: f64, repeat: u32, trials: u64) -> (f64, f64)
         let sp = space(&[], toggles);
         let c2 = culprit.clone();
         let mut oracle = Scripted::new(Box::new(move |s| has(s, &c2)), p_fail, seed + 1);
-        let (found, runs) = bisect(&sp, &mut oracle, Settings { repeat, ..Settings::default() });
+        let (found, runs) = bisect(
+            &sp,
+            &mut oracle,
+            Settings {
+                repeat,
+                ..Settings::default()
+            },
+        );
         total_runs += runs as u64;
         if found.kind == VerdictKind::FixedBy && found.fixing_flags == [culprit] {
             correct += 1;
         }
     }
-    (correct as f64 / trials as f64, total_runs as f64 / trials as f64)
+    (
+        correct as f64 / trials as f64,
+        total_runs as f64 / trials as f64,
+    )
 }
 
 #[test]
 fn flaky_failures_at_70_percent() {
     let (accuracy, mean_runs) = flaky_accuracy(8, 0.7, 3, 300);
-    assert!(accuracy >= 0.95, "accuracy {accuracy:.3} with {mean_runs:.1} runs on average");
+    assert!(
+        accuracy >= 0.95,
+        "accuracy {accuracy:.3} with {mean_runs:.1} runs on average"
+    );
 }

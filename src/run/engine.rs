@@ -1,6 +1,8 @@
 //! The run engine: one ComfyUI process, N prompts, one record.
 
-use super::record::{Effective, ExitRecord, Iteration, Overhead, Peaks, RunRecord, Teardown, overall};
+use super::record::{
+    Effective, ExitRecord, Iteration, Overhead, Peaks, RunRecord, Teardown, overall,
+};
 use super::{Reporter, RunEvent, RunOptions};
 use crate::classify::normalize::normalize;
 use crate::classify::{self, ExitInfo, PromptEnd, PromptObservation, Verdict};
@@ -145,16 +147,19 @@ pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunReco
         let port = free_port().map_err(|e| {
             crate::error::Error::environment(format!("no free port on 127.0.0.1: {e}"))
         })?;
-        let mut argv: Vec<String> = vec![
-            "main.py".into(),
-            "--listen".into(),
+        // The user's flags first, the tool's last: argparse keeps the last value, so a
+        // `--port` or `--listen` from a launcher cannot send ComfyUI somewhere the tool does
+        // not look, and `--disable-auto-launch` beats `--windows-standalone-build`.
+        let mut argv: Vec<String> = vec!["main.py".into()];
+        argv.extend(opts.comfy_flags.iter().cloned());
+        argv.extend([
+            "--listen".to_string(),
             HOST.to_string(),
             "--port".into(),
             port.to_string(),
             "--disable-auto-launch".into(),
-        ];
+        ]);
         argv.extend(argv_extra.iter().cloned());
-        argv.extend(opts.comfy_flags.iter().cloned());
         reporter.event(&RunEvent::Launching { argv: argv.clone() });
         let (tx, rx) = mpsc::channel::<Msg>();
         let mut env: Vec<(String, String)> = vec![
@@ -705,6 +710,13 @@ fn compare_with_prediction(opts: &RunOptions, effective: &Effective) -> Vec<Stri
     };
     let predicted = decide::decide(&parsed, &ctx);
     let mut out = Vec::new();
+    for flag in ["--listen", "--port"] {
+        if parsed.has(flag) {
+            out.push(format!(
+                "your {flag} was overridden: vrambisect runs ComfyUI on 127.0.0.1 and a free port"
+            ));
+        }
+    }
     if let Some(actual) = effective.dynamic_vram
         && actual != predicted.dynamic_vram.enabled
     {

@@ -1,0 +1,314 @@
+//! The result of a bisect: the contract's JSON, the statement a person can paste, the table.
+
+use super::search::{Found, Strategy, Tally, VerdictKind};
+use super::space::{Skipped, Space};
+use crate::outcome::Outcome;
+use crate::output::Style;
+use comfy_table::{Cell, ContentArrangement, Table};
+use serde::{Deserialize, Serialize};
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+/// The baseline: the user's flags unchanged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Baseline {
+    pub flags: Vec<String>,
+    /// The failure hunted, or `pass` when it did not reproduce.
+    pub outcome: Outcome,
+    pub runs: usize,
+    pub failures: usize,
+}
+
+/// The answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub kind: VerdictKind,
+    pub fixing_flags: Vec<String>,
+    pub culprit_flags: Vec<String>,
+    /// One sentence a person can paste.
+    pub statement: String,
+    /// The flags to start ComfyUI with (the confirmed configuration).
+    pub flags: Option<Vec<String>>,
+    /// The command line (or launcher line) to use.
+    pub launcher_line: Option<String>,
+    pub reason: Option<String>,
+    pub flaky: bool,
+}
+
+/// One configuration tried.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigResult {
+    pub flags: Vec<String>,
+    /// What differs from the baseline, in words.
+    pub changes: Vec<String>,
+    /// `pass` if every run passed, else the most frequent failure.
+    pub outcome: Outcome,
+    pub runs: usize,
+    pub passes: usize,
+    pub failures: usize,
+    /// Runs that failed some other way than the failure hunted (unresolved, not passes).
+    pub unresolved: usize,
+    pub peak_vram_bytes: Option<u64>,
+    pub peak_ram_bytes: Option<u64>,
+    pub mean_duration_ms: u64,
+    pub run_dirs: Vec<PathBuf>,
+}
+
+/// The whole result (`bisect --json`, `result.json` in the session folder).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BisectResult {
+    pub baseline: Baseline,
+    pub verdict: Verdict,
+    pub configs: Vec<ConfigResult>,
+    pub runs_total: u32,
+    pub session_dir: PathBuf,
+    pub strategy: Strategy,
+    pub toggles: Vec<String>,
+    pub skipped_toggles: Vec<Skipped>,
+}
+
+fn most_frequent_failure(t: &Tally) -> Option<Outcome> {
+    let mut counts: Vec<(Outcome, usize)> = Vec::new();
+    for trial in t.trials.iter().filter(|t| t.outcome != Outcome::Pass) {
+        match counts.iter_mut().find(|(o, _)| *o == trial.outcome) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((trial.outcome, 1)),
+        }
+    }
+    counts.into_iter().max_by_key(|(_, n)| *n).map(|(o, _)| o)
+}
+
+/// What a result says about its session besides the search itself.
+pub struct SessionInfo<'a> {
+    pub session_dir: PathBuf,
+    pub strategy: Strategy,
+    pub toggles: Vec<String>,
+    /// Turns a configuration's flags into the line to start ComfyUI with.
+    pub launcher: &'a dyn Fn(&[String]) -> String,
+}
+
+/// Builds the result from a finished (or stopped) search.
+pub fn build(
+    space: &Space,
+    found: &Found,
+    tallies: &[Tally],
+    runs_total: u32,
+    info: SessionInfo,
+) -> BisectResult {
+    let SessionInfo {
+        session_dir,
+        strategy,
+        toggles,
+        launcher,
+    } = info;
+    let base_cfg = space.baseline();
+    let base = tallies.iter().find(|t| t.config.key == base_cfg.key);
+    let target = found.target;
+    let baseline = Baseline {
+        flags: base_cfg.flags.clone(),
+        outcome: target.unwrap_or(Outcome::Pass),
+        runs: base.map(Tally::runs).unwrap_or(0),
+        failures: base.map(|t| t.runs() - t.passes()).unwrap_or(0),
+    };
+    let configs: Vec<ConfigResult> = tallies
+        .iter()
+        .map(|t| ConfigResult {
+            flags: t.config.flags.clone(),
+            changes: if t.config.choice.is_empty() {
+                vec!["(your flags)".into()]
+            } else {
+                space.describe(&t.config.choice)
+            },
+            outcome: most_frequent_failure(t).unwrap_or(Outcome::Pass),
+            runs: t.runs(),
+            passes: t.passes(),
+            failures: target.map(|o| t.count(o)).unwrap_or(0),
+            unresolved: target.map(|o| t.others(o)).unwrap_or(0),
+            peak_vram_bytes: t.trials.iter().filter_map(|r| r.peak_vram_bytes).max(),
+            peak_ram_bytes: t.trials.iter().filter_map(|r| r.peak_ram_bytes).max(),
+            mean_duration_ms: if t.trials.is_empty() {
+                0
+            } else {
+                t.trials.iter().map(|r| r.duration_ms).sum::<u64>() / t.trials.len() as u64
+            },
+            run_dirs: t.trials.iter().filter_map(|r| r.run_dir.clone()).collect(),
+        })
+        .collect();
+    let verdict_tally = found
+        .config
+        .as_ref()
+        .and_then(|c| tallies.iter().find(|t| t.config.key == c.key));
+    let statement = statement(found, &baseline, verdict_tally, tallies.len());
+    BisectResult {
+        baseline,
+        verdict: Verdict {
+            kind: found.kind,
+            fixing_flags: found.fixing_flags.clone(),
+            culprit_flags: found.culprit_flags.clone(),
+            statement,
+            flags: found.config.as_ref().map(|c| c.flags.clone()),
+            launcher_line: found.config.as_ref().map(|c| launcher(&c.flags)),
+            reason: found.reason.clone(),
+            flaky: found.flaky,
+        },
+        configs,
+        runs_total,
+        session_dir,
+        strategy,
+        toggles,
+        skipped_toggles: space.skipped.clone(),
+    }
+}
+
+/// The one sentence: "Fails 3/3 with your flags (CUDA out of memory); passes 5/5 with
+/// --disable-async-offload."
+pub fn statement(
+    found: &Found,
+    baseline: &Baseline,
+    verdict: Option<&Tally>,
+    configs_tried: usize,
+) -> String {
+    let what = found.target.map(|o| o.describe()).unwrap_or("failure");
+    let fails = format!(
+        "fails {}/{} with your flags ({what})",
+        baseline.failures, baseline.runs
+    );
+    let passes = verdict
+        .map(|t| format!("{}/{}", t.passes(), t.runs()))
+        .unwrap_or_default();
+    let with: Vec<String> = found
+        .fixing_flags
+        .iter()
+        .cloned()
+        .chain(found.culprit_flags.iter().map(|c| format!("without {c}")))
+        .collect();
+    match found.kind {
+        VerdictKind::FixedBy => format!(
+            "{}; passes {passes} with {}.",
+            capitalise(&fails),
+            with.join(" and ")
+        ),
+        VerdictKind::CausedBy => format!(
+            "{} causes it: the workflow {fails}, and passes {passes} without {}.",
+            found.culprit_flags.join(" and "),
+            if found.culprit_flags.len() > 1 {
+                "them"
+            } else {
+                "it"
+            }
+        ),
+        VerdictKind::NotReproduced => format!(
+            "The failure did not reproduce: the workflow passed {0}/{0} with your flags. Try more --iterations, or your real launcher with --launcher.",
+            baseline.runs
+        ),
+        VerdictKind::NoFixFound => format!(
+            "{}; none of the {} other configurations tried passed.",
+            capitalise(&fails),
+            configs_tried.saturating_sub(1)
+        ),
+        VerdictKind::Untestable => format!(
+            "Could not test the workflow: {}.",
+            found.reason.as_deref().unwrap_or("unknown reason")
+        ),
+        VerdictKind::Incomplete => format!(
+            "Stopped before a verdict: {}.",
+            found.reason.as_deref().unwrap_or("")
+        ),
+    }
+}
+
+fn capitalise(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().collect::<String>() + c.as_str(),
+        None => String::new(),
+    }
+}
+
+fn gib(bytes: Option<u64>) -> String {
+    bytes
+        .map(|b| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// Prints the matrix, the verdict and the line to use.
+pub fn render(r: &BisectResult, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+    let mut table = Table::new();
+    table.set_content_arrangement(ContentArrangement::Dynamic);
+    table.set_header(vec![
+        "configuration",
+        "outcome",
+        "passes/runs",
+        "peak VRAM",
+        "peak RAM",
+        "time",
+    ]);
+    for c in &r.configs {
+        let mut outcome = c.outcome.to_string();
+        if c.unresolved > 0 {
+            outcome.push_str(&format!(" ({} unresolved)", c.unresolved));
+        }
+        table.add_row(vec![
+            Cell::new(c.changes.join(", ")),
+            Cell::new(outcome),
+            Cell::new(format!("{}/{}", c.passes, c.runs)),
+            Cell::new(gib(c.peak_vram_bytes)),
+            Cell::new(gib(c.peak_ram_bytes)),
+            Cell::new(format!("{:.1} s", c.mean_duration_ms as f64 / 1000.0)),
+        ]);
+    }
+    if !r.configs.is_empty() {
+        writeln!(out, "{table}")?;
+        writeln!(out)?;
+    }
+    for s in &r.skipped_toggles {
+        writeln!(
+            out,
+            "{} skipped {}: {}",
+            style.warn("note:"),
+            s.toggle,
+            s.reason
+        )?;
+    }
+    let label = match r.verdict.kind {
+        VerdictKind::FixedBy => style.good("FIXED BY"),
+        VerdictKind::CausedBy => style.good("CAUSED BY"),
+        VerdictKind::NotReproduced => style.warn("NOT REPRODUCED"),
+        VerdictKind::NoFixFound => style.bad("NO FIX FOUND"),
+        VerdictKind::Untestable => style.bad("UNTESTABLE"),
+        VerdictKind::Incomplete => style.warn("INCOMPLETE"),
+    };
+    let flags: Vec<String> = r
+        .verdict
+        .fixing_flags
+        .iter()
+        .cloned()
+        .chain(r.verdict.culprit_flags.iter().cloned())
+        .collect();
+    writeln!(out, "{label} {}", flags.join(" "))?;
+    writeln!(out, "  {}", r.verdict.statement)?;
+    if r.verdict.flaky {
+        writeln!(
+            out,
+            "  {} outcomes were flaky: some configurations both passed and failed",
+            style.warn("note:")
+        )?;
+    }
+    if let Some(line) = &r.verdict.launcher_line {
+        writeln!(out, "  start ComfyUI with: {}", style.bold(line))?;
+    }
+    writeln!(
+        out,
+        "  {} runs; session folder {}",
+        r.runs_total,
+        r.session_dir.display()
+    )?;
+    if r.verdict.kind == VerdictKind::Incomplete {
+        writeln!(
+            out,
+            "  continue with: vrambisect bisect --resume {}",
+            r.session_dir.display()
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,244 @@
+//! A bisect session on disk: its settings, an append-only journal of finished runs, one run
+//! folder per run, and the result. `--resume` continues from the journal without repeating a
+//! finished run; a run cut short by Ctrl-C is not journaled, so it is the one redone.
+
+use super::search::{Oracle, Settings, Stopped, Strategy, Tally, Trial};
+use super::space::Config;
+use crate::error::{Error, Result, io_error};
+use crate::outcome::Outcome;
+use crate::run::{self, Reporter, RunOptions};
+use crate::signals::{self, Stop};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// What a session was started with (saved once, read back by `--resume`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionSpec {
+    pub comfyui: PathBuf,
+    pub python: Option<PathBuf>,
+    pub workflow: PathBuf,
+    pub launcher: Option<PathBuf>,
+    pub base_flags: Vec<String>,
+    pub toggles: Vec<String>,
+    /// The toggles came from the built-in default list.
+    pub default_toggles: bool,
+    pub strategy: Strategy,
+    pub repeat: u32,
+    pub iterations: u32,
+    pub max_runs: u32,
+    pub timeout_ms: u64,
+    pub stall_timeout_ms: u64,
+    pub startup_timeout_ms: u64,
+    pub env: Vec<(String, String)>,
+}
+
+/// One finished run, as journaled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub n: u32,
+    pub config: Config,
+    pub trial: Trial,
+}
+
+pub const SPEC_FILE: &str = "session.json";
+pub const JOURNAL_FILE: &str = "journal.jsonl";
+pub const RESULT_FILE: &str = "result.json";
+
+/// Writes the session's settings into a new session folder.
+pub fn create(dir: &Path, spec: &SessionSpec) -> Result<PathBuf> {
+    let dir = run::folder::create(dir)?;
+    let text = serde_json::to_string_pretty(spec).expect("spec serialises");
+    std::fs::write(dir.join(SPEC_FILE), text + "\n")
+        .map_err(|e| io_error("write", &dir.join(SPEC_FILE), &e))?;
+    std::fs::create_dir_all(dir.join("runs"))
+        .map_err(|e| io_error("create", &dir.join("runs"), &e))?;
+    Ok(dir)
+}
+
+/// Reads a session folder for `--resume`.
+pub fn open(dir: &Path) -> Result<(PathBuf, SessionSpec, Vec<Entry>)> {
+    let path = dir.join(SPEC_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        io_error("read", &path, &e)
+            .hint("give the folder of a bisect session (it holds session.json)")
+    })?;
+    let spec: SessionSpec = serde_json::from_str(&text)
+        .map_err(|e| Error::usage(format!("{} is damaged: {e}", path.display())))?;
+    let entries = read_journal(&dir.join(JOURNAL_FILE));
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    Ok((dir, spec, entries))
+}
+
+/// Every complete journal line; a line cut short by a crash mid-write is ignored.
+pub fn read_journal(path: &Path) -> Vec<Entry> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Groups journal entries into tallies, in the order configurations were first run.
+pub fn tallies(entries: &[Entry]) -> Vec<Tally> {
+    let mut out: Vec<Tally> = Vec::new();
+    for e in entries {
+        match out.iter_mut().find(|t| t.config.key == e.config.key) {
+            Some(t) => t.trials.push(e.trial.clone()),
+            None => out.push(Tally {
+                config: e.config.clone(),
+                trials: vec![e.trial.clone()],
+            }),
+        }
+    }
+    out
+}
+
+/// Appends one entry as one line, flushed to disk before the next run starts.
+fn append(path: &Path, entry: &Entry) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let mut line = serde_json::to_string(entry).expect("entry serialises");
+    line.push('\n');
+    f.write_all(line.as_bytes())?;
+    f.sync_data()
+}
+
+/// What the session's display is told, besides each run's own events.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionEvent<'a> {
+    RunStarting {
+        n: u32,
+        config: &'a Config,
+        describe: String,
+    },
+    RunFinished {
+        n: u32,
+        outcome: Outcome,
+        duration_ms: u64,
+    },
+}
+
+/// A display for a whole session.
+pub trait SessionReporter: Reporter {
+    fn session(&mut self, event: &SessionEvent);
+}
+
+/// The oracle that really runs ComfyUI, journaling each finished run.
+pub struct LiveOracle<'a> {
+    pub dir: PathBuf,
+    pub base: RunOptions,
+    pub reporter: &'a mut dyn SessionReporter,
+    pub next: u32,
+    pub describe: Box<dyn Fn(&Config) -> String + 'a>,
+}
+
+impl Oracle for LiveOracle<'_> {
+    fn run(&mut self, config: &Config) -> std::result::Result<Trial, Stopped> {
+        if signals::requested() != Stop::No {
+            return Err(Stopped::Interrupted);
+        }
+        let n = self.next;
+        let run_dir = self.dir.join("runs").join(format!("{n:03}"));
+        // A folder left by an interrupted run of the same number is replaced: it was never
+        // journaled, so nothing refers to it.
+        if run_dir.exists() {
+            let _ = std::fs::remove_dir_all(&run_dir);
+        }
+        let run_dir = run::folder::create(&run_dir).map_err(|_| Stopped::Interrupted)?;
+        let mut opts = self.base.clone();
+        opts.comfy_flags = config.flags.clone();
+        opts.run_dir = run_dir.clone();
+        self.reporter.session(&SessionEvent::RunStarting {
+            n,
+            config,
+            describe: (self.describe)(config),
+        });
+        let record = match run::execute(&opts, &mut *self.reporter) {
+            Ok(r) => r,
+            Err(_) => return Err(Stopped::Interrupted),
+        };
+        if record.outcome == Outcome::Interrupted && signals::requested() != Stop::No {
+            return Err(Stopped::Interrupted);
+        }
+        let trial = Trial {
+            outcome: record.outcome,
+            run_dir: Some(run_dir),
+            duration_ms: record.duration_ms,
+            peak_vram_bytes: record.peaks.vram_used_bytes,
+            peak_ram_bytes: record.peaks.ram_comfyui_bytes,
+        };
+        self.reporter.session(&SessionEvent::RunFinished {
+            n,
+            outcome: record.outcome,
+            duration_ms: record.duration_ms,
+        });
+        if append(
+            &self.dir.join(JOURNAL_FILE),
+            &Entry {
+                n,
+                config: config.clone(),
+                trial: trial.clone(),
+            },
+        )
+        .is_err()
+        {
+            return Err(Stopped::Interrupted);
+        }
+        self.next += 1;
+        Ok(trial)
+    }
+}
+
+impl SessionSpec {
+    pub fn settings(&self) -> Settings {
+        Settings {
+            strategy: self.strategy,
+            repeat: self.repeat,
+            max_runs: self.max_runs,
+            ..Settings::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(n: u32, key: &str, outcome: Outcome) -> Entry {
+        Entry {
+            n,
+            config: Config {
+                flags: vec![key.into()],
+                choice: vec![],
+                key: key.into(),
+            },
+            trial: Trial::of(outcome),
+        }
+    }
+
+    #[test]
+    fn journal_survives_a_torn_last_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join(JOURNAL_FILE);
+        append(&path, &entry(1, "a", Outcome::Oom)).unwrap();
+        append(&path, &entry(2, "b", Outcome::Pass)).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(b"{\"n\":3,\"config\":{\"fla").unwrap();
+        let entries = read_journal(&path);
+        assert_eq!(entries.len(), 2);
+        let t = tallies(&[
+            entry(1, "a", Outcome::Oom),
+            entry(2, "b", Outcome::Pass),
+            entry(3, "a", Outcome::Oom),
+        ]);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].runs(), 2);
+    }
+}

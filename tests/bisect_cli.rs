@@ -1,0 +1,320 @@
+//! `vrambisect bisect` end to end against the fake ComfyUI.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::comfy::FakeComfy;
+use support::{fixture, out_dir};
+
+const SD15: &str = "workflows/sd15_txt2img.json";
+
+fn bisect(install: &FakeComfy, workflow: &str, extra: &[&str]) -> (i32, Value, tempfile::TempDir) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = out_dir(tmp.path(), "session");
+    let wf = fixture(workflow);
+    let mut args = vec![
+        "bisect",
+        "--comfyui",
+        install.path_str(),
+        "--workflow",
+        wf.to_str().unwrap(),
+        "--output",
+        &out,
+        "--stall-timeout",
+        "2s",
+    ];
+    args.extend_from_slice(extra);
+    let (code, doc, _) = support::json(&args);
+    install.assert_nothing_left();
+    (code, doc, tmp)
+}
+
+fn when_dynamic(effect: &str) -> Value {
+    json!({"rules": [{"when": {"state": {"dynamic_vram": true}}, "effect": effect}]})
+}
+
+#[test]
+fn one_culprit_among_the_default_toggles() {
+    let install = FakeComfy::new("0.38.1", when_dynamic("oom"));
+    let (code, doc, tmp) = bisect(&install, SD15, &[]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["verdict"]["kind"], "fixed_by");
+    assert_eq!(
+        doc["verdict"]["fixing_flags"],
+        json!(["--disable-dynamic-vram"])
+    );
+    assert_eq!(doc["baseline"]["outcome"], "oom");
+    assert_eq!(doc["baseline"]["runs"], 1);
+    assert_eq!(doc["baseline"]["failures"], 1);
+    let runs = doc["runs_total"].as_u64().unwrap();
+    assert!(runs <= 1 + 2 + 1, "{runs} runs for 4 toggles");
+    let statement = doc["verdict"]["statement"].as_str().unwrap();
+    assert!(
+        statement.contains("Fails 1/1 with your flags (CUDA out of memory)"),
+        "{statement}"
+    );
+    assert!(
+        statement.contains("passes 1/1 with --disable-dynamic-vram"),
+        "{statement}"
+    );
+    assert!(
+        doc["verdict"]["launcher_line"]
+            .as_str()
+            .unwrap()
+            .ends_with("main.py --disable-dynamic-vram")
+    );
+    let session = tmp.path().join("session");
+    for f in ["session.json", "journal.jsonl", "result.json"] {
+        assert!(session.join(f).is_file(), "{f}");
+    }
+    let journal = std::fs::read_to_string(session.join("journal.jsonl")).unwrap();
+    assert_eq!(journal.lines().count() as u64, runs);
+    assert!(session.join("runs/001/record.json").is_file());
+}
+
+#[test]
+fn three_flags_needed_together_for_a_hang() {
+    // #13730: only disabling Dynamic VRAM, pinned memory and async offload together helps.
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"rules": [{
+            "when": {"not": {"flags": {"--disable-dynamic-vram": true, "--disable-pinned-memory": true, "--disable-async-offload": true}}},
+            "effect": "hang"
+        }]}),
+    );
+    let (code, doc, _) = bisect(&install, SD15, &["--stall-timeout", "1s"]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["baseline"]["outcome"], "hang");
+    let mut flags: Vec<String> =
+        serde_json::from_value(doc["verdict"]["fixing_flags"].clone()).unwrap();
+    flags.sort();
+    assert_eq!(
+        flags,
+        [
+            "--disable-async-offload",
+            "--disable-dynamic-vram",
+            "--disable-pinned-memory"
+        ]
+    );
+}
+
+#[test]
+fn tensorrt_errors_fixed_by_the_least_headroom() {
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"rules": [{"when": {"not": {"flags": {"--vram-headroom": {">=": 2}}}}, "effect": "tensorrt"}]}),
+    );
+    let (code, doc, _) = bisect(
+        &install,
+        SD15,
+        &[
+            "--toggle",
+            "--vram-headroom=4",
+            "--toggle=--vram-headroom=1",
+            "--toggle",
+            "--vram-headroom=2",
+        ],
+    );
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["baseline"]["outcome"], "tensorrt_allocator");
+    assert_eq!(doc["verdict"]["fixing_flags"], json!(["--vram-headroom 2"]));
+}
+
+#[test]
+fn failure_only_on_the_second_prompt() {
+    let scenario = json!({"rules": [{"when": {"iteration": 2, "state": {"dynamic_vram": true}}, "effect": "aimdo_fault"}]});
+    let install = FakeComfy::new("0.38.1", scenario.clone());
+    let (code, doc, _) = bisect(&install, SD15, &["--iterations", "2"]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["baseline"]["outcome"], "aimdo_fault");
+    assert_eq!(
+        doc["verdict"]["fixing_flags"],
+        json!(["--disable-dynamic-vram"])
+    );
+
+    // One prompt per run never shows it.
+    let install = FakeComfy::new("0.38.1", scenario);
+    let (code, doc, _) = bisect(&install, SD15, &[]);
+    assert_eq!(code, 1);
+    assert_eq!(doc["verdict"]["kind"], "not_reproduced");
+    assert!(
+        doc["verdict"]["statement"]
+            .as_str()
+            .unwrap()
+            .contains("--iterations")
+    );
+}
+
+#[test]
+fn flaky_oom_with_repeats() {
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"seed": 7, "rules": [{"when": {"state": {"dynamic_vram": true}, "probability": 0.7}, "effect": "oom"}]}),
+    );
+    let (code, doc, _) = bisect(&install, SD15, &["--repeat", "3"]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(
+        doc["verdict"]["fixing_flags"],
+        json!(["--disable-dynamic-vram"])
+    );
+    let baseline = &doc["baseline"];
+    assert!(baseline["failures"].as_u64().unwrap() >= 1);
+    let statement = doc["verdict"]["statement"].as_str().unwrap();
+    assert!(
+        statement.contains("passes 3/3")
+            || statement.contains("passes 4/4")
+            || statement.contains("passes 5/5"),
+        "{statement}"
+    );
+}
+
+#[test]
+fn not_reproduced_after_the_repeats() {
+    let install = FakeComfy::new("0.38.1", Value::Null);
+    let (code, doc, _) = bisect(&install, SD15, &[]);
+    assert_eq!(code, 1);
+    assert_eq!(doc["verdict"]["kind"], "not_reproduced");
+    assert_eq!(doc["baseline"]["runs"], 3);
+    assert_eq!(doc["runs_total"], 3);
+}
+
+#[test]
+fn invalid_workflow_is_untestable_at_once() {
+    let install = FakeComfy::new("0.38.1", Value::Null);
+    let (code, doc, _) = bisect(
+        &install,
+        "captures/workflows/api/sd15_txt2img_missing_checkpoint.json",
+        &[],
+    );
+    assert_eq!(code, 125);
+    assert_eq!(doc["verdict"]["kind"], "untestable");
+    assert_eq!(doc["runs_total"], 1);
+}
+
+#[test]
+fn a_base_flag_that_causes_it() {
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"rules": [{"when": {"flags": {"--highvram": true}}, "effect": "oom"}]}),
+    );
+    let (code, doc, _) = bisect(&install, SD15, &["--", "--highvram"]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["verdict"]["kind"], "caused_by");
+    assert_eq!(doc["verdict"]["culprit_flags"], json!(["--highvram"]));
+    assert_eq!(doc["baseline"]["flags"], json!(["--highvram"]));
+}
+
+#[test]
+fn unknown_toggles_are_skipped_and_said() {
+    let install = FakeComfy::new("0.3.64", json!({"rules": [{"effect": "oom"}]}));
+    let (_, doc, _) = bisect(&install, SD15, &["--", "--cpu"]);
+    let skipped = doc["skipped_toggles"].to_string();
+    assert!(
+        skipped.contains("--disable-dynamic-vram arrived in 0.15.0"),
+        "{skipped}"
+    );
+}
+
+#[test]
+fn resume_after_an_interruption_repeats_no_finished_run() {
+    let scenario = json!({"timing": {"node_time": 0.4}, "rules": [{"when": {"state": {"dynamic_vram": true}}, "effect": "oom"}]});
+    let install = FakeComfy::new("0.38.1", scenario);
+    let tmp = tempfile::tempdir().unwrap();
+    let session = tmp.path().join("session");
+    let wf = fixture(SD15);
+    let child = support::vrambisect()
+        .args([
+            "bisect",
+            "--json",
+            "--comfyui",
+            install.path_str(),
+            "--workflow",
+            wf.to_str().unwrap(),
+            "--output",
+            session.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupt during the second run, once the first is journaled.
+    let journal = session.join("journal.jsonl");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::read_to_string(&journal)
+        .map(|j| j.lines().count())
+        .unwrap_or(0)
+        < 1
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first run never finished"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    install.assert_nothing_left();
+    let interrupted: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(interrupted["verdict"]["kind"], "incomplete");
+    let finished_before = std::fs::read_to_string(&journal).unwrap().lines().count();
+
+    let (code, doc, _) = support::json(&["bisect", "--resume", session.to_str().unwrap()]);
+    install.assert_nothing_left();
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(
+        doc["verdict"]["fixing_flags"],
+        json!(["--disable-dynamic-vram"])
+    );
+    let entries: Vec<Value> = std::fs::read_to_string(&journal)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(entries.len() > finished_before);
+    assert_eq!(doc["runs_total"].as_u64().unwrap() as usize, entries.len());
+    // The baseline ran once in all: the resumed session did not repeat it.
+    let baseline_runs = entries
+        .iter()
+        .filter(|e| e["config"]["choice"].as_array().unwrap().is_empty())
+        .count();
+    assert_eq!(baseline_runs, 1);
+}
+
+#[test]
+fn bad_input_before_any_run() {
+    let install = FakeComfy::new("0.38.1", Value::Null);
+    let wf = fixture("workflows/ui_default.json");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = support::vrambisect()
+        .args([
+            "bisect",
+            "--comfyui",
+            install.path_str(),
+            "--workflow",
+            wf.to_str().unwrap(),
+            "--output",
+            tmp.path().join("s").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        !tmp.path().join("s").exists(),
+        "no session folder for input that cannot work"
+    );
+    let out = support::vrambisect()
+        .args(["bisect", "--resume", "/no/such/session"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("session.json"));
+}
