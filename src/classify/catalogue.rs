@@ -17,6 +17,9 @@ pub enum Phase {
     Startup,
     /// While a prompt runs.
     Prompt,
+    /// Not a line signature: the last line of a prompt that the log leaves unfinished (a
+    /// hang). [`match_line`] never returns these; `logscan` checks them where a prompt ends.
+    Unfinished,
 }
 
 /// One known failure signature.
@@ -105,7 +108,10 @@ pub const SIGNATURES: &[Signature] = &[
         id: "cuda_oom_async",
         outcome: Outcome::Oom,
         phase: Phase::Prompt,
-        pattern: r"Allocation on device \d* ?would exceed allowed memory|torch\.(cuda\.)?OutOfMemoryError: Allocation on device",
+        // The async allocator's message, and its short forms: the `exception_message` of an
+        // async OOM may be just `Allocation on device ` (facts §12.6), which is all that the
+        // `!!!` line and the frontend's error report then show.
+        pattern: r"Allocation on device \d* ?would exceed allowed memory|torch\.(cuda\.)?OutOfMemoryError: Allocation on device|(Exception during processing !!!|Exception Message:\**) Allocation on device\b|^Allocation on device( \d+)?\s*$",
         title: "CUDA out of memory (cudaMallocAsync)",
         meaning: "PyTorch's cudaMallocAsync allocator could not get more VRAM",
         flags_to_try: &[
@@ -145,7 +151,9 @@ pub const SIGNATURES: &[Signature] = &[
         id: "accelerator_oom",
         outcome: Outcome::AcceleratorOom,
         phase: Phase::Prompt,
-        pattern: r"AcceleratorError: CUDA error: out of memory|cudaErrorMemoryAllocation",
+        // Also the frontend's error report (`Exception Message: CUDA error: out of memory`) and
+        // older PyTorch, which raised the same CUDA error as a RuntimeError.
+        pattern: r"AcceleratorError: CUDA error: out of memory|cudaErrorMemoryAllocation|(RuntimeError: |Exception Message:\** |^)CUDA error: out of memory",
         title: "CUDA error: out of memory (AcceleratorError)",
         meaning: "a raw CUDA allocation failed outside PyTorch's allocator; ComfyUI before v0.38 did not even treat it as an OOM",
         flags_to_try: &[
@@ -213,7 +221,10 @@ pub const SIGNATURES: &[Signature] = &[
         id: "tensorrt_allocator",
         outcome: Outcome::TensorrtAllocator,
         phase: Phase::Prompt,
-        pattern: r"(?i)defaultAllocator\.cpp.*error code 1: cuda runtime|DefaultAllocator::allocate: \d+ \(out of memory\)|TensorRT has encountered an error|Failed to load TensorRT engine",
+        // The case of "Error code" and "Cuda" varies between TensorRT versions (facts §6);
+        // the file name and ComfyUI_TensorRT's own messages do not, which keeps the literal
+        // part case-sensitive for `logscan`'s pre-filter.
+        pattern: r"[dD]efault[aA]llocator\.cpp.*(?i:error code 1: cuda runtime)|DefaultAllocator::allocate: \d+ \(out of memory\)|TensorRT has encountered an error|Failed to load TensorRT engine|Requested amount of GPU memory \(\d+ bytes\) could not be allocated",
         title: "TensorRT allocator error",
         meaning: "TensorRT's own CUDA allocator failed; its nodes ignore the result, so the prompt can 'succeed' with garbage output. Dynamic VRAM holding VRAM TensorRT cannot reclaim is the suspected cause",
         flags_to_try: &[
@@ -224,6 +235,45 @@ pub const SIGNATURES: &[Signature] = &[
         issues: &[],
     },
     // --- process death ---------------------------------------------------------------------
+    Signature {
+        id: "oom_killer",
+        outcome: Outcome::HostOom,
+        phase: Phase::Prompt,
+        // The kernel's own words (dmesg / journalctl -k), which launchers and users paste
+        // next to ComfyUI's log; ComfyUI itself prints nothing when it is killed (#12332).
+        pattern: r"Out of memory: Killed process \d+|invoked oom-killer|oom-kill:.*task=|oom_reaper: reaped process \d+",
+        title: "the kernel's OOM killer stopped ComfyUI",
+        meaning: "system RAM and swap ran out and Linux killed the biggest process (SIGKILL, exit 137); ComfyUI's own log just stops",
+        flags_to_try: &["--disable-pinned-memory", "--cache-none", "--cache-ram=4"],
+        issues: &[12332],
+    },
+    Signature {
+        id: "killed",
+        outcome: Outcome::Crash,
+        phase: Phase::Prompt,
+        // What a shell or launcher prints when its child dies of SIGKILL.
+        pattern: r"^Killed$|^Killed: 9$|: line \d+: +\d+ Killed +|^\[\d+\]\+? +Killed +|^zsh: killed +",
+        title: "ComfyUI was killed (SIGKILL)",
+        meaning: "something killed ComfyUI from outside; on Linux that is most often the kernel's OOM killer when RAM and swap run out (look for 'Out of memory: Killed process' in 'dmesg' or 'journalctl -k')",
+        flags_to_try: &["--disable-pinned-memory", "--cache-none", "--cache-ram=4"],
+        issues: &[12332],
+    },
+    Signature {
+        id: "hang_at_load",
+        outcome: Outcome::Hang,
+        phase: Phase::Unfinished,
+        // #13730: the last line is `Requested to load LTXAV`, with no `loaded …` or
+        // `… prepared for dynamic VRAM loading` after it.
+        pattern: r"^Requested to load (\S+)",
+        title: "hang while loading a model",
+        meaning: "ComfyUI stalled moving a model into memory: the log stops after 'Requested to load' with no 'loaded …' or 'prepared for dynamic VRAM loading' line (reported on ROCm with Dynamic VRAM, pinned memory and async offload on, and on second generations with two GPUs)",
+        flags_to_try: &[
+            "--disable-dynamic-vram",
+            "--disable-pinned-memory",
+            "--disable-async-offload",
+        ],
+        issues: &[13730, 15255],
+    },
     Signature {
         id: "fatal_python_error",
         outcome: Outcome::Crash,
@@ -265,13 +315,15 @@ fn compiled() -> &'static Compiled {
     })
 }
 
-/// The signatures one normalised line matches, in catalogue order.
+/// The line signatures one normalised line matches, in catalogue order ([`Phase::Unfinished`]
+/// ones are not line signatures and never returned).
 pub fn match_line(text: &str) -> impl Iterator<Item = &'static Signature> {
     compiled()
         .set
         .matches(text)
         .into_iter()
         .map(|i| &SIGNATURES[i])
+        .filter(|s| s.phase != Phase::Unfinished)
 }
 
 /// The first signature of `phase` this line matches.
@@ -406,6 +458,43 @@ mod tests {
                 "tensorrt_allocator",
             ),
             ("Fatal Python error: Aborted", "fatal_python_error"),
+            (
+                "!!! Exception during processing !!! Allocation on device ",
+                "cuda_oom_async",
+            ),
+            (
+                "- **Exception Message:** Allocation on device",
+                "cuda_oom_async",
+            ),
+            ("Allocation on device 0", "cuda_oom_async"),
+            (
+                "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 8.00 GiB total capacity; 7.10 GiB already allocated; 0 bytes free; 7.31 GiB reserved in total by PyTorch)",
+                "cuda_oom_native",
+            ),
+            (
+                "- **Exception Message:** CUDA error: out of memory",
+                "accelerator_oom",
+            ),
+            ("RuntimeError: CUDA error: out of memory", "accelerator_oom"),
+            ("HostBuffer.truncate failed", "hostbuffer_failed"),
+            (
+                "[12345.678901] Out of memory: Killed process 4242 (python) total-vm:81234567kB, anon-rss:30123456kB",
+                "oom_killer",
+            ),
+            (
+                "python invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0",
+                "oom_killer",
+            ),
+            ("Killed", "killed"),
+            (
+                "./run.sh: line 3: 4242 Killed                  python main.py --listen",
+                "killed",
+            ),
+            ("zsh: killed     python main.py", "killed"),
+            (
+                "Requested amount of GPU memory (1073741824 bytes) could not be allocated. There may not be enough free memory for allocation to succeed.",
+                "tensorrt_allocator",
+            ),
         ];
         for (line, id) in cases {
             let hit = match_line(line).next().map(|s| s.id);
@@ -423,8 +512,22 @@ mod tests {
             "Dynamic vram disabled with argument. If you have any issues with dynamic vram enabled please give us a detailed reports as this argument will be removed soon.",
             "usage: main.py [-h] [--listen [IP]] [--port PORT]",
             "Traceback (most recent call last):",
+            "Allocation on device memory is tracked per model",
+            "Killed 3 stale workers",
         ] {
             assert_eq!(match_line(line).count(), 0, "{line}");
         }
+    }
+
+    #[test]
+    fn unfinished_signatures_are_not_line_signatures() {
+        assert_eq!(match_line("Requested to load LTXAV").count(), 0);
+        let hang = by_id("hang_at_load").expect("hang signature");
+        assert_eq!(hang.phase, Phase::Unfinished);
+        let caps = regex_of("hang_at_load")
+            .unwrap()
+            .captures("Requested to load LTXAV")
+            .unwrap();
+        assert_eq!(&caps[1], "LTXAV");
     }
 }

@@ -1,0 +1,267 @@
+//! Opening the log: a file or standard input, checked for what it is before it is scanned.
+//!
+//! Users hand over what they have: a console log saved by Windows PowerShell (`>` writes
+//! UTF-16 with a byte-order mark), a UTF-8 file with a BOM, a gzipped log, or the wrong file
+//! altogether (a workflow PNG, a zip). The first bytes tell which; only the first two are
+//! refused, with what to do instead.
+
+use crate::error::{Error, Result, io_error};
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
+
+/// How many bytes are looked at to tell a text log from a binary file.
+const SNIFF: usize = 8192;
+
+/// An opened log.
+pub struct Input {
+    /// The file's name as given (`-` for standard input).
+    pub name: String,
+    /// Decoded to UTF-8 bytes (still possibly invalid UTF-8, which the scanner tolerates).
+    pub reader: Box<dyn Read>,
+    /// `utf-8`, `utf-8 (BOM)`, `utf-16le`, `utf-16be`.
+    pub encoding: &'static str,
+    /// What the start of the file looks like when it is plainly not a log (`JSON`).
+    pub looks_like: Option<&'static str>,
+}
+
+/// Opens `FILE` or `-` and checks that it can be a log.
+pub fn open(arg: &str) -> Result<Input> {
+    let (name, raw): (String, Box<dyn Read>) = if arg == "-" {
+        ("-".to_string(), Box::new(io::stdin()))
+    } else {
+        let path = Path::new(arg);
+        if path.is_dir() {
+            return Err(Error::usage(format!("{arg} is a folder, not a log file")).hint(
+                "pass ComfyUI's console log or its user/comfyui.log, e.g. vrambisect logscan ComfyUI/user/comfyui.log",
+            ));
+        }
+        let file = File::open(path).map_err(|e| io_error("read", path, &e))?;
+        (arg.to_string(), Box::new(file))
+    };
+    sniff(name, raw)
+}
+
+/// Looks at the first bytes: empty, binary, compressed, or which text encoding.
+pub fn sniff(name: String, mut raw: Box<dyn Read>) -> Result<Input> {
+    let shown = if name == "-" {
+        "standard input".to_string()
+    } else {
+        name.clone()
+    };
+    let mut head = Vec::with_capacity(SNIFF);
+    (&mut raw)
+        .take(SNIFF as u64)
+        .read_to_end(&mut head)
+        .map_err(|e| Error::usage(format!("cannot read {shown}: {e}")))?;
+    if head.is_empty() {
+        return Err(Error::usage(format!("{shown} is empty")).hint(
+            "ComfyUI writes its log to the console (stderr) and, with ComfyUI-Manager or the Desktop app, to user/comfyui.log",
+        ));
+    }
+    let (encoding, skip): (&'static str, usize) = if head.starts_with(&[0xEF, 0xBB, 0xBF]) {
+        ("utf-8 (BOM)", 3)
+    } else if head.starts_with(&[0xFF, 0xFE]) {
+        ("utf-16le", 2)
+    } else if head.starts_with(&[0xFE, 0xFF]) {
+        ("utf-16be", 2)
+    } else {
+        ("utf-8", 0)
+    };
+    if !encoding.starts_with("utf-16")
+        && let Some(kind) = binary_kind(&head)
+    {
+        let hint = match kind {
+            "gzip-compressed" => {
+                format!("decompress it first: gzip -dc {name} | vrambisect logscan -")
+            }
+            "a zip archive" => "unzip it and pass the log inside".to_string(),
+            _ => "pass ComfyUI's console log or its user/comfyui.log".to_string(),
+        };
+        return Err(Error::usage(format!("{shown} is {kind}, not a text log")).hint(hint));
+    }
+    head.drain(..skip);
+    let looks_like = match head.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') | Some(b'[') => Some("JSON (a workflow?)"),
+        Some(b'<') => Some("HTML or XML"),
+        _ => None,
+    };
+    let joined: Box<dyn Read> = Box::new(io::Cursor::new(head).chain(raw));
+    let reader: Box<dyn Read> = match encoding {
+        "utf-16le" => Box::new(Utf16Reader::new(joined, false)),
+        "utf-16be" => Box::new(Utf16Reader::new(joined, true)),
+        _ => joined,
+    };
+    Ok(Input {
+        name,
+        reader,
+        encoding,
+        looks_like,
+    })
+}
+
+/// What a binary head is, if it is one (a NUL byte in text is as good a test as grep's).
+pub fn binary_kind(head: &[u8]) -> Option<&'static str> {
+    if head.starts_with(&[0x1F, 0x8B]) {
+        Some("gzip-compressed")
+    } else if head.starts_with(b"PK\x03\x04") {
+        Some("a zip archive")
+    } else if head.starts_with(b"\x89PNG") {
+        Some("a PNG image")
+    } else if head.contains(&0) {
+        Some("a binary file")
+    } else {
+        None
+    }
+}
+
+/// Decodes UTF-16 to UTF-8 on the fly (unpaired surrogates become U+FFFD).
+struct Utf16Reader<R: Read> {
+    inner: R,
+    big_endian: bool,
+    /// Decoded bytes not yet handed out.
+    out: Vec<u8>,
+    out_pos: usize,
+    /// An odd byte, or a high surrogate, left from the last read.
+    pending: Vec<u8>,
+    raw: Vec<u8>,
+}
+
+impl<R: Read> Utf16Reader<R> {
+    fn new(inner: R, big_endian: bool) -> Self {
+        Utf16Reader {
+            inner,
+            big_endian,
+            out: Vec::new(),
+            out_pos: 0,
+            pending: Vec::new(),
+            raw: vec![0; 1 << 16],
+        }
+    }
+
+    fn decode_more(&mut self) -> io::Result<bool> {
+        let n = loop {
+            match self.inner.read(&mut self.raw) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        self.out.clear();
+        self.out_pos = 0;
+        if n == 0 {
+            if !self.pending.is_empty() {
+                self.pending.clear();
+                self.out.extend_from_slice("\u{FFFD}".as_bytes());
+                return Ok(true);
+            }
+            return Ok(false);
+        }
+        let mut bytes = std::mem::take(&mut self.pending);
+        bytes.extend_from_slice(&self.raw[..n]);
+        let even = bytes.len() & !1;
+        let mut units: Vec<u16> = bytes[..even]
+            .chunks_exact(2)
+            .map(|p| {
+                if self.big_endian {
+                    u16::from_be_bytes([p[0], p[1]])
+                } else {
+                    u16::from_le_bytes([p[0], p[1]])
+                }
+            })
+            .collect();
+        let mut keep = bytes[even..].to_vec();
+        // A high surrogate at the end waits for its partner.
+        if let Some(&last) = units.last()
+            && (0xD800..0xDC00).contains(&last)
+        {
+            units.pop();
+            let pair = &bytes[even - 2..even];
+            let mut k = pair.to_vec();
+            k.extend_from_slice(&keep);
+            keep = k;
+        }
+        self.pending = keep;
+        for c in char::decode_utf16(units) {
+            let c = c.unwrap_or('\u{FFFD}');
+            let mut b = [0u8; 4];
+            self.out.extend_from_slice(c.encode_utf8(&mut b).as_bytes());
+        }
+        Ok(true)
+    }
+}
+
+impl<R: Read> Read for Utf16Reader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.out_pos >= self.out.len() {
+            if !self.decode_more()? {
+                return Ok(0);
+            }
+        }
+        let n = buf.len().min(self.out.len() - self.out_pos);
+        buf[..n].copy_from_slice(&self.out[self.out_pos..self.out_pos + n]);
+        self.out_pos += n;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(bytes: Vec<u8>) -> Result<(String, &'static str)> {
+        let mut input = sniff("x.log".into(), Box::new(io::Cursor::new(bytes)))?;
+        let mut s = String::new();
+        input.reader.read_to_string(&mut s).unwrap();
+        Ok((s, input.encoding))
+    }
+
+    #[test]
+    fn encodings() {
+        let text = "got prompt\r\nPrompt executed in 1.00 seconds – ok 😀\r\n";
+        assert_eq!(read_all(text.into()).unwrap(), (text.to_string(), "utf-8"));
+        let mut bom = vec![0xEF, 0xBB, 0xBF];
+        bom.extend_from_slice(text.as_bytes());
+        assert_eq!(read_all(bom).unwrap(), (text.to_string(), "utf-8 (BOM)"));
+        let mut le = vec![0xFF, 0xFE];
+        le.extend(text.encode_utf16().flat_map(|u| u.to_le_bytes()));
+        assert_eq!(read_all(le).unwrap(), (text.to_string(), "utf-16le"));
+        let mut be = vec![0xFE, 0xFF];
+        be.extend(text.encode_utf16().flat_map(|u| u.to_be_bytes()));
+        assert_eq!(read_all(be).unwrap(), (text.to_string(), "utf-16be"));
+    }
+
+    #[test]
+    fn utf16_split_across_reads() {
+        // A reader that hands out one byte at a time splits code units and surrogate pairs.
+        struct Drip(Vec<u8>, usize);
+        impl Read for Drip {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                if self.1 >= self.0.len() || buf.is_empty() {
+                    return Ok(0);
+                }
+                buf[0] = self.0[self.1];
+                self.1 += 1;
+                Ok(1)
+            }
+        }
+        let text = "a😀b\n";
+        let bytes: Vec<u8> = text.encode_utf16().flat_map(|u| u.to_le_bytes()).collect();
+        let mut r = Utf16Reader::new(Drip(bytes, 0), false);
+        let mut s = String::new();
+        r.read_to_string(&mut s).unwrap();
+        assert_eq!(s, text);
+    }
+
+    #[test]
+    fn refusals() {
+        let err = |b: &[u8]| read_all(b.to_vec()).unwrap_err();
+        assert!(err(b"").message.ends_with("is empty"));
+        assert!(err(b"\x1f\x8b\x08\x00abc").message.contains("gzip"));
+        assert!(err(b"PK\x03\x04abc").message.contains("zip"));
+        assert!(err(b"\x89PNG\r\n\x1a\n\0\0").message.contains("PNG"));
+        let e = err(b"ELF\0\0\0binary");
+        assert_eq!(e.message, "x.log is a binary file, not a text log");
+        assert_eq!(e.exit_code(), crate::error::exit::USAGE);
+    }
+}

@@ -1,0 +1,554 @@
+//! What one normalised log line means to the structure of a log: a server start, a prompt
+//! starting or ending, a model load, an exception, the launch flags.
+//!
+//! The failure signatures are in the catalogue (`classify::catalogue`); these are the lines
+//! that cut a log into server starts and prompts (facts §2.1, §2.5, §3.1, §3.3, §3.4, §10).
+
+use serde::Serialize;
+
+/// A kind of structural line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A line that only appears while ComfyUI starts; `rank` orders them within one start
+    /// (argparse runs first, then ComfyUI-Manager's pre-start banner, then ComfyUI itself), so
+    /// a rank at or below one already seen means a new start.
+    Start { rank: u8 },
+    /// A line of the startup that may come before the start markers (`Dynamic vram disabled
+    /// with argument.`): it joins the start in progress, or begins one.
+    Announce,
+    /// `To see the GUI go to: …`: the server is ready.
+    Ready,
+    /// `Stopped server` after Ctrl-C.
+    Stopped,
+    /// `got prompt`: a POST to /prompt (logged before the prompt is validated).
+    GotPrompt,
+    /// `Prompt executed in …`: printed after every prompt, failed and interrupted ones too.
+    Executed,
+    /// `invalid prompt: {…}`: the last POST was refused (HTTP 400).
+    InvalidPrompt,
+    /// `Error handling request from …`: the last POST failed (HTTP 500).
+    RequestError,
+    /// `Failed to validate prompt for output N:` (followed by `invalid prompt` when nothing is
+    /// left to run).
+    FailedValidation,
+    /// `Requested to load X`.
+    RequestedToLoad,
+    /// A model finished loading (legacy, older and Dynamic VRAM formats, facts §12.21).
+    Loaded,
+    /// `Traceback (most recent call last):`.
+    Traceback,
+    /// `!!! Exception during processing !!! …`.
+    ExceptionDuring,
+    /// `Processing interrupted`.
+    Interrupted,
+    /// A line that may carry ComfyUI's launch flags.
+    LaunchArgs,
+    /// ComfyUI-Manager's `** ComfyUI Path:` / `** Log path:`.
+    InstallPath,
+}
+
+/// One structural line, as data.
+#[derive(Debug, Clone, Copy)]
+pub struct Marker {
+    pub kind: Kind,
+    /// How the normalised line begins (`at_start`) or a text it contains.
+    pub text: &'static str,
+    pub at_start: bool,
+    /// The pre-filter needle (a regular expression of plain text) that finds the raw line.
+    pub needle: &'static str,
+}
+
+const fn m(kind: Kind, text: &'static str, at_start: bool, needle: &'static str) -> Marker {
+    Marker {
+        kind,
+        text,
+        at_start,
+        needle,
+    }
+}
+
+/// The structural lines, in the order they are tried.
+pub const MARKERS: &[Marker] = &[
+    m(
+        Kind::Start { rank: 0 },
+        "usage: main.py",
+        true,
+        r"usage: main\.py",
+    ),
+    m(
+        Kind::Start { rank: 1 },
+        "[START] Security scan",
+        true,
+        r"\[START\] Security scan",
+    ),
+    m(
+        Kind::Start { rank: 1 },
+        "[PRE] ComfyUI-Manager",
+        true,
+        r"\[PRE\] ComfyUI-Manager",
+    ),
+    m(
+        Kind::Start { rank: 2 },
+        "ComfyUI startup time:",
+        true,
+        r"ComfyUI startup time:",
+    ),
+    m(
+        Kind::Start { rank: 3 },
+        "Prestartup times for custom nodes:",
+        true,
+        r"Prestartup times for custom nodes",
+    ),
+    m(
+        Kind::Start { rank: 4 },
+        "Checkpoint files will always be loaded safely.",
+        true,
+        r"Checkpoint files will always be loaded safely",
+    ),
+    m(Kind::Start { rank: 5 }, "Total VRAM ", true, r"Total VRAM "),
+    m(
+        Kind::Announce,
+        "Dynamic vram disabled with argument",
+        true,
+        r"Dynamic vram disabled with argument",
+    ),
+    m(
+        Kind::Announce,
+        "No working comfy-aimdo install detected",
+        true,
+        r"No working comfy-aimdo install detected",
+    ),
+    m(
+        Kind::Announce,
+        "Unsupported Pytorch detected",
+        true,
+        r"Unsupported Pytorch detected",
+    ),
+    m(
+        Kind::Ready,
+        "To see the GUI go to: ",
+        true,
+        r"To see the GUI go to: ",
+    ),
+    m(Kind::Stopped, "Stopped server", true, r"Stopped server"),
+    m(Kind::GotPrompt, "got prompt", true, r"got prompt"),
+    m(
+        Kind::Executed,
+        "Prompt executed in ",
+        true,
+        r"Prompt executed in ",
+    ),
+    m(
+        Kind::InvalidPrompt,
+        "invalid prompt: ",
+        true,
+        r"invalid prompt: ",
+    ),
+    m(
+        Kind::RequestError,
+        "Error handling request from ",
+        true,
+        r"Error handling request from ",
+    ),
+    m(
+        Kind::FailedValidation,
+        "Failed to validate prompt for output",
+        true,
+        r"Failed to validate prompt for output",
+    ),
+    m(
+        Kind::RequestedToLoad,
+        "Requested to load ",
+        true,
+        r"Requested to load ",
+    ),
+    m(
+        Kind::Loaded,
+        "loaded completely",
+        true,
+        r"loaded completely",
+    ),
+    m(Kind::Loaded, "loaded partially", true, r"loaded partially"),
+    m(
+        Kind::Loaded,
+        "loaded in lowvram mode",
+        true,
+        r"loaded in lowvram mode",
+    ),
+    m(
+        Kind::Loaded,
+        " prepared for dynamic VRAM loading",
+        false,
+        r" prepared for dynamic VRAM loading",
+    ),
+    m(
+        Kind::Traceback,
+        "Traceback (most recent call last):",
+        true,
+        r"Traceback \(most recent call last\)",
+    ),
+    m(
+        Kind::ExceptionDuring,
+        "!!! Exception during processing !!!",
+        true,
+        r"!!! Exception during processing !!!",
+    ),
+    m(
+        Kind::Interrupted,
+        "Processing interrupted",
+        true,
+        r"Processing interrupted",
+    ),
+    m(Kind::LaunchArgs, "main.py", false, r"main\.py"),
+    m(Kind::LaunchArgs, "Launch args:", false, r"Launch args:"),
+    m(Kind::LaunchArgs, "\"argv\"", false, r#""argv""#),
+    m(Kind::LaunchArgs, "**Arguments", false, r"\*\*Arguments"),
+    m(Kind::InstallPath, "ComfyUI Path: ", true, r"ComfyUI Path: "),
+    m(Kind::InstallPath, "Log path: ", true, r"Log path: "),
+];
+
+/// The marker a normalised line is: one it begins with, else the first one it contains.
+pub fn marker(text: &str) -> Option<&'static Marker> {
+    // Called for every line the pre-filter lets through: compare only the markers that begin
+    // with the line's first byte, and look for the others in one search.
+    let first = *text.as_bytes().first()?;
+    if let Some(m) = MARKERS
+        .iter()
+        .find(|m| m.at_start && m.text.as_bytes()[0] == first && text.starts_with(m.text))
+    {
+        return Some(m);
+    }
+    let found = anywhere().find(text)?;
+    MARKERS
+        .iter()
+        .find(|m| !m.at_start && m.text == found.as_str())
+}
+
+/// The markers found anywhere in a line, as one search.
+fn anywhere() -> &'static regex::Regex {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| {
+        let alternation: Vec<String> = MARKERS
+            .iter()
+            .filter(|m| !m.at_start)
+            .map(|m| regex::escape(m.text))
+            .collect();
+        regex::Regex::new(&alternation.join("|")).expect("marker search compiles")
+    })
+}
+
+/// A tqdm bar (`… 20/20 [00:05<00:00,  3.71it/s]`, `1.02s/it]`).
+pub fn is_progress(text: &str) -> bool {
+    text.contains("it/s]") || text.contains("s/it]")
+}
+
+/// `Requested to load LTXAV` → `LTXAV`.
+pub fn requested_model(text: &str) -> Option<&str> {
+    text.strip_prefix("Requested to load ")
+        .and_then(|r| r.split_whitespace().next())
+}
+
+/// `Prompt executed in 3.21 seconds` → `3.21 seconds`.
+pub fn executed_in(text: &str) -> Option<&str> {
+    text.strip_prefix("Prompt executed in ").map(str::trim)
+}
+
+/// The last line of a Python traceback: `torch.OutOfMemoryError: CUDA out of memory…` →
+/// (`torch.OutOfMemoryError`, `CUDA out of memory…`). Frames are indented; this is not.
+pub fn exception_line(text: &str) -> Option<(&str, &str)> {
+    if text.starts_with(char::is_whitespace) {
+        return None;
+    }
+    let (ty, msg) = match text.split_once(':') {
+        Some((ty, msg)) => (ty, msg.strip_prefix(' ').unwrap_or(msg)),
+        None => (text.trim_end(), ""),
+    };
+    let mut chars = ty.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    let rest_ok = ty
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+    // A bare name must still look like an exception (`KeyboardInterrupt`, `MemoryError`).
+    let looks = !msg.is_empty()
+        || ["Error", "Exception", "Interrupt", "Exit"]
+            .iter()
+            .any(|s| ty.ends_with(s));
+    (first_ok && rest_ok && looks && !ty.is_empty()).then_some((ty, msg))
+}
+
+/// Where the launch flags were read from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LaunchArgs {
+    /// ComfyUI's arguments (after `main.py`).
+    pub args: Vec<String>,
+    /// The line they were read from.
+    pub source: String,
+    pub line: u64,
+}
+
+/// Reads ComfyUI's flags from a line that shows them: an echoed command line
+/// (`C:\ComfyUI_windows_portable>.\python_embeded\python.exe -s ComfyUI\main.py --windows-standalone-build`,
+/// `python main.py --lowvram`), a launcher's `** Launch args:` line, the frontend error
+/// report's `**Arguments:** main.py …`, or `/system_stats`'s `"argv": ["main.py", …]`.
+pub fn launch_args(text: &str) -> Option<Vec<String>> {
+    let text = text.trim();
+    if let Some(at) = text.find("\"argv\"") {
+        let rest = &text[at..];
+        let open = rest.find('[')?;
+        let close = rest.find(']')?;
+        let list: Vec<String> = serde_json::from_str(&rest[open..=close]).ok()?;
+        return Some(after_main_py(&list).unwrap_or(list));
+    }
+    for label in ["Launch args:", "**Arguments:**", "**Arguments**:"] {
+        if let Some(at) = text.find(label) {
+            let words = split_words(&text[at + label.len()..]);
+            return Some(after_main_py(&words).unwrap_or(words));
+        }
+    }
+    // A shell or cmd prompt before the command: `C:\dir>`, `$ `, `PS C:\dir> `.
+    let command = match text.find('>') {
+        Some(i) if text[..i].contains(':') || text.starts_with("PS ") => &text[i + 1..],
+        _ => text.strip_prefix("$ ").unwrap_or(text),
+    };
+    let words = split_words(command);
+    let at = words.iter().position(|w| is_main_py(w))?;
+    let python = words[..at].iter().any(|w| {
+        let base = w
+            .rsplit(['/', '\\'])
+            .next()
+            .unwrap_or(w)
+            .to_ascii_lowercase();
+        base.starts_with("python") || base == "py" || base == "py.exe"
+    });
+    python.then(|| words[at + 1..].to_vec())
+}
+
+fn is_main_py(word: &str) -> bool {
+    let w = word.to_ascii_lowercase();
+    w == "main.py" || w.ends_with("/main.py") || w.ends_with("\\main.py")
+}
+
+fn after_main_py(words: &[String]) -> Option<Vec<String>> {
+    let at = words.iter().position(|w| is_main_py(w))?;
+    Some(words[at + 1..].to_vec())
+}
+
+/// Whitespace splitting that keeps `"quoted words"` together (enough for flags and paths).
+pub fn split_words(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quote: Option<char> = None;
+    let mut has = false;
+    for c in s.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (None, '"') | (None, '\'') => {
+                quote = Some(c);
+                has = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if has {
+                    out.push(std::mem::take(&mut cur));
+                    has = false;
+                }
+            }
+            (_, c) => {
+                cur.push(c);
+                has = true;
+            }
+        }
+    }
+    if has {
+        out.push(cur);
+    }
+    out
+}
+
+/// The ComfyUI folder from ComfyUI-Manager's banner: `ComfyUI Path: DIR`, or a
+/// `Log path: DIR/user/comfyui.log` (older Manager versions kept the log elsewhere).
+pub fn install_dir(text: &str) -> Option<String> {
+    if let Some(p) = text.strip_prefix("ComfyUI Path: ") {
+        return Some(p.trim().to_string()).filter(|p| !p.is_empty());
+    }
+    let p = text.strip_prefix("Log path: ")?.trim();
+    for sep in ['/', '\\'] {
+        let suffix = format!("{sep}user{sep}comfyui.log");
+        if let Some(dir) = p.strip_suffix(&suffix) {
+            return Some(dir.to_string()).filter(|d| !d.is_empty());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_table() {
+        let cases: &[(&str, Option<Kind>)] = &[
+            ("got prompt", Some(Kind::GotPrompt)),
+            ("Prompt executed in 0.01 seconds", Some(Kind::Executed)),
+            ("Prompt executed in 00:12:30", Some(Kind::Executed)),
+            (
+                "Total VRAM 24106 MB, total RAM 24106 MB",
+                Some(Kind::Start { rank: 5 }),
+            ),
+            (
+                "ComfyUI startup time: 2026-05-22 10:00:00.123",
+                Some(Kind::Start { rank: 2 }),
+            ),
+            (
+                "usage: main.py [-h] [--listen [IP]]",
+                Some(Kind::Start { rank: 0 }),
+            ),
+            (
+                "To see the GUI go to: http://127.0.0.1:8199",
+                Some(Kind::Ready),
+            ),
+            ("Requested to load WanVAE", Some(Kind::RequestedToLoad)),
+            (
+                "loaded completely; 6063.82 MB usable, 242.03 MB loaded, full load: True",
+                Some(Kind::Loaded),
+            ),
+            (
+                "loaded completely 12023.667979049682 7909.737449645996 True",
+                Some(Kind::Loaded),
+            ),
+            (
+                "loaded partially; 0.00 MB usable, 0.00 MB loaded, 27252.97 MB offloaded, 1170.23 MB buffer reserved, lowvram patches: 1053",
+                Some(Kind::Loaded),
+            ),
+            ("loaded in lowvram mode 2048.0", Some(Kind::Loaded)),
+            (
+                "Model Krea2 prepared for dynamic VRAM loading. 12864MB Staged. 256 patches attached.",
+                Some(Kind::Loaded),
+            ),
+            ("Traceback (most recent call last):", Some(Kind::Traceback)),
+            (
+                "!!! Exception during processing !!! Allocation on device ",
+                Some(Kind::ExceptionDuring),
+            ),
+            ("Processing interrupted", Some(Kind::Interrupted)),
+            (
+                "invalid prompt: {'type': 'prompt_no_outputs', 'message': 'Prompt has no outputs', 'details': '', 'extra_info': {}}",
+                Some(Kind::InvalidPrompt),
+            ),
+            (
+                "Error handling request from 127.0.0.1",
+                Some(Kind::RequestError),
+            ),
+            ("Stopped server", Some(Kind::Stopped)),
+            ("Using pytorch attention", None),
+            (" 45%|████▌     | 9/20 [00:04<00:05,  2.1it/s]", None),
+            (
+                "  File \"/home/user/ComfyUI/main.py\", line 149, in <module>",
+                Some(Kind::LaunchArgs),
+            ),
+        ];
+        for (text, kind) in cases {
+            assert_eq!(marker(text).map(|m| m.kind), *kind, "{text}");
+        }
+    }
+
+    #[test]
+    fn launch_args_forms() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let cases: &[(&str, Option<Vec<String>>)] = &[
+            (
+                r"C:\ComfyUI_windows_portable>.\python_embeded\python.exe -s ComfyUI\main.py --windows-standalone-build --enable-manager",
+                Some(s(&["--windows-standalone-build", "--enable-manager"])),
+            ),
+            (
+                "python3 main.py --fp16-unet --disable-smart-memory --async-offload",
+                Some(s(&[
+                    "--fp16-unet",
+                    "--disable-smart-memory",
+                    "--async-offload",
+                ])),
+            ),
+            ("$ python main.py", Some(vec![])),
+            (
+                r#"  "argv": ["main.py", "--cpu", "--listen", "127.0.0.1"],"#,
+                Some(s(&["--cpu", "--listen", "127.0.0.1"])),
+            ),
+            (
+                "- **Arguments:** main.py --windows-standalone-build --reserve-vram 2",
+                Some(s(&["--windows-standalone-build", "--reserve-vram", "2"])),
+            ),
+            (
+                r#"Launch args: --output-directory "D:\My Images" --lowvram"#,
+                Some(s(&["--output-directory", r"D:\My Images", "--lowvram"])),
+            ),
+            (
+                "  File \"/home/user/ComfyUI/main.py\", line 149, in <module>",
+                None,
+            ),
+            ("usage: main.py [-h] [--listen [IP]]", None),
+            ("main.py: error: unrecognized arguments: --foo", None),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(launch_args(text), *expected, "{text}");
+        }
+    }
+
+    #[test]
+    fn progress_bars() {
+        assert!(is_progress(" 45%|████▌     | 9/20 [00:04<00:05,  2.1it/s]"));
+        assert!(is_progress(
+            "100%|██████████| 20/20 [00:21<00:00,  1.02s/it]"
+        ));
+        assert!(is_progress("  0%|          | 0/20 [00:00<?, ?it/s]"));
+        assert!(!is_progress("Requested to load SDXL"));
+    }
+
+    #[test]
+    fn exception_lines() {
+        assert_eq!(
+            exception_line(
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.14 GiB."
+            ),
+            Some((
+                "torch.OutOfMemoryError",
+                "CUDA out of memory. Tried to allocate 1.14 GiB."
+            ))
+        );
+        assert_eq!(
+            exception_line(
+                "Exception: **** ERROR: Saving image outside the output folder is not allowed."
+            ),
+            Some((
+                "Exception",
+                "**** ERROR: Saving image outside the output folder is not allowed."
+            ))
+        );
+        assert_eq!(
+            exception_line("KeyboardInterrupt"),
+            Some(("KeyboardInterrupt", ""))
+        );
+        assert_eq!(exception_line("    ^^^^^^^^"), None);
+        assert_eq!(exception_line("  File \"x.py\", line 1"), None);
+        assert_eq!(
+            exception_line("During handling of the above exception, another exception occurred:"),
+            None
+        );
+        assert_eq!(exception_line("Memory summary:"), None);
+    }
+
+    #[test]
+    fn install_dirs() {
+        assert_eq!(
+            install_dir("ComfyUI Path: /app/ComfyUI").as_deref(),
+            Some("/app/ComfyUI")
+        );
+        assert_eq!(
+            install_dir(r"Log path: C:\ComfyUI_windows_portable\ComfyUI\user\comfyui.log")
+                .as_deref(),
+            Some(r"C:\ComfyUI_windows_portable\ComfyUI")
+        );
+        assert_eq!(install_dir(r"Log path: D:\portable\comfyui.log"), None);
+        assert_eq!(install_dir("Log path: file logging is disabled"), None);
+    }
+}

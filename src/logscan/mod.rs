@@ -1,0 +1,362 @@
+//! `vrambisect logscan FILE|-`: what a ComfyUI log says, without rerunning anything.
+//!
+//! Reads a console log or `user/comfyui.log` in any of the formats ComfyUI and its launchers
+//! write (plain; `[LEVEL]` + ANSI; ComfyUI-Manager timestamps; CRLF; tqdm's `\r` bars; UTF-16
+//! from PowerShell; several prompts and several server starts in one file), in one pass and in
+//! bounded memory, and says: the startup facts of the last server start, each prompt's outcome
+//! with its evidence, and the known issues it matches, each with the `vrambisect bisect`
+//! command that tests its fixes on this install. The classification is `run`'s own
+//! (`classify::classify_prompt` / `classify_startup`, signatures from the catalogue).
+//!
+//! The parts: [`input`] opens and checks the file, [`reader`] streams it through the
+//! [`prefilter`] into the [`state`] machine (which knows the structural [`lines`]), and
+//! [`report`] puts the answer together, with [`advice`] for the bisect commands and
+//! [`render`] for people.
+
+pub mod advice;
+pub mod input;
+pub mod lines;
+pub mod prefilter;
+pub mod reader;
+pub mod render;
+pub mod report;
+pub mod state;
+
+pub use reader::Mode;
+pub use report::Report;
+
+use crate::error::{Error, Result};
+use std::io::{IsTerminal, Write};
+
+/// Scans an opened log.
+pub fn scan(input: input::Input, mode: Mode) -> Result<Report> {
+    let input::Input {
+        name,
+        mut reader,
+        encoding,
+        looks_like,
+    } = input;
+    let shown = if name == "-" {
+        "standard input".to_string()
+    } else {
+        name.clone()
+    };
+    let mut state = state::State::default();
+    let (stats, tail) = reader::scan(&mut reader, prefilter::prefilter(), mode, &mut state)
+        .map_err(|e| Error::usage(format!("cannot read {shown}: {e}")))?;
+    let scanned = state.finish(&tail, stats.lines);
+    if scanned.recognized == 0 {
+        let hint = match looks_like {
+            Some(kind) => format!(
+                "it looks like {kind}; logscan reads ComfyUI's console output or its user/comfyui.log"
+            ),
+            None => "logscan reads ComfyUI's console output or its user/comfyui.log".to_string(),
+        };
+        return Err(Error::usage(format!(
+            "{shown} does not look like a ComfyUI log: none of its {} lines is a ComfyUI startup, prompt or error line",
+            stats.lines
+        ))
+        .hint(hint));
+    }
+    Ok(Report::build(
+        name,
+        encoding,
+        stats.bytes,
+        stats.lines,
+        scanned,
+    ))
+}
+
+/// Scans a log held in memory (tests, and callers that already have the text).
+pub fn scan_bytes(name: &str, bytes: &[u8], mode: Mode) -> Result<Report> {
+    let input = input::sniff(
+        name.to_string(),
+        Box::new(std::io::Cursor::new(bytes.to_vec())),
+    )?;
+    scan(input, mode)
+}
+
+/// The command: reads `FILE` or `-` (saying on `err` that it waits when standard input is a
+/// terminal).
+pub fn command(file: &str, err: &mut dyn Write) -> Result<Report> {
+    if file == "-" && std::io::stdin().is_terminal() {
+        let _ = writeln!(
+            err,
+            "reading a ComfyUI log from standard input (paste it, then Ctrl-D; Ctrl-Z Enter on Windows)"
+        );
+    }
+    scan(input::open(file)?, Mode::Prefilter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::Outcome;
+    use std::path::PathBuf;
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/logs")
+            .join(name);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// `fixtures/logs/expected.json`: file → outcome, known issue ids, exit code.
+    fn expected() -> Vec<(String, Option<String>, Vec<String>, i32)> {
+        let doc: serde_json::Value =
+            serde_json::from_str(include_str!("../../fixtures/logs/expected.json")).unwrap();
+        doc.as_object()
+            .unwrap()
+            .iter()
+            .map(|(name, e)| {
+                let issues = e["known_issues"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_str().unwrap().to_string())
+                    .collect();
+                (
+                    name.clone(),
+                    e["outcome"].as_str().map(String::from),
+                    issues,
+                    e["exit"].as_i64().unwrap() as i32,
+                )
+            })
+            .collect()
+    }
+
+    fn ids(r: &Report) -> Vec<String> {
+        let mut v: Vec<String> = r.known_issues.iter().map(|k| k.id.to_string()).collect();
+        v.sort();
+        v
+    }
+
+    fn json(r: &Report) -> String {
+        serde_json::to_string(r).unwrap()
+    }
+
+    #[test]
+    fn every_fixture_classifies_as_expected_and_the_prefilter_misses_nothing() {
+        for (name, outcome, issues, code) in expected() {
+            let bytes = fixture(&name);
+            let fast = scan_bytes(&name, &bytes, Mode::Prefilter);
+            let slow = scan_bytes(&name, &bytes, Mode::EveryLine);
+            match (fast, slow) {
+                (Ok(fast), Ok(slow)) => {
+                    assert_eq!(
+                        fast.outcome.map(|o| o.as_str().to_string()),
+                        outcome,
+                        "{name}: {}",
+                        fast.summary
+                    );
+                    assert_eq!(ids(&fast), issues, "{name}");
+                    assert_eq!(fast.exit_code(), code, "{name}");
+                    assert_eq!(json(&fast), json(&slow), "{name}: pre-filter vs every line");
+                }
+                (Err(e), Err(_)) => assert_eq!(e.exit_code(), code, "{name}: {e}"),
+                (a, b) => panic!("{name}: {:?} vs {:?}", a.err(), b.err()),
+            }
+        }
+    }
+
+    #[test]
+    fn every_signature_has_a_fixture() {
+        let covered: Vec<String> = expected().into_iter().flat_map(|e| e.2).collect();
+        for sig in crate::classify::catalogue::SIGNATURES {
+            assert!(
+                covered.iter().any(|c| c == sig.id),
+                "no fixture in fixtures/logs shows {}",
+                sig.id
+            );
+        }
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/logs");
+        let listed: Vec<String> = expected().into_iter().map(|e| e.0).collect();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            if name != "expected.json" && name != "README.md" {
+                assert!(listed.contains(&name), "{name} is not in expected.json");
+            }
+        }
+    }
+
+    #[test]
+    fn line_endings_encodings_and_read_sizes_do_not_change_the_answer() {
+        for (name, _, _, code) in expected() {
+            if code == 2 {
+                continue;
+            }
+            let bytes = fixture(&name);
+            let base = scan_bytes(&name, &bytes, Mode::Prefilter).unwrap();
+            let text = String::from_utf8(bytes.clone()).unwrap();
+            let lf = text.replace("\r\n", "\n");
+            let crlf = lf.replace('\n', "\r\n");
+            let mut utf16 = vec![0xFF, 0xFE];
+            utf16.extend(lf.encode_utf16().flat_map(|u| u.to_le_bytes()));
+            let mut bom = vec![0xEF, 0xBB, 0xBF];
+            bom.extend_from_slice(lf.as_bytes());
+            for (how, variant) in [
+                ("lf", lf.clone().into_bytes()),
+                ("crlf", crlf.into_bytes()),
+                ("utf-16le", utf16),
+                ("bom", bom),
+            ] {
+                let r = scan_bytes(&name, &variant, Mode::Prefilter).unwrap();
+                assert_eq!(r.outcome, base.outcome, "{name} as {how}");
+                assert_eq!(ids(&r), ids(&base), "{name} as {how}");
+                assert_eq!(r.prompts_total, base.prompts_total, "{name} as {how}");
+                assert_eq!(r.lines, base.lines, "{name} as {how}");
+            }
+            // A pipe that hands out a few bytes at a time.
+            struct Drip(std::io::Cursor<Vec<u8>>);
+            impl std::io::Read for Drip {
+                fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                    let n = buf.len().min(7);
+                    self.0.read(&mut buf[..n])
+                }
+            }
+            let input = input::sniff(
+                name.clone(),
+                Box::new(Drip(std::io::Cursor::new(bytes.clone()))),
+            )
+            .unwrap();
+            let r = scan(input, Mode::Prefilter).unwrap();
+            assert_eq!(json(&r), json(&base), "{name} read 7 bytes at a time");
+        }
+    }
+
+    #[test]
+    fn a_log_longer_than_the_read_buffer() {
+        // Many starts and prompts across several 1 MiB buffers: same answer both ways, and
+        // the counts add up.
+        let one = fixture("format-multi-start.log");
+        let copies = 300;
+        let big: Vec<u8> = one
+            .iter()
+            .copied()
+            .cycle()
+            .take(one.len() * copies)
+            .collect();
+        assert!(big.len() > 2 << 20);
+        let fast = scan_bytes("big.log", &big, Mode::Prefilter).unwrap();
+        let slow = scan_bytes("big.log", &big, Mode::EveryLine).unwrap();
+        assert_eq!(json(&fast), json(&slow));
+        assert_eq!(fast.starts_total, 2 * copies as u64);
+        assert_eq!(fast.prompts_total, 3 * copies as u64);
+        assert_eq!(fast.prompt_counts["oom"], copies as u64);
+        assert_eq!(fast.outcome, Some(Outcome::Pass));
+        assert_eq!(fast.starts.len(), 100, "the last starts are kept");
+    }
+
+    #[test]
+    fn many_prompts_are_summarised() {
+        // Bounded: the first failures and the last prompts are kept in full, the rest counted.
+        let mut log = String::from(
+            "Total VRAM 24106 MB, total RAM 24106 MB
+To see the GUI go to: http://127.0.0.1:8188
+",
+        );
+        for i in 0..3000 {
+            log.push_str(
+                "got prompt
+",
+            );
+            if i % 1000 == 7 {
+                log.push_str("!!! Exception during processing !!! CUDA out of memory. Tried to allocate 1.00 GiB.
+");
+            }
+            log.push_str(
+                "Prompt executed in 0.01 seconds
+",
+            );
+        }
+        let r = scan_bytes("many.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.prompts_total, 3000);
+        assert_eq!(r.prompt_counts["pass"], 2997);
+        assert_eq!(r.prompt_counts["oom"], 3);
+        assert_eq!(r.prompts.len(), 503);
+        assert_eq!(r.prompts_omitted, 2497);
+        let kept_oom: Vec<u64> = r
+            .prompts
+            .iter()
+            .filter(|p| p.outcome == Some(Outcome::Oom))
+            .map(|p| p.index)
+            .collect();
+        assert_eq!(kept_oom, [8, 1008, 2008]);
+        assert_eq!(r.prompts.last().unwrap().index, 3000);
+    }
+
+    #[test]
+    fn odd_bytes_and_interruptions() {
+        // Latin-1 in a Windows path, a NUL-free control character, no final newline.
+        let log = b"Total VRAM 8151 MB, total RAM 16088 MB\nComfyUI version: 0.38.1\nTo see the GUI go to: http://127.0.0.1:8188\ngot prompt\n  File \"C:\\Users\\J\xf6rg\\ComfyUI\\nodes.py\", line 1\x07\n!!! Exception during processing !!! CUDA out of memory. Tried to allocate 2.00 GiB\nPrompt executed in 1.00 seconds";
+        let r = scan_bytes("odd.log", log, Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::Oom));
+        assert_eq!(r.lines, 7);
+
+        // Ctrl-C during startup, then a clean start: the first is not a failure.
+        let log = "Total VRAM 8151 MB, total RAM 16088 MB\n\nStopped server\nTotal VRAM 8151 MB, total RAM 16088 MB\nComfyUI version: 0.38.1\nTo see the GUI go to: http://127.0.0.1:8188\n";
+        let r = scan_bytes("ctrl-c.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.starts.len(), 2);
+        assert_eq!(r.starts[0].outcome, None);
+        assert_eq!(r.exit_code(), 0);
+        assert_eq!(r.outcome, None);
+        assert_eq!(r.summary, "ComfyUI started; no prompt ran in this log.");
+    }
+
+    #[test]
+    fn a_load_followed_by_sampling_is_not_a_hang() {
+        // The `prepared for dynamic VRAM` line can drop to DEBUG; a progress bar after the
+        // load request shows the model did load.
+        let head = "Total VRAM 8151 MB, total RAM 16088 MB\nTo see the GUI go to: http://127.0.0.1:8188\ngot prompt\nRequested to load Krea2\n";
+        let stuck = scan_bytes("stuck.log", head.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(stuck.outcome, Some(Outcome::Hang));
+        let sampling = format!(
+            "{head}  5%|▌         | 1/20 [00:01<00:19,  1.02s/it]\r 10%|█         | 2/20 [00:02<00:18,  1.02s/it]"
+        );
+        let r = scan_bytes("sampling.log", sampling.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, None);
+        assert_eq!(
+            r.prompts[0].evidence.last().unwrap(),
+            " 10%|█         | 2/20 [00:02<00:18,  1.02s/it]"
+        );
+    }
+
+    #[test]
+    fn the_real_0_3_64_server_log() {
+        let bytes = std::fs::read(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("fixtures/captures/logs/server-run1.log"),
+        )
+        .unwrap();
+        let r = scan_bytes("server-run1.log", &bytes, Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::Pass));
+        assert_eq!(r.startup.facts.comfyui_version.as_deref(), Some("0.3.64"));
+        assert_eq!(r.startup.facts.dynamic_vram, Some(false));
+        let outcomes: Vec<&str> = r
+            .prompts
+            .iter()
+            .map(|p| p.outcome.map_or("unknown", Outcome::as_str))
+            .collect();
+        // Two cached passes; three refused POSTs; the save-outside-output node error; the 4 TiB
+        // EmptyImage; three more refusals; the blur; the interrupted blur; the quick prompt.
+        assert_eq!(
+            outcomes,
+            [
+                "pass",
+                "pass",
+                "invalid_workflow",
+                "invalid_workflow",
+                "invalid_workflow",
+                "node_error",
+                "host_oom",
+                "invalid_workflow",
+                "invalid_workflow",
+                "invalid_workflow",
+                "pass",
+                "interrupted",
+                "pass"
+            ]
+        );
+        assert_eq!(ids(&r), ["cpu_allocator"]);
+    }
+}

@@ -1,0 +1,1090 @@
+//! The structure of a log, built one line at a time: server starts, the prompts each one ran,
+//! and what each shows. Memory stays bounded: a prompt keeps only its matched lines (capped),
+//! the last model load and its exception; finished prompts and starts are summarised, and only
+//! the last ones (and the first failures) are kept in full.
+//!
+//! Prompt boundaries follow ComfyUI's own lines (facts §3.3-§3.4, §10): `got prompt` is
+//! logged when a prompt is POSTed (so several may queue up while one runs), `invalid prompt:`
+//! or `Error handling request` refuses the last one, and `Prompt executed in …` ends the
+//! running one whatever happened to it (#9 of the facts' pitfalls: failures print it too).
+
+use super::lines::{self, Kind, LaunchArgs};
+use super::reader::{Before, Sink, visible};
+use crate::classify::catalogue::{self, Phase, Signature};
+use crate::classify::normalize::normalize;
+use crate::classify::{self, ExitInfo, PromptEnd, PromptObservation, Verdict};
+use crate::outcome::Outcome;
+use crate::startup::StartupFacts;
+use regex::Regex;
+use serde::Serialize;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::OnceLock;
+
+/// The most characters of one line kept as evidence.
+const MAX_TEXT: usize = 400;
+/// The most matched lines one prompt or start keeps.
+const MAX_MATCHED: usize = 24;
+/// Prompts kept in full: the last ones, and the first ones that did not pass.
+const KEEP_LAST: usize = 500;
+const KEEP_FAILED: usize = 500;
+/// Server starts kept in full (the last ones).
+const KEEP_STARTS: usize = 100;
+/// How many lines after `Traceback` may pass before its exception line.
+const TRACEBACK_LINES: u32 = 400;
+/// A start that is still not ready after this many lines is read with the pre-filter only.
+const STARTUP_LINES: u32 = 100_000;
+/// Lines of context kept when a prompt or start ends without saying how.
+const TAIL: usize = 5;
+/// Signatures too generic to show that a file is a ComfyUI log at all.
+const GENERIC: &[&str] = &[
+    "killed",
+    "missing_module",
+    "fatal_python_error",
+    "port_in_use",
+];
+
+/// One prompt, as the report shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PromptSummary {
+    /// 1-based, in the order the prompts ended.
+    pub index: u64,
+    /// The server start it ran in (1-based; null when the log starts after it).
+    pub start: Option<u64>,
+    /// Its place among the prompts of that start (1 = the first after startup).
+    pub ordinal: Option<u32>,
+    /// The line of its `got prompt` (or the first line seen of it).
+    pub line: u64,
+    pub end_line: u64,
+    /// Null when the log ends before the prompt does.
+    pub outcome: Option<Outcome>,
+    pub evidence: Vec<String>,
+    pub signatures: Vec<&'static str>,
+    pub explanation: Option<String>,
+    /// The models it asked to load (`Requested to load X`), the last few.
+    pub models: Vec<String>,
+    /// From `Prompt executed in …`.
+    pub executed_in: Option<String>,
+    /// The log begins after the prompt did (no `got prompt`).
+    pub started_before_log: bool,
+}
+
+/// One server start, as the report shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct StartSummary {
+    pub index: u64,
+    pub line: u64,
+    /// Whether it came up (the `To see the GUI` line, or prompts ran).
+    pub up: bool,
+    /// `startup_failed` or `flag_rejected` when it never came up; null otherwise.
+    pub outcome: Option<Outcome>,
+    pub evidence: Vec<String>,
+    pub signatures: Vec<&'static str>,
+    pub explanation: Option<String>,
+    pub facts: StartupFacts,
+    pub launch_args: Option<LaunchArgs>,
+    pub comfyui_dir: Option<String>,
+    pub prompts: u32,
+    /// Its prompts that passed, and that failed (not counting refused or interrupted ones).
+    pub passed: u32,
+    pub failed: u32,
+}
+
+/// Where a known failure signature showed, and the setup it showed in.
+#[derive(Debug, Clone)]
+pub struct Tally {
+    pub signature: &'static Signature,
+    pub lines: u64,
+    pub prompts: u64,
+    pub first_line: u64,
+    pub last_line: u64,
+    pub example: String,
+    /// The lowest place after a server start at which a prompt showed it.
+    pub min_ordinal: Option<u32>,
+    /// The setup of the last start it showed in.
+    pub launch_args: Option<Vec<String>>,
+    pub comfyui_dir: Option<String>,
+    pub comfyui_version: Option<String>,
+    pub dynamic_vram: Option<bool>,
+    last_prompt: Option<u64>,
+}
+
+/// Everything a scan found.
+#[derive(Debug, Clone, Default)]
+pub struct Scanned {
+    pub starts: Vec<StartSummary>,
+    pub starts_total: u64,
+    pub prompts: Vec<PromptSummary>,
+    pub prompts_total: u64,
+    pub prompt_counts: BTreeMap<String, u64>,
+    pub tallies: Vec<Tally>,
+    /// Lines that only a ComfyUI log has.
+    pub recognized: u64,
+}
+
+struct StartState {
+    index: u64,
+    line: u64,
+    max_rank: u8,
+    facts: StartupFacts,
+    ready: bool,
+    closed: bool,
+    prompts: u32,
+    matched: Vec<String>,
+    hits: Vec<&'static str>,
+    argparse: bool,
+    traceback: bool,
+    dead: bool,
+    launch: Option<LaunchArgs>,
+    dir: Option<String>,
+    startup_lines: u32,
+    /// Every prompt so far passed.
+    clean: bool,
+    passed: u32,
+    failed: u32,
+}
+
+impl StartState {
+    fn new(index: u64, line: u64, rank: u8) -> Self {
+        StartState {
+            index,
+            line,
+            max_rank: rank,
+            facts: StartupFacts::default(),
+            ready: false,
+            closed: false,
+            prompts: 0,
+            matched: Vec::new(),
+            hits: Vec::new(),
+            argparse: false,
+            traceback: false,
+            dead: false,
+            launch: None,
+            dir: None,
+            startup_lines: 0,
+            clean: true,
+            passed: 0,
+            failed: 0,
+        }
+    }
+
+    fn up(&self) -> bool {
+        self.ready || self.prompts > 0
+    }
+
+    /// Still starting: every line may be a startup fact.
+    fn starting(&self) -> bool {
+        !self.up() && !self.closed
+    }
+}
+
+#[derive(Default)]
+struct PromptState {
+    /// A number for this prompt alone (rejected POSTs are recorded while it runs).
+    serial: u64,
+    /// Opened because the previous prompt ended with this one queued.
+    from_queue: bool,
+    /// Another POST arrived while it had logged nothing: it may have been refused silently
+    /// (a 400 `no_prompt` logs only `got prompt`, facts §10.5 / `server-run2.log`).
+    later_posts: bool,
+    start: Option<u64>,
+    ordinal: Option<u32>,
+    /// Every earlier prompt of its start passed (a failure on a later prompt then points at
+    /// repetition, #15269).
+    after_passes: bool,
+    line: u64,
+    implicit: bool,
+    matched: Vec<(u64, String)>,
+    hits: Vec<&'static str>,
+    memory_hit: Option<String>,
+    models: Vec<String>,
+    pending_load: Option<(u64, String, String)>,
+    exception_during: Option<String>,
+    exception: Option<(String, String)>,
+    interrupted: bool,
+    dead: Option<&'static str>,
+    content: bool,
+}
+
+impl PromptState {
+    fn keep(&mut self, number: u64, text: &str) {
+        if self.matched.len() < MAX_MATCHED && !self.matched.iter().any(|(n, _)| *n == number) {
+            self.matched.push((number, clip(text)));
+        }
+    }
+}
+
+/// How a prompt or start came to an end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum End {
+    Executed(String),
+    /// A new server start follows.
+    Restart,
+    /// `Stopped server` (Ctrl-C).
+    Stopped,
+    /// The log ends.
+    Eof,
+}
+
+/// The line-by-line state machine.
+#[derive(Default)]
+pub struct State {
+    current: Option<StartState>,
+    starts: VecDeque<StartSummary>,
+    starts_total: u64,
+    open: Option<PromptState>,
+    /// `got prompt` lines of prompts queued behind the running one.
+    queue: VecDeque<u64>,
+    recent: VecDeque<PromptSummary>,
+    failed: Vec<PromptSummary>,
+    prompts_total: u64,
+    counts: BTreeMap<String, u64>,
+    pending_launch: Option<LaunchArgs>,
+    pending_dir: Option<String>,
+    validation: Vec<String>,
+    collecting_validation: bool,
+    awaiting_exception: Option<u32>,
+    tallies: Vec<Tally>,
+    recognized: u64,
+    opened: u64,
+}
+
+impl Sink for State {
+    fn every_line(&self) -> bool {
+        self.awaiting_exception.is_some()
+            || self.collecting_validation
+            || self
+                .current
+                .as_ref()
+                .is_some_and(|s| s.starting() && s.startup_lines < STARTUP_LINES)
+    }
+
+    fn line(&mut self, raw: &[u8], number: u64, before: &Before<'_>) {
+        // Only the last segment of a tqdm bar is what a terminal shows (and what `normalize`
+        // keeps): decode just that.
+        let decoded = String::from_utf8_lossy(visible(raw));
+        let normalized = normalize(&decoded);
+        let text = unglue(&normalized.text);
+        self.observe(&text, number, before);
+    }
+}
+
+/// Removes the timestamps some ComfyUI-Manager versions glue into the middle and end of lines
+/// (`Prompt executed in 3.21 seconds2025-01-16T20:49:52.176503 - `): they time-stamp every
+/// write, and `print` writes its parts separately.
+fn unglue(text: &str) -> Cow<'_, str> {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    if !text.contains(" - ") {
+        return Cow::Borrowed(text);
+    }
+    let re = RE.get_or_init(|| {
+        Regex::new(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+ - ").expect("timestamp regex")
+    });
+    let out = re.replace_all(text, "");
+    match out {
+        Cow::Borrowed(_) => Cow::Borrowed(text),
+        Cow::Owned(s) => Cow::Owned(s.trim_end().to_string()),
+    }
+}
+
+/// Shortens a line for keeping (at a character boundary).
+fn clip(text: &str) -> String {
+    let t = text.trim_end();
+    match t.char_indices().nth(MAX_TEXT) {
+        Some((i, _)) => format!("{}…", &t[..i]),
+        None => t.to_string(),
+    }
+}
+
+impl State {
+    fn observe(&mut self, text: &str, number: u64, before: &Before<'_>) {
+        if let Some(s) = self.current.as_mut()
+            && s.starting()
+        {
+            s.startup_lines += 1;
+        }
+        // A traceback's exception line: the first unindented line that looks like one.
+        if let Some(left) = self.awaiting_exception {
+            if let Some((ty, msg)) = lines::exception_line(text)
+                && !text.starts_with("Traceback")
+            {
+                self.awaiting_exception = None;
+                if let Some(p) = self.open.as_mut()
+                    && p.exception_during.is_some()
+                    && p.exception.is_none()
+                {
+                    p.exception = Some((ty.to_string(), msg.to_string()));
+                    p.keep(number, text);
+                }
+                if let Some(s) = self.current.as_mut()
+                    && s.starting()
+                    && s.matched.len() < MAX_MATCHED
+                {
+                    s.matched.push(clip(text));
+                }
+            } else if left == 0 {
+                self.awaiting_exception = None;
+            } else {
+                self.awaiting_exception = Some(left - 1);
+            }
+        }
+        if self.collecting_validation {
+            if self.validation.len() < 8 {
+                self.validation.push(clip(text.trim()));
+            }
+            if text.starts_with("Output will be ignored") || text.starts_with("invalid prompt") {
+                self.collecting_validation = false;
+            }
+        }
+
+        let marker = lines::marker(text);
+        let kind = marker.map(|m| m.kind);
+        match kind {
+            Some(Kind::Start { rank }) => {
+                self.recognized += 1;
+                self.start_marker(rank, number, before);
+            }
+            Some(Kind::Announce) => {
+                self.recognized += 1;
+                if self.current.as_ref().is_none_or(|s| !s.starting()) {
+                    self.new_start(number, 0, before);
+                }
+            }
+            Some(Kind::Ready) => {
+                self.recognized += 1;
+                if self.current.as_ref().is_none_or(|s| s.closed) {
+                    self.new_start(number, u8::MAX, before);
+                }
+            }
+            Some(Kind::Stopped) => {
+                self.end_prompt(End::Stopped, number, before);
+                if let Some(s) = self.current.as_mut() {
+                    s.closed = true;
+                }
+            }
+            Some(Kind::GotPrompt) => {
+                self.recognized += 1;
+                self.validation.clear();
+                self.server_is_up();
+                if let Some(p) = self.open.as_mut() {
+                    if !p.content {
+                        p.later_posts = true;
+                    }
+                    if self.queue.len() >= 10_000 {
+                        self.queue.pop_front();
+                    }
+                    self.queue.push_back(number);
+                } else {
+                    self.open_prompt(number, false);
+                }
+            }
+            Some(Kind::Executed) => {
+                self.recognized += 1;
+                if self.open.is_none() {
+                    self.open_prompt(number, true);
+                }
+                let took = lines::executed_in(text).unwrap_or("").to_string();
+                self.end_prompt(End::Executed(took), number, before);
+                if let Some(next) = self.queue.pop_front() {
+                    self.open_prompt(next, false);
+                    if let Some(p) = self.open.as_mut() {
+                        p.from_queue = true;
+                    }
+                }
+            }
+            Some(Kind::InvalidPrompt) | Some(Kind::RequestError) => {
+                if kind == Some(Kind::InvalidPrompt) {
+                    self.recognized += 1;
+                }
+                self.rejected(kind == Some(Kind::InvalidPrompt), text, number);
+            }
+            Some(Kind::FailedValidation) => {
+                self.recognized += 1;
+                self.validation = vec![clip(text)];
+                self.collecting_validation = true;
+            }
+            Some(Kind::RequestedToLoad) => {
+                self.recognized += 1;
+                let p = self.prompt_for_line(number);
+                p.content = true;
+                if let Some(model) = lines::requested_model(text) {
+                    if p.models.last().map(String::as_str) != Some(model) {
+                        if p.models.len() == 4 {
+                            p.models.remove(0);
+                        }
+                        p.models.push(model.to_string());
+                    }
+                    p.pending_load = Some((number, clip(text), model.to_string()));
+                }
+            }
+            Some(Kind::Loaded) => {
+                self.recognized += 1;
+                if let Some(p) = self.open.as_mut() {
+                    p.pending_load = None;
+                    p.content = true;
+                }
+            }
+            Some(Kind::Traceback) => {
+                self.awaiting_exception = Some(TRACEBACK_LINES);
+                if let Some(s) = self.current.as_mut()
+                    && s.starting()
+                {
+                    s.traceback = true;
+                    if s.matched.len() < MAX_MATCHED {
+                        s.matched.push(clip(text));
+                    }
+                }
+            }
+            Some(Kind::ExceptionDuring) => {
+                self.recognized += 1;
+                let p = self.prompt_for_line(number);
+                p.content = true;
+                let msg = text
+                    .trim_start_matches("!!! Exception during processing !!!")
+                    .trim()
+                    .to_string();
+                // Kept without the banner: it is the exception's own text, which the
+                // traceback's last line repeats (and the evidence then shows once).
+                p.keep(number, &msg);
+                if p.exception_during.is_none() {
+                    p.exception_during = Some(msg);
+                }
+            }
+            Some(Kind::Interrupted) => {
+                let p = self.prompt_for_line(number);
+                p.content = true;
+                p.interrupted = true;
+                p.keep(number, text);
+            }
+            Some(Kind::LaunchArgs) => {
+                if let Some(args) = lines::launch_args(text) {
+                    let found = LaunchArgs {
+                        args,
+                        source: clip(text),
+                        line: number,
+                    };
+                    match self.current.as_mut() {
+                        Some(s) if s.starting() => {
+                            if s.launch.is_none() {
+                                s.launch = Some(found);
+                            }
+                        }
+                        _ => self.pending_launch = Some(found),
+                    }
+                }
+            }
+            Some(Kind::InstallPath) => {
+                if let Some(dir) = lines::install_dir(text) {
+                    match self.current.as_mut() {
+                        Some(s) if s.starting() => {
+                            s.dir.get_or_insert(dir);
+                        }
+                        _ => self.pending_dir = Some(dir),
+                    }
+                }
+            }
+            None => {}
+        }
+
+        // Failure signatures, on every line that is not purely structural.
+        let structural = matches!(
+            kind,
+            Some(
+                Kind::Start { .. }
+                    | Kind::Announce
+                    | Kind::Ready
+                    | Kind::Stopped
+                    | Kind::GotPrompt
+                    | Kind::Executed
+                    | Kind::RequestedToLoad
+                    | Kind::Loaded
+                    | Kind::Traceback
+                    | Kind::Interrupted
+            )
+        );
+        // A traceback's frames quote source code (`raise MemoryError("VBAR allocation failed")`):
+        // not what happened, only where.
+        let frame = self.awaiting_exception.is_some() && text.starts_with(char::is_whitespace);
+        if !structural
+            && !frame
+            && let Some(sig) = catalogue::match_line(text).next()
+        {
+            self.signature(sig, text, number, before);
+        }
+
+        // Startup facts, while the server starts (and its ready line).
+        if let Some(s) = self.current.as_mut()
+            && (s.starting() || kind == Some(Kind::Ready))
+            && !s.ready
+        {
+            s.facts.observe(text);
+            if s.facts.ready {
+                s.ready = true;
+            }
+        }
+    }
+
+    fn signature(&mut self, sig: &'static Signature, text: &str, number: u64, before: &Before<'_>) {
+        if !GENERIC.contains(&sig.id) {
+            self.recognized += 1;
+        }
+        // A startup error with no start before it (a pasted excerpt): it is one.
+        if sig.phase == Phase::Startup && self.current.is_none() && self.open.is_none() {
+            self.new_start(number, 0, before);
+        }
+        let starting = self.current.as_ref().is_some_and(|s| s.starting());
+        if starting || (sig.phase == Phase::Startup && self.open.is_none()) {
+            if let Some(s) = self.current.as_mut() {
+                if !s.hits.contains(&sig.id) {
+                    s.hits.push(sig.id);
+                }
+                s.argparse |= sig.outcome == Outcome::FlagRejected;
+                s.dead |= matches!(sig.id, "killed" | "oom_killer" | "fatal_python_error");
+                if s.matched.len() < MAX_MATCHED {
+                    s.matched.push(clip(text));
+                }
+            }
+            self.tally(sig, text, number, None);
+            return;
+        }
+        let p = self.prompt_for_line(number);
+        p.content = true;
+        p.keep(number, text);
+        if !p.hits.contains(&sig.id) {
+            p.hits.push(sig.id);
+        }
+        if sig.outcome.is_memory() && p.memory_hit.is_none() {
+            p.memory_hit = Some(clip(text));
+        }
+        match sig.id {
+            "oom_killer" => p.dead = Some("oom_killer"),
+            "killed" if p.dead.is_none() => p.dead = Some("killed"),
+            "fatal_python_error" if p.dead.is_none() => p.dead = Some("fatal"),
+            _ => {}
+        }
+        let at = (
+            p.ordinal.map(|o| if p.after_passes { o } else { 1 }),
+            p.serial,
+        );
+        self.tally(sig, text, number, Some(at));
+    }
+
+    /// Counts a signature where it showed (in which prompt, at which place after its server
+    /// start), with the setup it showed in.
+    fn tally(
+        &mut self,
+        sig: &'static Signature,
+        text: &str,
+        number: u64,
+        prompt: Option<(Option<u32>, u64)>,
+    ) {
+        let (launch, dir, version, dynamic) = match &self.current {
+            Some(s) => (
+                s.launch.as_ref().map(|l| l.args.clone()),
+                s.dir.clone(),
+                s.facts.comfyui_version.clone(),
+                s.facts.dynamic_vram,
+            ),
+            None => (None, None, None, None),
+        };
+        let i = match self.tallies.iter().position(|t| t.signature.id == sig.id) {
+            Some(i) => i,
+            None => {
+                self.tallies.push(Tally {
+                    signature: sig,
+                    lines: 0,
+                    prompts: 0,
+                    first_line: number,
+                    last_line: number,
+                    example: clip(text),
+                    min_ordinal: None,
+                    launch_args: None,
+                    comfyui_dir: None,
+                    comfyui_version: None,
+                    dynamic_vram: None,
+                    last_prompt: None,
+                });
+                self.tallies.len() - 1
+            }
+        };
+        let t = &mut self.tallies[i];
+        t.lines += 1;
+        t.last_line = number;
+        if let Some((ordinal, serial)) = prompt {
+            if t.last_prompt != Some(serial) {
+                t.prompts += 1;
+                t.last_prompt = Some(serial);
+            }
+            if let Some(o) = ordinal {
+                t.min_ordinal = Some(t.min_ordinal.map_or(o, |m| m.min(o)));
+            }
+        }
+        if launch.is_some() {
+            t.launch_args = launch;
+        }
+        if dir.is_some() {
+            t.comfyui_dir = dir;
+        }
+        if version.is_some() {
+            t.comfyui_version = version;
+        }
+        if dynamic.is_some() {
+            t.dynamic_vram = dynamic;
+        }
+    }
+
+    /// The prompt a prompt-time line belongs to (one that began before the log, if none is
+    /// open).
+    fn prompt_for_line(&mut self, number: u64) -> &mut PromptState {
+        if self.open.is_none() {
+            self.open_prompt(number, true);
+        }
+        self.open.as_mut().expect("a prompt is open")
+    }
+
+    fn open_prompt(&mut self, line: u64, implicit: bool) {
+        if !implicit {
+            self.server_is_up();
+        }
+        let (start, ordinal, after_passes) = match self.current.as_mut() {
+            Some(s) if !s.closed => {
+                s.prompts += 1;
+                (Some(s.index), Some(s.prompts), s.clean)
+            }
+            _ => (None, None, false),
+        };
+        self.opened += 1;
+        self.open = Some(PromptState {
+            serial: self.opened,
+            start,
+            ordinal,
+            after_passes,
+            line,
+            implicit,
+            ..Default::default()
+        });
+    }
+
+    /// A prompt arrived: the server is up even if its ready line is missing
+    /// (`--dont-print-server`).
+    fn server_is_up(&mut self) {
+        if let Some(s) = self.current.as_mut()
+            && !s.ready
+            && !s.closed
+        {
+            s.facts.finish();
+            s.ready = true;
+        }
+    }
+
+    fn start_marker(&mut self, rank: u8, number: u64, before: &Before<'_>) {
+        let new = match &self.current {
+            None => true,
+            Some(s) => s.up() || s.closed || rank <= s.max_rank,
+        };
+        if new {
+            self.new_start(number, rank, before);
+        } else if let Some(s) = self.current.as_mut() {
+            s.max_rank = s.max_rank.max(rank);
+        }
+    }
+
+    fn new_start(&mut self, number: u64, rank: u8, before: &Before<'_>) {
+        self.end_start(End::Restart, number, before);
+        self.starts_total += 1;
+        let mut s = StartState::new(self.starts_total, number, rank);
+        s.launch = self.pending_launch.take();
+        s.dir = self.pending_dir.take();
+        self.current = Some(s);
+        self.queue.clear();
+    }
+
+    /// A POST was refused: the last `got prompt` never ran.
+    fn rejected(&mut self, bad_request: bool, text: &str, number: u64) {
+        let line = if let Some(line) = self.queue.pop_back() {
+            line
+        } else if self
+            .open
+            .as_ref()
+            .is_some_and(|p| !p.content && !p.implicit)
+        {
+            let p = self.open.take().expect("open prompt");
+            if let Some(s) = self.current.as_mut()
+                && p.start == Some(s.index)
+            {
+                s.prompts = s.prompts.saturating_sub(1);
+            }
+            p.line
+        } else {
+            number
+        };
+        let mut lines: Vec<String> = self
+            .validation
+            .iter()
+            .filter(|l| l.starts_with("- "))
+            .cloned()
+            .collect();
+        lines.push(clip(text));
+        self.validation.clear();
+        self.collecting_validation = false;
+        let obs = PromptObservation {
+            rejected: Some(lines),
+            ..Default::default()
+        };
+        let mut v = classify::classify_prompt(&obs);
+        if !bad_request {
+            v.explanation = Some(
+                "ComfyUI could not read the request (HTTP 500): malformed JSON, or a UI-format workflow sent as {\"prompt\": …}; nothing ran".into(),
+            );
+        }
+        let start = self.current.as_ref().map(|s| s.index);
+        self.record(PromptSummary {
+            index: 0,
+            start,
+            ordinal: None,
+            line,
+            end_line: number,
+            outcome: Some(v.outcome),
+            evidence: v.evidence,
+            signatures: v.signatures,
+            explanation: v.explanation,
+            models: Vec::new(),
+            executed_in: None,
+            started_before_log: false,
+        });
+    }
+
+    /// Ends the running prompt, classifying it from what it logged.
+    fn end_prompt(&mut self, end: End, number: u64, before: &Before<'_>) {
+        let Some(p) = self.open.take() else {
+            return;
+        };
+        if !matches!(end, End::Executed(_)) && !p.content && (p.from_queue || p.later_posts) {
+            // It logged nothing, and others were handled meanwhile: it never ran, or was
+            // refused without a word. Not a prompt the log can say anything about.
+            if let Some(s) = self.current.as_mut()
+                && p.start == Some(s.index)
+            {
+                s.prompts = s.prompts.saturating_sub(1);
+            }
+            return;
+        }
+        let tail: Vec<String> = if matches!(end, End::Executed(_)) {
+            Vec::new()
+        } else {
+            tail_lines(before)
+        };
+        let mut obs = PromptObservation {
+            log: p.matched.iter().map(|(_, t)| t.clone()).collect(),
+            ..Default::default()
+        };
+        let error_end = |p: &PromptState| {
+            p.exception_during.as_ref().map(|during| {
+                let (ty, msg) = match &p.exception {
+                    Some((ty, msg)) => (ty.clone(), msg.clone()),
+                    None => ("Exception during processing".to_string(), during.clone()),
+                };
+                PromptEnd::Error {
+                    node_id: None,
+                    node_type: None,
+                    exception_type: ty,
+                    exception_message: msg,
+                }
+            })
+        };
+        let model = p.pending_load.as_ref().map(|(_, _, m)| m.clone());
+        let mut hang = false;
+        let mut incomplete = false;
+        let mut explanation: Option<String> = None;
+        let executed_in = match &end {
+            End::Executed(took) => {
+                obs.end = Some(match error_end(&p) {
+                    Some(e) => e,
+                    None if p.interrupted => PromptEnd::Interrupted { node_id: None },
+                    None => PromptEnd::Success,
+                });
+                Some(took.clone()).filter(|t| !t.is_empty())
+            }
+            _ => {
+                if let Some(e) = error_end(&p) {
+                    obs.end = Some(e);
+                } else if let Some(how) = p.dead {
+                    // The log cannot show an exit status; the kill or crash line stands for it.
+                    obs.exit = Some(match how {
+                        "fatal" => ExitInfo {
+                            code: None,
+                            signal: Some(6),
+                        },
+                        _ => ExitInfo {
+                            code: Some(137),
+                            signal: Some(9),
+                        },
+                    });
+                    obs.ram_exhausted = how == "oom_killer";
+                    obs.log.extend(tail.iter().cloned());
+                    if how == "oom_killer" {
+                        explanation = Some("the kernel's OOM killer ended ComfyUI during this prompt: system RAM and swap ran out".into());
+                    }
+                } else if let Some(hit) = &p.memory_hit {
+                    // A pasted error, or a log cut right after it: the error line speaks for
+                    // the exception.
+                    obs.end = Some(PromptEnd::Error {
+                        node_id: None,
+                        node_type: None,
+                        exception_type: hit.clone(),
+                        exception_message: String::new(),
+                    });
+                } else if let Some((_, line, _)) = &p.pending_load
+                    && !sampled_after(before, line)
+                {
+                    hang = true;
+                    obs.stalled = true;
+                    obs.log.push(line.clone());
+                    obs.log.extend(tail.iter().cloned());
+                } else if p.interrupted {
+                    obs.end = Some(PromptEnd::Interrupted { node_id: None });
+                } else {
+                    match end {
+                        End::Restart => {
+                            obs.exit = Some(ExitInfo {
+                                code: None,
+                                signal: None,
+                            });
+                            obs.log.extend(tail.iter().cloned());
+                            explanation = Some("ComfyUI started again before this prompt finished: it died (or was restarted) without a message".into());
+                        }
+                        End::Stopped => {
+                            obs.interrupted_by_user = true;
+                            explanation =
+                                Some("ComfyUI was stopped (Ctrl-C) while this prompt ran".into());
+                        }
+                        _ => incomplete = true,
+                    }
+                }
+                None
+            }
+        };
+        let mut v = if incomplete {
+            Verdict {
+                outcome: Outcome::Pass,
+                evidence: tail.iter().rev().take(3).rev().cloned().collect(),
+                signatures: Vec::new(),
+                explanation: Some("the log ends while this prompt runs: it was still running when the log was copied, or ComfyUI stopped without a word".into()),
+            }
+        } else {
+            classify::classify_prompt(&obs)
+        };
+        // The classifier words a few things for live runs; say them as a log shows them.
+        v.evidence.retain(|e| !e.starts_with("process ended by "));
+        if hang {
+            let model = model.unwrap_or_default();
+            let hang_sig = catalogue::by_id("hang_at_load").expect("hang signature");
+            v.signatures.retain(|s| *s != hang_sig.id);
+            v.signatures.insert(0, hang_sig.id);
+            v.explanation = Some(match end {
+                End::Restart => format!(
+                    "ComfyUI was restarted while it was still loading {model}: it hung after 'Requested to load {model}'"
+                ),
+                End::Stopped => format!(
+                    "ComfyUI was stopped (Ctrl-C) while it was still loading {model}: it hung after 'Requested to load {model}'"
+                ),
+                _ => format!(
+                    "the log ends after 'Requested to load {model}' with no 'loaded …' or 'prepared for dynamic VRAM loading' line: ComfyUI stalled loading the model"
+                ),
+            });
+            let (line, text) = p
+                .pending_load
+                .as_ref()
+                .map_or((number, String::new()), |(n, t, _)| (*n, t.clone()));
+            let ordinal = p.ordinal.map(|o| if p.after_passes { o } else { 1 });
+            self.tally(hang_sig, &text, line, Some((ordinal, p.serial)));
+            return self.finish_prompt(p, v, false, executed_in, number);
+        }
+        if let Some(e) = explanation {
+            v.explanation = Some(e);
+        }
+        self.finish_prompt(p, v, incomplete, executed_in, number);
+    }
+
+    fn finish_prompt(
+        &mut self,
+        p: PromptState,
+        v: Verdict,
+        incomplete: bool,
+        executed_in: Option<String>,
+        number: u64,
+    ) {
+        if !incomplete
+            && let Some(s) = self.current.as_mut()
+            && p.start == Some(s.index)
+        {
+            match v.outcome {
+                Outcome::Pass => s.passed += 1,
+                Outcome::InvalidWorkflow | Outcome::Interrupted => {}
+                _ => {
+                    s.failed += 1;
+                    s.clean = false;
+                }
+            }
+        }
+        let mut signatures = v.signatures;
+        for h in &p.hits {
+            if !signatures.contains(h) {
+                signatures.push(h);
+            }
+        }
+        self.record(PromptSummary {
+            index: 0,
+            start: p.start,
+            ordinal: p.ordinal,
+            line: p.line,
+            end_line: number,
+            outcome: (!incomplete).then_some(v.outcome),
+            evidence: v.evidence,
+            signatures,
+            explanation: v.explanation,
+            models: p.models,
+            executed_in,
+            started_before_log: p.implicit,
+        });
+    }
+
+    fn record(&mut self, mut summary: PromptSummary) {
+        self.prompts_total += 1;
+        summary.index = self.prompts_total;
+        let key = summary.outcome.map_or("unknown", Outcome::as_str);
+        *self.counts.entry(key.to_string()).or_default() += 1;
+        let failed = summary.outcome != Some(Outcome::Pass);
+        if failed && self.failed.len() < KEEP_FAILED {
+            self.failed.push(summary.clone());
+        }
+        if self.recent.len() == KEEP_LAST {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(summary);
+    }
+
+    /// Ends the current server start (and its running prompt).
+    fn end_start(&mut self, end: End, number: u64, before: &Before<'_>) {
+        self.end_prompt(end.clone(), number, before);
+        let Some(s) = self.current.take() else {
+            return;
+        };
+        let mut summary = StartSummary {
+            index: s.index,
+            line: s.line,
+            up: s.up(),
+            outcome: None,
+            evidence: Vec::new(),
+            signatures: s.hits.clone(),
+            explanation: None,
+            facts: s.facts.clone(),
+            launch_args: s.launch.clone(),
+            comfyui_dir: s.dir.clone(),
+            prompts: s.prompts,
+            passed: s.passed,
+            failed: s.failed,
+        };
+        if !s.up() {
+            let evidence = !s.hits.is_empty() || s.traceback || s.dead;
+            let stopped = end == End::Stopped || s.closed;
+            if stopped || (end == End::Eof && !evidence) {
+                summary.explanation = Some(if stopped {
+                    "ComfyUI was stopped (Ctrl-C) before it was ready".into()
+                } else {
+                    "the log ends while ComfyUI starts".into()
+                });
+            } else {
+                let mut log = s.matched.clone();
+                for t in tail_lines(before) {
+                    if !log.contains(&t) {
+                        log.push(t);
+                    }
+                }
+                let exit = ExitInfo {
+                    code: s.argparse.then_some(2),
+                    signal: None,
+                };
+                let v = classify::classify_startup(exit, &log);
+                summary.outcome = Some(v.outcome);
+                summary.evidence = v.evidence;
+                for id in v.signatures {
+                    if !summary.signatures.contains(&id) {
+                        summary.signatures.insert(0, id);
+                    }
+                }
+                summary.explanation =
+                    if summary.signatures.iter().any(|id| {
+                        catalogue::by_id(id).is_some_and(|sig| sig.phase == Phase::Startup)
+                    }) {
+                        v.explanation
+                    } else if end == End::Restart {
+                        Some("ComfyUI stopped before it was ready and was started again".into())
+                    } else {
+                        Some("ComfyUI stopped before it was ready".into())
+                    };
+            }
+        }
+        if self.starts.len() == KEEP_STARTS {
+            self.starts.pop_front();
+        }
+        self.starts.push_back(summary);
+    }
+
+    /// The end of the log.
+    pub fn finish(mut self, tail: &[String], lines: u64) -> Scanned {
+        let carry: VecDeque<Vec<u8>> = tail.iter().map(|t| t.as_bytes().to_vec()).collect();
+        let before = Before::from_carry(&carry);
+        let last = lines;
+        if self.current.is_some() {
+            self.end_start(End::Eof, last, &before);
+        } else {
+            self.end_prompt(End::Eof, last, &before);
+        }
+        let mut prompts: Vec<PromptSummary> = self.failed;
+        for p in self.recent {
+            if !prompts.iter().any(|q| q.index == p.index) {
+                prompts.push(p);
+            }
+        }
+        prompts.sort_by_key(|p| p.index);
+        Scanned {
+            starts: self.starts.into(),
+            starts_total: self.starts_total,
+            prompts,
+            prompts_total: self.prompts_total,
+            prompt_counts: self.counts,
+            tallies: self.tallies,
+            recognized: self.recognized,
+        }
+    }
+}
+
+/// The last lines before a point, normalised, without launcher command lines.
+fn tail_lines(before: &Before<'_>) -> Vec<String> {
+    before
+        .last(TAIL + 2)
+        .iter()
+        .map(|raw| clip(&unglue(&normalize(raw).text)))
+        .filter(|t| !t.trim().is_empty() && lines::launch_args(t).is_none())
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .take(TAIL)
+        .rev()
+        .collect()
+}
+
+/// Whether a progress bar follows the load request in the lines before this point: sampling
+/// ran, so the model was loaded even though its `prepared for dynamic VRAM` line is missing
+/// (it drops to DEBUG when it repeats, facts §2.5). Progress bars are not pre-filter hits, so
+/// this looks at the lines themselves.
+fn sampled_after(before: &Before<'_>, load: &str) -> bool {
+    let recent: Vec<String> = before
+        .last(8)
+        .iter()
+        .map(|raw| clip(&unglue(&normalize(raw).text)))
+        .collect();
+    let after = recent.iter().rposition(|l| l == load).map_or(0, |i| i + 1);
+    recent[after..].iter().any(|l| lines::is_progress(l))
+}
