@@ -1,0 +1,688 @@
+//! `vrambisect doctor`: checks the machine and a ComfyUI install before a run or a bisect —
+//! NVML and the driver, the CUDA driver library, GPUs and free VRAM, other processes holding
+//! VRAM, the ComfyUI folder and version, its Python, torch and comfy-aimdo, the flags it
+//! supports, free disk, RAM and swap — each shown as ✓ / ! / ✗ with a hint.
+//!
+//! Nothing here is fatal: a machine without NVIDIA libraries gets a report saying so, not an
+//! error. Doctor never creates a CUDA context (it would take 300–500 MB of the VRAM being
+//! diagnosed, facts §7): "the CUDA driver library is loadable" is a presence check.
+
+use crate::install::Install;
+use crate::output::Style;
+use crate::report::environment::{self, NvmlNow, PyFacts};
+use serde::Serialize;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// A check's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Status::Ok => "✓",
+            Status::Warn => "!",
+            Status::Fail => "✗",
+        }
+    }
+}
+
+/// One check.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Check {
+    /// Stable name (`nvml`, `cuda`, `gpus`, …).
+    pub id: &'static str,
+    /// What is checked, for people.
+    pub title: &'static str,
+    pub status: Status,
+    /// One line.
+    pub summary: String,
+    /// More lines (one per GPU, per process, …).
+    pub details: Vec<String>,
+    /// What to do about it.
+    pub hint: Option<String>,
+}
+
+impl Check {
+    fn new(
+        id: &'static str,
+        title: &'static str,
+        status: Status,
+        summary: impl Into<String>,
+    ) -> Check {
+        Check {
+            id,
+            title,
+            status,
+            summary: summary.into(),
+            details: Vec::new(),
+            hint: None,
+        }
+    }
+
+    fn hint(mut self, h: impl Into<String>) -> Check {
+        self.hint = Some(h.into());
+        self
+    }
+
+    fn details(mut self, d: Vec<String>) -> Check {
+        self.details = d;
+        self
+    }
+}
+
+/// Everything doctor found (`doctor --json`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub checks: Vec<Check>,
+    pub ok: usize,
+    pub warnings: usize,
+    pub failures: usize,
+}
+
+impl Report {
+    /// 0 when nothing failed, 1 when a check failed (warnings do not count).
+    pub fn exit_code(&self) -> i32 {
+        if self.failures > 0 {
+            crate::error::exit::FAILED
+        } else {
+            crate::error::exit::OK
+        }
+    }
+}
+
+/// What doctor looks at.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    pub comfyui: Option<PathBuf>,
+    pub python: Option<PathBuf>,
+    pub nvml_lib: Option<PathBuf>,
+    /// Where runs will be written (free disk is checked there): the current folder.
+    pub work_dir: PathBuf,
+}
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+fn gib(b: u64) -> String {
+    format!("{:.1} GiB", b as f64 / GIB as f64)
+}
+
+/// Free bytes for an unprivileged user on the file system holding `path`.
+#[cfg(unix)]
+pub fn free_disk(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a valid NUL-terminated path and a zeroed struct statvfs fills in.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return None;
+    }
+    Some((s.f_bavail as u64).saturating_mul(s.f_frsize as u64))
+}
+
+#[cfg(not(unix))]
+pub fn free_disk(_: &Path) -> Option<u64> {
+    None
+}
+
+/// Whether the CUDA driver library can be loaded: a presence check only (cudarc's
+/// `is_culib_present`, which dlopens it and does not panic; guarded all the same, since
+/// cudarc panics elsewhere when the library is missing or broken). No context is created.
+pub fn libcuda_present() -> Result<bool, String> {
+    std::panic::catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() })
+        .map_err(|_| "looking for libcuda panicked".to_string())
+}
+
+fn nvml_check(now: &Result<NvmlNow, String>) -> Check {
+    match now {
+        Ok(n) => Check::new(
+            "nvml",
+            "NVIDIA driver (NVML)",
+            Status::Ok,
+            format!(
+                "driver {}, supports CUDA {}, {} GPU{}",
+                n.driver.as_deref().unwrap_or("?"),
+                n.cuda_driver.as_deref().unwrap_or("?"),
+                n.gpus.len(),
+                if n.gpus.len() == 1 { "" } else { "s" }
+            ),
+        ),
+        Err(e) => Check::new("nvml", "NVIDIA driver (NVML)", Status::Warn, e.clone()).hint(
+            "without NVML vrambisect cannot record GPU memory (it still records RAM and ComfyUI's own CUDA view); \
+             install the NVIDIA driver, or pass --nvml-lib PATH where libnvidia-ml lives elsewhere (WSL: /usr/lib/wsl/lib)",
+        ),
+    }
+}
+
+fn cuda_check(present: Result<bool, String>, nvml_ok: bool) -> Check {
+    const TITLE: &str = "CUDA driver library";
+    match present {
+        Ok(true) => Check::new(
+            "cuda",
+            TITLE,
+            Status::Ok,
+            "libcuda is loadable (presence only: doctor creates no CUDA context, which would take 300-500 MB of VRAM)",
+        ),
+        Ok(false) if nvml_ok => Check::new("cuda", TITLE, Status::Fail, "libcuda not found, although NVML works")
+            .hint("the driver install is incomplete: torch cannot use the GPU without libcuda.so.1 (nvcuda.dll on Windows); reinstall the NVIDIA driver"),
+        Ok(false) => Check::new("cuda", TITLE, Status::Warn, "libcuda not found: no NVIDIA driver here")
+            .hint("ComfyUI can only run with --cpu (or on another vendor's GPU) on this machine"),
+        Err(e) => Check::new("cuda", TITLE, Status::Fail, e)
+            .hint("the CUDA driver library is broken: reinstall the NVIDIA driver"),
+    }
+}
+
+fn gpus_check(now: &Result<NvmlNow, String>) -> Check {
+    const TITLE: &str = "GPUs and free VRAM";
+    let n = match now {
+        Ok(n) => n,
+        Err(_) => {
+            return Check::new("gpus", TITLE, Status::Warn, "not known without NVML");
+        }
+    };
+    if n.gpus.is_empty() {
+        return Check::new("gpus", TITLE, Status::Warn, "NVML sees no GPU")
+            .hint("check that the GPU is visible to this machine or container");
+    }
+    let mut status = Status::Ok;
+    let mut details = Vec::new();
+    for g in &n.gpus {
+        let mut line = format!("GPU {}: {}", g.index, g.name.as_deref().unwrap_or("?"));
+        if let (Some(t), Some(f)) = (g.total_bytes, g.free_bytes) {
+            line.push_str(&format!(", {} free of {}", gib(f), gib(t)));
+            if f < t / 4 {
+                status = Status::Warn;
+            }
+        }
+        match &g.pcie_link {
+            Ok(l) => line.push_str(&format!(", PCIe {l}")),
+            Err(_) => line.push_str(", PCIe link unknown"),
+        }
+        details.push(line);
+    }
+    let summary = if n.gpus.len() == 1 {
+        details.remove(0)
+    } else {
+        format!("{} GPUs", n.gpus.len())
+    };
+    let c = Check::new("gpus", TITLE, status, summary).details(details);
+    if status == Status::Warn {
+        c.hint("less than a quarter of a GPU's VRAM is free before ComfyUI starts: see the processes holding it")
+    } else {
+        c
+    }
+}
+
+fn processes_check(now: &Result<NvmlNow, String>) -> Check {
+    const TITLE: &str = "Other processes holding VRAM";
+    let n = match now {
+        Ok(n) => n,
+        Err(_) => {
+            return Check::new(
+                "gpu_processes",
+                TITLE,
+                Status::Warn,
+                "not known without NVML",
+            );
+        }
+    };
+    let Some(procs) = &n.processes else {
+        return Check::new(
+            "gpu_processes",
+            TITLE,
+            Status::Warn,
+            "the driver does not list GPU processes (Windows WDDM reports no per-process memory)",
+        )
+        .hint("look at Task Manager's \"Dedicated GPU memory\" column");
+    };
+    if procs.is_empty() {
+        return Check::new("gpu_processes", TITLE, Status::Ok, "none");
+    }
+    let total: u64 = procs.iter().filter_map(|p| p.used_bytes).sum();
+    let details: Vec<String> = procs
+        .iter()
+        .map(|p| {
+            format!(
+                "pid {} {} on GPU {}: {}",
+                p.pid,
+                p.name.as_deref().unwrap_or("(name unknown)"),
+                p.gpu,
+                p.used_bytes
+                    .map(|b| format!("{} MiB", b / MIB))
+                    .unwrap_or_else(|| "n/a".into())
+            )
+        })
+        .collect();
+    let summary = format!(
+        "{} process{} holding {} MiB",
+        procs.len(),
+        if procs.len() == 1 { "" } else { "es" },
+        total / MIB
+    );
+    let c = Check::new(
+        "gpu_processes",
+        TITLE,
+        if total >= GIB {
+            Status::Warn
+        } else {
+            Status::Ok
+        },
+        summary,
+    )
+    .details(details);
+    if total >= GIB {
+        c.hint("close them before measuring, or leave them room with --reserve-vram / --vram-headroom (a browser alone can hold ~2 GB, #3278)")
+    } else {
+        c
+    }
+}
+
+/// The ComfyUI folder: `--comfyui`, else the current folder when it holds `main.py`.
+fn comfyui_check(req: &Request) -> (Check, Option<Install>) {
+    const TITLE: &str = "ComfyUI folder";
+    let (dir, how) = match &req.comfyui {
+        Some(d) => (d.clone(), "--comfyui"),
+        None if req.work_dir.join("main.py").is_file() && req.work_dir.join("comfy").is_dir() => {
+            (req.work_dir.clone(), "the current folder")
+        }
+        None => {
+            return (
+                Check::new("comfyui", TITLE, Status::Warn, "not checked: no --comfyui given")
+                    .hint("pass --comfyui DIR (the folder holding main.py) to check the install, its Python and torch"),
+                None,
+            );
+        }
+    };
+    match Install::open(&dir) {
+        Ok(install) => {
+            let mut details = vec![format!("{} ({how})", install.dir.display())];
+            match environment::git_info(&install.dir) {
+                Ok(g) => details.push(format!(
+                    "git {} ({})",
+                    &g.commit[..12.min(g.commit.len())],
+                    g.branch.as_deref().unwrap_or("detached")
+                )),
+                Err(e) => details.push(format!("git: {e}")),
+            }
+            if let Ok(nodes) = environment::custom_nodes(&install.dir) {
+                details.push(match nodes.len() {
+                    1 => "1 custom node entry".to_string(),
+                    n => format!("{n} custom node entries"),
+                });
+            }
+            let c = match &install.version {
+                Some(v) => Check::new("comfyui", TITLE, Status::Ok, format!("ComfyUI {v}")),
+                None => Check::new("comfyui", TITLE, Status::Warn, "version unknown")
+                    .hint("comfyui_version.py is missing or unreadable: update ComfyUI, or the flag model falls back to guesses"),
+            };
+            (c.details(details), Some(install))
+        }
+        Err(e) => (
+            Check {
+                hint: e.hint.clone(),
+                ..Check::new("comfyui", TITLE, Status::Fail, e.message)
+            },
+            None,
+        ),
+    }
+}
+
+/// Compares torch's CUDA build with what the driver supports (`13.0` vs `12.8`).
+fn newer_than(a: &str, b: &str) -> bool {
+    let parse = |s: &str| -> Option<(u32, u32)> {
+        let mut it = s.split('.');
+        Some((
+            it.next()?.parse().ok()?,
+            it.next().unwrap_or("0").parse().ok()?,
+        ))
+    };
+    matches!((parse(a), parse(b)), (Some(x), Some(y)) if x > y)
+}
+
+fn python_checks(
+    install: Option<&Install>,
+    req: &Request,
+    now: &Result<NvmlNow, String>,
+) -> Vec<Check> {
+    let Some(install) = install else {
+        return Vec::new();
+    };
+    let python = install.python(req.python.as_deref());
+    let facts: Result<PyFacts, String> = environment::ask_python(&python, &install.dir);
+    let mut out = Vec::new();
+    let f = match facts {
+        Ok(f) => {
+            out.push(
+                Check::new(
+                    "python",
+                    "ComfyUI's Python",
+                    Status::Ok,
+                    format!("Python {} ({})", f.python, python.how),
+                )
+                .details(f.executable.clone().into_iter().collect()),
+            );
+            f
+        }
+        Err(e) => {
+            out.push(
+                Check::new("python", "ComfyUI's Python", Status::Fail, e)
+                    .hint("pass --python with the interpreter that runs ComfyUI (its venv, or python_embeded\\python.exe)"),
+            );
+            return out;
+        }
+    };
+    // torch
+    let torch = match f.package("torch") {
+        None => Check::new("torch", "PyTorch", Status::Fail, "torch is not installed in this Python")
+            .hint("install ComfyUI's requirements with this Python (pip install -r requirements.txt and the torch build for your GPU), or pass --python"),
+        Some(v) => {
+            let build = f
+                .torch_cuda
+                .clone()
+                .or_else(|| f.torch_hip.as_ref().map(|h| format!("ROCm {h}")))
+                .or_else(|| environment::torch_build_from_version(v));
+            let driver = now.as_ref().ok().and_then(|n| n.cuda_driver.clone());
+            match build {
+                Some(b) if b.starts_with("none") => {
+                    Check::new("torch", "PyTorch", Status::Warn, format!("{v}: a CPU-only build"))
+                        .hint("ComfyUI will not use the GPU: install torch built for CUDA (see pytorch.org)")
+                }
+                Some(b) if driver.as_deref().is_some_and(|d| newer_than(&b, d)) => Check::new(
+                    "torch",
+                    "PyTorch",
+                    Status::Fail,
+                    format!(
+                        "{v} is built for CUDA {b}, but the driver supports CUDA {} at most",
+                        driver.as_deref().unwrap_or("?")
+                    ),
+                )
+                .hint("update the NVIDIA driver, or install a torch built for an older CUDA"),
+                Some(b) => Check::new("torch", "PyTorch", Status::Ok, format!("{v} (built for {})", if b.starts_with("ROCm") { b } else { format!("CUDA {b}") })),
+                None => Check::new("torch", "PyTorch", Status::Ok, v.to_string()),
+            }
+        }
+    };
+    out.push(torch);
+    // comfy-aimdo: a hard import since Dynamic VRAM (0.15); a missing one crashes startup
+    // (#12213), a partial one fails on a submodule (#14790).
+    let needs = install
+        .version
+        .as_ref()
+        .map(|v| *v >= crate::version::dynamic_vram_release());
+    let aimdo = match (&f.aimdo_modules, needs) {
+        (None, Some(false)) => Check::new(
+            "comfy_aimdo",
+            "comfy-aimdo",
+            Status::Ok,
+            "not installed; this ComfyUI predates Dynamic VRAM and does not use it",
+        ),
+        (None, _) => Check::new("comfy_aimdo", "comfy-aimdo", Status::Fail, "comfy_aimdo is not importable")
+            .hint("ComfyUI crashes at startup with \"No module named 'comfy_aimdo'\" (#12213): run pip install -r requirements.txt with ComfyUI's Python"),
+        (Some(mods), _) => {
+            let want = ["control", "host_buffer", "model_vbar", "vram_buffer"];
+            let missing: Vec<&str> = want.iter().copied().filter(|m| !mods.iter().any(|x| x == m)).collect();
+            let version = f.package("comfy-aimdo").unwrap_or("version unknown");
+            if missing.is_empty() || mods.is_empty() {
+                Check::new("comfy_aimdo", "comfy-aimdo", Status::Ok, format!("{version}, importable (found, not imported)"))
+            } else {
+                Check::new(
+                    "comfy_aimdo",
+                    "comfy-aimdo",
+                    Status::Warn,
+                    format!("{version}, but without comfy_aimdo.{}", missing.join(", comfy_aimdo.")),
+                )
+                .hint("an old or partial comfy-aimdo (#14790): run pip install -r requirements.txt with ComfyUI's Python")
+            }
+        }
+    };
+    out.push(aimdo);
+    // The flags this install supports.
+    let flags = match install.flags(&python) {
+        Ok(set) => {
+            const MEMORY: &[&str] = &[
+                "--disable-dynamic-vram",
+                "--enable-dynamic-vram",
+                "--disable-pinned-memory",
+                "--disable-async-offload",
+                "--async-offload",
+                "--disable-nvml-pressure",
+                "--vram-headroom",
+                "--reserve-vram",
+                "--cache-none",
+                "--cache-classic",
+                "--cache-ram",
+                "--highvram",
+                "--lowvram",
+                "--novram",
+                "--disable-smart-memory",
+                "--disable-cuda-malloc",
+            ];
+            let has: Vec<&str> = MEMORY.iter().copied().filter(|f| set.has(f)).collect();
+            let lacks: Vec<&str> = MEMORY.iter().copied().filter(|f| !set.has(f)).collect();
+            let mut details = vec![format!("memory flags: {}", has.join(" "))];
+            if !lacks.is_empty() {
+                details.push(format!("not in this version: {}", lacks.join(" ")));
+            }
+            Check::new(
+                "flags",
+                "Flags this install supports",
+                Status::Ok,
+                format!("{} options (from python main.py --help)", set.options.len()),
+            )
+            .details(details)
+        }
+        Err(e) => Check {
+            hint: e.hint.clone(),
+            ..Check::new(
+                "flags",
+                "Flags this install supports",
+                Status::Fail,
+                e.message,
+            )
+        },
+    };
+    out.push(flags);
+    out
+}
+
+fn disk_check(req: &Request, install: Option<&Install>) -> Check {
+    let mut places: Vec<(String, PathBuf)> =
+        vec![("in the current folder".into(), req.work_dir.clone())];
+    if let Some(i) = install {
+        places.push(("in the ComfyUI folder".into(), i.dir.clone()));
+    }
+    let mut status = Status::Ok;
+    let mut parts = Vec::new();
+    for (what, p) in &places {
+        match free_disk(p) {
+            Some(b) => {
+                if b < 100 * MIB {
+                    status = Status::Fail;
+                } else if b < GIB && status == Status::Ok {
+                    status = Status::Warn;
+                }
+                parts.push(format!("{} free {what}", gib(b)))
+            }
+            None => parts.push(format!("{what}: unknown")),
+        }
+    }
+    let c = Check::new("disk", "Free disk", status, parts.join(", "));
+    match status {
+        Status::Ok => c,
+        _ => {
+            c.hint("runs write logs and samples, ComfyUI writes images and caches: free some space")
+        }
+    }
+}
+
+fn memory_checks() -> Vec<Check> {
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| crate::sampler::system::parse_meminfo(&t))
+        .or_else(|| {
+            let mut s = sysinfo::System::new().ok()?;
+            s.refresh_memory();
+            Some(crate::sampler::system::MemInfo {
+                total: s.total_memory(),
+                available: s.available_memory(),
+                swap_total: s.total_swap(),
+                swap_free: s.free_swap(),
+            })
+        });
+    let Some(m) = mem else {
+        return vec![Check::new(
+            "ram",
+            "RAM",
+            Status::Warn,
+            "cannot read the machine's memory",
+        )];
+    };
+    let ram = Check::new(
+        "ram",
+        "RAM",
+        if m.available < 4 * GIB {
+            Status::Warn
+        } else {
+            Status::Ok
+        },
+        format!("{} available of {}", gib(m.available), gib(m.total)),
+    );
+    let ram = if m.available < 4 * GIB {
+        ram.hint("little RAM is free: models offloaded from VRAM land in RAM; close other programs")
+    } else {
+        ram
+    };
+    let swap = if m.swap_total == 0 {
+        Check::new("swap", "Swap", Status::Warn, "no swap")
+            .hint("without swap a RAM spike gets ComfyUI killed rather than slowed down (#12332); vrambisect reports that as host_oom")
+    } else {
+        Check::new(
+            "swap",
+            "Swap",
+            Status::Ok,
+            format!(
+                "{} used of {}",
+                gib(m.swap_total - m.swap_free),
+                gib(m.swap_total)
+            ),
+        )
+    };
+    vec![ram, swap]
+}
+
+/// Runs every check.
+pub fn run(req: &Request) -> Report {
+    let lib = environment::nvml_lib(req.nvml_lib.as_deref());
+    let now = environment::nvml_now(lib.as_deref());
+    let mut checks = vec![
+        nvml_check(&now),
+        cuda_check(libcuda_present(), now.is_ok()),
+        gpus_check(&now),
+        processes_check(&now),
+    ];
+    let (c, install) = comfyui_check(req);
+    checks.push(c);
+    checks.extend(python_checks(install.as_ref(), req, &now));
+    checks.push(disk_check(req, install.as_ref()));
+    checks.extend(memory_checks());
+    let count = |s: Status| checks.iter().filter(|c| c.status == s).count();
+    Report {
+        ok: count(Status::Ok),
+        warnings: count(Status::Warn),
+        failures: count(Status::Fail),
+        checks,
+    }
+}
+
+/// Prints the checks, one line each, details and hints indented.
+pub fn render(r: &Report, style: &Style, out: &mut dyn Write) -> std::io::Result<()> {
+    let width = r
+        .checks
+        .iter()
+        .map(|c| c.title.chars().count())
+        .max()
+        .unwrap_or(0);
+    for c in &r.checks {
+        let mark = match c.status {
+            Status::Ok => style.good(c.status.symbol()),
+            Status::Warn => style.warn(c.status.symbol()),
+            Status::Fail => style.bad(c.status.symbol()),
+        };
+        writeln!(out, "{mark} {:<width$}  {}", c.title, c.summary)?;
+        for d in &c.details {
+            writeln!(out, "  {:<width$}  {}", "", style.dim(d))?;
+        }
+        if let Some(h) = &c.hint {
+            writeln!(out, "  {:<width$}  hint: {h}", "")?;
+        }
+    }
+    writeln!(out)?;
+    let verdict = match (r.failures, r.warnings) {
+        (0, 0) => style.good("everything checked out"),
+        (0, w) => format!("no problems, {w} warning{}", if w == 1 { "" } else { "s" }),
+        (f, w) => style.bad(&format!(
+            "{f} problem{}, {w} warning{}",
+            if f == 1 { "" } else { "s" },
+            if w == 1 { "" } else { "s" }
+        )),
+    };
+    writeln!(out, "{verdict}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_versions_compare() {
+        assert!(newer_than("13.0", "12.8"));
+        assert!(newer_than("12.8", "12.4"));
+        assert!(!newer_than("12.8", "12.8"));
+        assert!(!newer_than("11.8", "12.8"));
+        assert!(!newer_than("ROCm 6.2", "12.8"));
+    }
+
+    #[test]
+    fn no_nvidia_is_a_warning_not_a_failure() {
+        let now = Err("the NVIDIA management library is not installed".to_string());
+        assert_eq!(nvml_check(&now).status, Status::Warn);
+        assert_eq!(cuda_check(Ok(false), false).status, Status::Warn);
+        assert_eq!(cuda_check(Ok(false), true).status, Status::Fail);
+        assert_eq!(gpus_check(&now).status, Status::Warn);
+        assert_eq!(processes_check(&now).status, Status::Warn);
+    }
+
+    #[test]
+    fn free_disk_here() {
+        assert!(free_disk(Path::new(".")).unwrap() > 0);
+        assert!(free_disk(Path::new("/no/such/folder")).is_none());
+    }
+
+    #[test]
+    fn rendering_and_exit_codes() {
+        let r = Report {
+            checks: vec![
+                Check::new("a", "Alpha", Status::Ok, "fine"),
+                Check::new("b", "Beta", Status::Fail, "broken").hint("fix it"),
+            ],
+            ok: 1,
+            warnings: 0,
+            failures: 1,
+        };
+        assert_eq!(r.exit_code(), 1);
+        let mut out = Vec::new();
+        render(&r, &Style::plain(), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "✓ Alpha  fine\n✗ Beta   broken\n         hint: fix it\n\n1 problem, 0 warnings\n"
+        );
+    }
+}

@@ -1,0 +1,875 @@
+//! `ISSUE.md` in the shape of ComfyUI's bug template (Custom Node Testing, Expected Behavior,
+//! Actual Behavior, Steps to Reproduce, Debug Logs, Other; facts §5), filled with what
+//! maintainers keep asking for (§6): the startup log with the version and aimdo lines, the
+//! workflow, versions, the RAM/VRAM timeline, and works-with/fails-without evidence pairs.
+//! Also the bundle's `README.md`. Pure: everything comes in through [`IssueInput`]; the
+//! caller redacts the text afterwards like every other file.
+
+use super::environment::{self, Environment, shell_words};
+use super::source::{RunDir, Source, SourceKind};
+use crate::bisect::search::VerdictKind;
+use crate::classify::normalize::normalize;
+use crate::outcome::Outcome;
+use crate::run::RunRecord;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// The longest line quoted in ISSUE.md (tracebacks carry 300-character `^^^^` lines).
+const MAX_LINE: usize = 300;
+/// Lines of the startup block and of the failure window at most.
+const STARTUP_LINES: usize = 50;
+const WINDOW_LINES: usize = 110;
+/// How far below the first evidence line the failure window reaches (a traceback and
+/// torch's memory summary).
+const AFTER: usize = 100;
+
+/// What ISSUE.md is written from.
+pub struct IssueInput<'a> {
+    pub source: &'a Source,
+    pub env: &'a Environment,
+    pub workflow: Option<&'a Value>,
+    /// Each run's `comfyui.log` (ANSI codes already removed), by run label.
+    pub logs: &'a BTreeMap<String, String>,
+    /// Run labels that have a `timeline.png`.
+    pub timelines: &'a [String],
+    pub has_matrix: bool,
+    /// Whether the bundle is redacted (values of launcher variables outside the allowlist
+    /// are then left out here, where no structure tells them apart afterwards).
+    pub redact: bool,
+}
+
+/// One log line as a person reads it: level tag kept, colours and redrawn progress gone.
+pub fn log_lines(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|raw| {
+            let l = normalize(raw);
+            let mut s = match l.level {
+                Some(level) => format!("[{}] {}", format!("{level:?}").to_uppercase(), l.text),
+                None => l.text,
+            };
+            if s.chars().count() > MAX_LINE {
+                s = s.chars().take(MAX_LINE).collect::<String>() + " …";
+            }
+            s
+        })
+        .collect()
+}
+
+/// Keeps the first and last lines of a long excerpt, with a marker in between.
+pub fn cap_lines(lines: Vec<String>, max: usize) -> Vec<String> {
+    if lines.len() <= max {
+        return lines;
+    }
+    let head = max * 2 / 3;
+    let tail = max - head - 1;
+    let cut = lines.len() - head - tail;
+    let mut out: Vec<String> = lines[..head].to_vec();
+    out.push(format!("… [{cut} lines trimmed] …"));
+    out.extend_from_slice(&lines[lines.len() - tail..]);
+    out
+}
+
+/// The startup block: everything up to ComfyUI's ready line (the whole log when it never
+/// got there).
+pub fn startup_block(lines: &[String]) -> Vec<String> {
+    let end = lines
+        .iter()
+        .position(|l| l.contains("To see the GUI go to"))
+        .map(|i| i + 1)
+        .unwrap_or(lines.len());
+    cap_lines(lines[..end].to_vec(), STARTUP_LINES)
+}
+
+/// The lines around the failure: from a little before the first evidence line to a little
+/// after the last; the end of the log when no evidence line is in it (a hang, a kill).
+pub fn failure_window(lines: &[String], evidence: &[String]) -> Vec<String> {
+    let keys: Vec<String> = evidence
+        .iter()
+        .map(|e| e.trim().chars().take(60).collect::<String>())
+        .filter(|k| k.len() >= 12)
+        .collect();
+    let hits: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| keys.iter().any(|k| l.contains(k.as_str())))
+        .map(|(i, _)| i)
+        .collect();
+    let ready = lines
+        .iter()
+        .position(|l| l.contains("To see the GUI go to"))
+        .map(|i| i + 1)
+        .unwrap_or(0);
+    let Some(&first) = hits.first() else {
+        let start = lines.len().saturating_sub(40).max(ready.min(lines.len()));
+        return lines[start..].to_vec();
+    };
+    // The window is measured from the first evidence line only: which later lines make it
+    // into the evidence depends on when the run's verdict was taken (ComfyUI's "Got an OOM"
+    // can come after it), and the excerpt should not.
+    // A Python error starts at ComfyUI's "!!! Exception during processing !!!" line, even
+    // when only the traceback's last line made it into the evidence.
+    let first = lines[..first]
+        .iter()
+        .rposition(|l| l.contains("!!! Exception during processing"))
+        .filter(|&i| first - i <= 80)
+        .unwrap_or(first);
+    let start = first.saturating_sub(25).max(ready.min(first));
+    let end = (first + AFTER).min(lines.len());
+    let mut out = cap_lines(lines[start..end].to_vec(), WINDOW_LINES);
+    // Evidence far below the window (a second error much later) gets its own few lines.
+    if let Some(&last) = hits.last()
+        && last >= end + 20
+    {
+        let from = last.saturating_sub(10).max(end);
+        if from > end {
+            out.push(format!("… [{} lines] …", from - end));
+        }
+        out.extend_from_slice(&lines[from..(last + 12).min(lines.len())]);
+    }
+    out
+}
+
+/// `7 nodes: CheckpointLoaderSimple, CLIPTextEncode ×2, …` in node-id order.
+pub fn workflow_summary(wf: &Value) -> String {
+    let Some(map) = wf.as_object() else {
+        return "not an API-format workflow".into();
+    };
+    let mut ids: Vec<&String> = map.keys().collect();
+    ids.sort_by_key(|k| (k.parse::<u64>().unwrap_or(u64::MAX), k.to_string()));
+    let mut classes: Vec<(String, usize)> = Vec::new();
+    for id in ids {
+        let class = map[id]
+            .get("class_type")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string();
+        match classes.iter_mut().find(|(c, _)| *c == class) {
+            Some((_, n)) => *n += 1,
+            None => classes.push((class, 1)),
+        }
+    }
+    let list: Vec<String> = classes
+        .into_iter()
+        .map(|(c, n)| if n > 1 { format!("{c} ×{n}") } else { c })
+        .collect();
+    format!("{} nodes: {}", map.len(), list.join(", "))
+}
+
+/// Flags for a table cell: `(none)` or the flags in code.
+fn flags_text(flags: &[String]) -> String {
+    if flags.is_empty() {
+        "(none)".into()
+    } else {
+        code(&shell_words(flags))
+    }
+}
+
+/// Flags in a sentence: `no flags` or ``flags `--x` ``.
+fn flags_phrase(flags: &[String]) -> String {
+    if flags.is_empty() {
+        "no flags".into()
+    } else {
+        format!("flags {}", code(&shell_words(flags)))
+    }
+}
+
+fn code(s: &str) -> String {
+    // A backtick inside inline code would end it.
+    if s.contains('`') {
+        format!("`` {s} ``")
+    } else {
+        format!("`{s}`")
+    }
+}
+
+fn gib(b: Option<u64>) -> String {
+    b.map(|b| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64))
+        .unwrap_or_else(|| "-".into())
+}
+
+fn secs(ms: u64) -> String {
+    format!("{:.1} s", ms as f64 / 1000.0)
+}
+
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+/// `python main.py FLAGS` as the user would type it (the tool's own `--listen`/`--port`
+/// additions left out).
+fn user_line(r: &RunRecord) -> String {
+    let mut s = "python main.py".to_string();
+    if !r.flags.is_empty() {
+        s.push(' ');
+        s.push_str(&shell_words(&r.flags));
+    }
+    s
+}
+
+fn exact_line(r: &RunRecord) -> String {
+    format!("python {}", shell_words(&r.argv))
+}
+
+/// The first iteration that did not pass, with where it failed.
+fn failed_at(r: &RunRecord, wf: Option<&Value>) -> Option<String> {
+    let it = r.iterations.iter().find(|i| i.outcome != Outcome::Pass)?;
+    let mut s = format!(
+        "prompt {} of {}: {}",
+        it.iteration,
+        r.iterations.len(),
+        it.outcome.describe()
+    );
+    if let Some(node) = it.nodes_executed.last() {
+        let class = wf
+            .and_then(|w| w.get(node))
+            .and_then(|n| n.get("class_type"))
+            .and_then(Value::as_str);
+        let _ = match class {
+            Some(c) => write!(s, " in node {node} ({c})"),
+            None => write!(s, " in node {node}"),
+        };
+    }
+    let _ = write!(s, " after {}", secs(it.duration_ms));
+    Some(s)
+}
+
+fn effective_line(r: &RunRecord) -> String {
+    let e = &r.effective;
+    let mut parts = Vec::new();
+    if let Some(d) = e.dynamic_vram {
+        parts.push(format!("Dynamic VRAM {}", if d { "on" } else { "off" }));
+    }
+    if let Some(v) = &e.vram_state {
+        parts.push(v.clone());
+    }
+    if let Some(a) = &e.allocator {
+        parts.push(format!("allocator {a}"));
+    }
+    if let Some(p) = e.pinned_memory {
+        parts.push(format!("pinned memory {}", if p { "on" } else { "off" }));
+    }
+    if let Some(n) = e.async_offload_streams {
+        parts.push(if n == 0 {
+            "async offload off".to_string()
+        } else {
+            format!("async offload {n} streams")
+        });
+    }
+    if let Some(c) = &e.cache {
+        parts.push(format!("cache {c}"));
+    }
+    parts.join(", ")
+}
+
+/// The title line.
+fn title(src: &Source, failing: Option<&RunRecord>) -> String {
+    let what = failing
+        .map(|r| r.outcome)
+        .filter(|o| *o != Outcome::Pass)
+        .map(|o| o.describe().to_string());
+    let version = failing
+        .and_then(|r| r.effective.comfyui_version.clone())
+        .map(|v| format!(" (ComfyUI {v})"))
+        .unwrap_or_default();
+    if let Some(res) = &src.result {
+        let what = what.unwrap_or_else(|| res.baseline.outcome.describe().to_string());
+        return match res.verdict.kind {
+            VerdictKind::FixedBy => format!(
+                "{what}{version}; passes with {}",
+                res.verdict.fixing_flags.join(" ")
+            ),
+            VerdictKind::CausedBy => format!(
+                "{what}{version} caused by {}",
+                res.verdict.culprit_flags.join(" ")
+            ),
+            VerdictKind::NotReproduced => {
+                format!("Intermittent failure{version} (did not reproduce)")
+            }
+            VerdictKind::NoFixFound => format!("{what}{version}; no memory flag fixes it"),
+            VerdictKind::Untestable => format!("Workflow cannot be tested{version}"),
+            VerdictKind::Incomplete => format!("{what}{version} (search unfinished)"),
+        };
+    }
+    match what {
+        Some(w) => format!("{w}{version}"),
+        None => format!("Workflow passed{version}"),
+    }
+}
+
+/// The `vrambisect` command that made the folder, as far as it was recorded.
+fn rerun_command(src: &Source, failing: Option<&RunRecord>) -> String {
+    if let Some(spec) = &src.spec {
+        let mut a: Vec<String> = vec![
+            "vrambisect".into(),
+            "bisect".into(),
+            "--comfyui".into(),
+            spec.comfyui.display().to_string(),
+            "--workflow".into(),
+            spec.workflow.display().to_string(),
+        ];
+        if let Some(p) = &spec.python {
+            a.extend(["--python".into(), p.display().to_string()]);
+        }
+        if let Some(l) = &spec.launcher {
+            a.extend(["--launcher".into(), l.display().to_string()]);
+        }
+        if !spec.default_toggles {
+            for t in &spec.toggles {
+                a.push(format!("--toggle={t}"));
+            }
+        }
+        let strategy = serde_json::to_value(spec.strategy)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        a.extend(["--strategy".into(), strategy]);
+        a.extend(["--repeat".into(), spec.repeat.to_string()]);
+        a.extend(["--iterations".into(), spec.iterations.to_string()]);
+        if spec.launcher.is_none() && !spec.base_flags.is_empty() {
+            a.push("--".into());
+            a.extend(spec.base_flags.iter().cloned());
+        }
+        return shell_words(&a);
+    }
+    let mut a: Vec<String> = vec![
+        "vrambisect".into(),
+        "run".into(),
+        "--comfyui".into(),
+        "COMFYUI_DIR".into(),
+    ];
+    if let Some(r) = failing {
+        a.extend(["--workflow".into(), r.workflow.display().to_string()]);
+        a.extend(["--iterations".into(), r.iterations.len().max(1).to_string()]);
+        if !r.flags.is_empty() {
+            a.push("--".into());
+            a.extend(r.flags.iter().cloned());
+        }
+    }
+    shell_words(&a)
+}
+
+fn fence(out: &mut String, lang: &str, lines: &[String]) {
+    // A log line with three backticks would close the fence early.
+    let ticks = if lines.iter().any(|l| l.contains("```")) {
+        "````"
+    } else {
+        "```"
+    };
+    let _ = writeln!(out, "{ticks}{lang}");
+    for l in lines {
+        let _ = writeln!(out, "{l}");
+    }
+    let _ = writeln!(out, "{ticks}");
+}
+
+/// Renders ISSUE.md.
+pub fn issue_md(inp: &IssueInput) -> String {
+    let src = inp.source;
+    let failing_dir = src.failing();
+    let failing = failing_dir.and_then(|r| r.record.as_ref());
+    let passing_dir = src.passing();
+    let passing = passing_dir.and_then(|r| r.record.as_ref());
+    let mut o = String::new();
+    let from = match src.kind {
+        SourceKind::Run => "a run",
+        SourceKind::Bisect => "a bisect session",
+    };
+    let _ = writeln!(
+        o,
+        "<!--\n  Made by vrambisect {} (`vrambisect report`) from {from}.\n  To file it: open https://github.com/comfyanonymous/ComfyUI/issues/new?template=bug-report.yml,\n  copy each section below into the field of the same name (in Debug Logs, only the lines\n  inside the code blocks), and attach the .zip this file came in.\n-->\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    let _ = writeln!(o, "# {}\n", title(src, failing));
+
+    // Custom Node Testing
+    let _ = writeln!(o, "### Custom Node Testing\n");
+    let _ = writeln!(
+        o,
+        "- [ ] I have tried disabling custom nodes and the issue persists\n"
+    );
+    let nodes = inp
+        .env
+        .custom_nodes
+        .value()
+        .and_then(Value::as_array)
+        .map(|l| l.len());
+    let disabled =
+        failing.is_some_and(|r| r.argv.iter().any(|a| a == "--disable-all-custom-nodes"));
+    let _ = match (nodes, disabled) {
+        (_, true) => writeln!(o, "The runs below used `--disable-all-custom-nodes`.\n"),
+        (Some(0), _) => writeln!(o, "No custom nodes are installed.\n"),
+        (Some(n), _) => writeln!(
+            o,
+            "{n} custom node {} installed (listed under Other); the runs loaded {}. Rerun with `--disable-all-custom-nodes` before ticking the box.\n",
+            if n == 1 { "entry is" } else { "entries are" },
+            if n == 1 { "it" } else { "them" }
+        ),
+        (None, _) => writeln!(o, "The custom nodes installed are not known.\n"),
+    };
+
+    // Expected Behavior
+    let _ = writeln!(o, "### Expected Behavior\n");
+    let wf = inp
+        .workflow
+        .map(workflow_summary)
+        .unwrap_or_else(|| "not included".into());
+    let line = failing
+        .map(user_line)
+        .unwrap_or_else(|| "python main.py".into());
+    let _ = write!(
+        o,
+        "The workflow (`workflow.json`, {wf}) runs to completion when ComfyUI is started with {}",
+        code(&line)
+    );
+    match (&src.result, passing) {
+        (Some(res), Some(p)) if res.verdict.kind == VerdictKind::FixedBy => {
+            let _ = write!(o, ", as it does with {}", code(&user_line(p)));
+        }
+        (Some(res), Some(p)) if res.verdict.kind == VerdictKind::CausedBy => {
+            let _ = write!(
+                o,
+                ", as it does without {} ({})",
+                res.verdict.culprit_flags.join(" "),
+                code(&user_line(p))
+            );
+        }
+        _ => {}
+    }
+    let _ = writeln!(o, ".\n");
+
+    // Actual Behavior
+    let _ = writeln!(o, "### Actual Behavior\n");
+    if let Some(res) = &src.result {
+        let _ = writeln!(
+            o,
+            "{}\n",
+            res.verdict.statement.replace("your flags", "these flags")
+        );
+    }
+    if let (Some(r), Some(dir)) = (failing, failing_dir) {
+        let _ = writeln!(
+            o,
+            "Run {} ({}): **{}**{}.",
+            dir.label,
+            flags_phrase(&r.flags),
+            r.outcome,
+            failed_at(r, inp.workflow)
+                .map(|s| format!(" — {s}"))
+                .unwrap_or_default()
+        );
+        let eff = effective_line(r);
+        if !eff.is_empty() {
+            let _ = writeln!(o, "In force according to its startup log: {eff}.");
+        }
+        if let Some(x) = &r.explanation {
+            let _ = writeln!(o, "{x}");
+        }
+        let _ = writeln!(o);
+        if !r.evidence.is_empty() {
+            let lines: Vec<String> = r
+                .evidence
+                .iter()
+                .take(6)
+                .map(|e| {
+                    if e.chars().count() > MAX_LINE {
+                        e.chars().take(MAX_LINE).collect::<String>() + " …"
+                    } else {
+                        e.clone()
+                    }
+                })
+                .collect();
+            fence(&mut o, "text", &lines);
+            let _ = writeln!(o);
+        }
+        let p = &r.peaks;
+        let mut parts = Vec::new();
+        if let Some(v) = p.vram_used_bytes {
+            parts.push(format!("peak VRAM used {} (NVML, whole GPU)", gib(Some(v))));
+        }
+        if let Some(v) = p.vram_comfyui_bytes {
+            parts.push(format!("ComfyUI's processes held up to {}", gib(Some(v))));
+        }
+        if let Some(v) = p.vram_other_processes_bytes {
+            parts.push(format!("other processes up to {}", gib(Some(v))));
+        }
+        if let Some(v) = p.ram_comfyui_bytes {
+            parts.push(format!("ComfyUI's resident RAM peaked at {}", gib(Some(v))));
+        }
+        if let Some(v) = p.ram_available_min_bytes {
+            parts.push(format!("available RAM fell to {}", gib(Some(v))));
+        }
+        if !parts.is_empty() {
+            let _ = writeln!(o, "Memory during that run: {}.", parts.join("; "));
+        }
+        if !r.sampling.is_empty() {
+            let _ = writeln!(o, "Not sampled: {}.", r.sampling.join("; "));
+        }
+        if inp.timelines.contains(&dir.label) {
+            let _ = writeln!(o, "Timeline: `runs/{}/timeline.png`.", dir.label);
+        }
+        let _ = writeln!(o);
+    }
+
+    // Steps to Reproduce
+    let _ = writeln!(o, "### Steps to Reproduce\n");
+    let _ = writeln!(
+        o,
+        "1. The workflow is the attached `workflow.json` (API format, exactly as it was queued)."
+    );
+    if let Some(r) = failing {
+        let _ = writeln!(o, "2. Start ComfyUI with {}.", code(&user_line(r)));
+        let n = r.iterations.len().max(1);
+        let _ = match r.iterations.iter().find(|i| i.outcome != Outcome::Pass) {
+            Some(it) if n > 1 => writeln!(
+                o,
+                "3. Queue the workflow {n} times in the same ComfyUI (each with a new seed); prompt {} fails: {}.",
+                it.iteration,
+                it.outcome.describe()
+            ),
+            Some(it) => writeln!(o, "3. Queue the workflow: {}.", it.outcome.describe()),
+            None => writeln!(o, "3. Queue the workflow: it passes."),
+        };
+        if let (Some(p), Some(res)) = (passing, &src.result)
+            && matches!(
+                res.verdict.kind,
+                VerdictKind::FixedBy | VerdictKind::CausedBy
+            )
+        {
+            let _ = writeln!(
+                o,
+                "4. Start ComfyUI with {} instead: it passes.",
+                code(&user_line(p))
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\nExact command lines (vrambisect started ComfyUI itself, on a free loopback port, without a browser):\n"
+    );
+    let mut lines = Vec::new();
+    for d in [failing_dir, passing_dir].into_iter().flatten() {
+        if let Some(r) = &d.record {
+            let what = if r.outcome == Outcome::Pass {
+                "passes".to_string()
+            } else {
+                format!("fails: {}", r.outcome)
+            };
+            lines.push(format!("# run {} ({what})", d.label));
+            lines.push(exact_line(r));
+        }
+    }
+    for (k, v) in src.spec.iter().flat_map(|s| s.env.iter()) {
+        // Only allowlisted values: a launcher also sets tokens and private settings.
+        if super::redact::env_allowed(k) || !inp.redact {
+            lines.push(format!("# environment set by the launcher: {k}={v}"));
+        } else {
+            lines.push(format!(
+                "# environment set by the launcher: {k}={}",
+                super::redact::REDACTED
+            ));
+        }
+    }
+    fence(&mut o, "sh", &lines);
+    let _ = writeln!(o, "\nThe vrambisect command:\n");
+    fence(&mut o, "sh", &[rerun_command(src, failing)]);
+    let _ = writeln!(o);
+
+    // Debug Logs
+    let _ = writeln!(o, "### Debug Logs\n");
+    match failing_dir.and_then(|d| inp.logs.get(&d.label).map(|l| (d, l))) {
+        Some((d, log)) => {
+            let lines = log_lines(log);
+            let _ = writeln!(o, "Startup (run {}):\n", d.label);
+            fence(&mut o, "powershell", &startup_block(&lines));
+            let evidence = d
+                .record
+                .as_ref()
+                .map(|r| r.evidence.clone())
+                .unwrap_or_default();
+            if d.outcome().is_some_and(|o| o != Outcome::Pass) {
+                let _ = writeln!(o, "\nThe failure (run {}):\n", d.label);
+                fence(&mut o, "powershell", &failure_window(&lines, &evidence));
+            }
+            let _ = writeln!(
+                o,
+                "\nThe full log of every run is in the bundle: `runs/NNN/comfyui.log`."
+            );
+        }
+        None => {
+            let _ = writeln!(o, "No ComfyUI log was recorded.");
+        }
+    }
+    let _ = writeln!(o);
+
+    // Other
+    let _ = writeln!(o, "### Other\n");
+    if let Some(res) = &src.result {
+        let kind = serde_json::to_value(res.verdict.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let flags: Vec<&String> = res
+            .verdict
+            .fixing_flags
+            .iter()
+            .chain(&res.verdict.culprit_flags)
+            .collect();
+        let _ = writeln!(
+            o,
+            "**Verdict** (vrambisect bisect, {} runs): `{kind}` {}",
+            res.runs_total,
+            flags.iter().map(|f| code(f)).collect::<Vec<_>>().join(" ")
+        );
+        if res.verdict.flaky {
+            let _ = writeln!(
+                o,
+                "Outcomes were flaky: some configurations both passed and failed."
+            );
+        }
+        let _ = writeln!(o);
+        let _ = writeln!(o, "**Run matrix**\n");
+        let _ = writeln!(
+            o,
+            "| configuration | flags | outcome | passed/runs | peak VRAM | peak RAM (ComfyUI) | mean time | runs |"
+        );
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
+        for c in &res.configs {
+            let runs: Vec<String> = c
+                .run_dirs
+                .iter()
+                .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .collect();
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {}/{} | {} | {} | {} | {} |",
+                cell(&c.changes.join(", ")),
+                cell(&flags_text(&c.flags)),
+                c.outcome,
+                c.passes,
+                c.runs,
+                gib(c.peak_vram_bytes),
+                gib(c.peak_ram_bytes),
+                secs(c.mean_duration_ms),
+                runs.join(", ")
+            );
+        }
+        for s in &res.skipped_toggles {
+            let _ = writeln!(o, "\nSkipped {}: {}", code(&s.toggle), s.reason);
+        }
+        let _ = writeln!(o);
+    }
+    let _ = writeln!(o, "**Runs**\n");
+    let _ = writeln!(
+        o,
+        "| run | flags | outcome | prompts | time | peak VRAM | timeline |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|");
+    for d in &src.runs {
+        let timeline = if inp.timelines.contains(&d.label) {
+            format!("`runs/{}/timeline.png`", d.label)
+        } else {
+            "-".into()
+        };
+        match &d.record {
+            Some(r) => {
+                let _ = writeln!(
+                    o,
+                    "| {} | {} | {} | {} | {} | {} | {} |",
+                    d.label,
+                    cell(&flags_text(&r.flags)),
+                    r.outcome,
+                    r.iterations.len(),
+                    secs(r.duration_ms),
+                    gib(r.peaks.vram_used_bytes),
+                    timeline
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    o,
+                    "| {} | - | (no record: cut short) | - | - | - | - |",
+                    d.label
+                );
+            }
+        }
+    }
+    let _ = writeln!(o);
+    if inp.has_matrix {
+        let _ = writeln!(o, "The matrix as a picture: `matrix.png`.\n");
+    }
+    let _ = writeln!(o, "**Environment** (full detail in `environment.json`)\n");
+    let _ = writeln!(o, "| item | value | source |");
+    let _ = writeln!(o, "|---|---|---|");
+    for row in environment::rows(inp.env) {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} |",
+            cell(&row.item),
+            cell(&row.value),
+            cell(&row.source)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\nHome folders, user and host names, e-mail and IP addresses, tokens and secret values were replaced by vrambisect (`~`, `[user]`, `[host]`, `[email]`, `[ip]`, `[token]`, `[redacted]`); the bundle's README.md says how many of each."
+    );
+    o
+}
+
+/// One file of the bundle, for README.md.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileNote {
+    pub name: String,
+    pub what: String,
+}
+
+/// What a file of the bundle is, by name.
+pub fn describe_file(name: &str) -> String {
+    let base = name.rsplit('/').next().unwrap_or(name);
+    match base {
+        "ISSUE.md" => "the issue text, in the sections of ComfyUI's bug template".into(),
+        "README.md" => "this list".into(),
+        "environment.json" => {
+            "OS, CPU, RAM, GPUs, driver, versions, custom nodes, launcher; each item with its source or why it is missing".into()
+        }
+        "workflow.json" => "the workflow in API format, as queued".into(),
+        "result.json" => "the bisect's result: verdict, every configuration with its outcome".into(),
+        "session.json" => "the bisect's settings".into(),
+        "matrix.png" => "the run matrix as a picture".into(),
+        "record.json" => "the run's record: outcome, evidence lines, argv, what the startup log says was in force, peaks".into(),
+        "samples.csv" => "memory samples (NVML, ComfyUI's CUDA view, RAM, the process tree) with event marks".into(),
+        "samples-summary.json" => "minimum and peak of every sampled series, the GPUs seen".into(),
+        "system_stats.json" => "ComfyUI's /system_stats at the end of the run".into(),
+        "timeline.png" => "memory timeline: VRAM by source, RAM, node boundaries, the failure".into(),
+        b if b.starts_with("history-") => "ComfyUI's /history entry of one prompt".into(),
+        b if b.starts_with("rejected-") => "ComfyUI's answer when it refused the prompt".into(),
+        b if b.starts_with("comfyui") && b.ends_with(".log") => {
+            "ComfyUI's full console output (stdout and stderr), colour codes removed".into()
+        }
+        _ => String::new(),
+    }
+}
+
+/// Renders the bundle's README.md.
+pub fn readme_md(files: &[FileNote], redaction: &[(String, usize)], redacted: bool) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# vrambisect report bundle\n\nMade by vrambisect {} for a ComfyUI bug report. Start with ISSUE.md.\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    let _ = writeln!(o, "| file | what it holds |\n|---|---|");
+    for f in files {
+        let _ = writeln!(o, "| `{}` | {} |", f.name, cell(&f.what));
+    }
+    let _ = writeln!(o);
+    if !redacted {
+        let _ = writeln!(
+            o,
+            "**Not redacted** (`--no-redact`): paths, names, tokens and keys are as recorded."
+        );
+    } else if redaction.is_empty() {
+        let _ = writeln!(o, "Redaction found nothing to remove.");
+    } else {
+        let _ = writeln!(
+            o,
+            "Redacted before packing (placeholders: `~` home folder, `[user]`, `[host]`, `[email]`, `[ip]`, `[token]`, `[credentials]`, `[redacted]`):\n"
+        );
+        for (what, n) in redaction {
+            let _ = writeln!(o, "- {what}: {n}");
+        }
+    }
+    o
+}
+
+/// The title of a run's timeline: `run 001 · oom (CUDA out of memory) · flags: --highvram`.
+pub fn run_label(d: &RunDir) -> String {
+    let Some(r) = &d.record else {
+        return format!("run {} (no record)", d.label);
+    };
+    let flags = if r.flags.is_empty() {
+        "none".to_string()
+    } else {
+        shell_words(&r.flags)
+    };
+    let what = if r.outcome == Outcome::Pass {
+        "pass".to_string()
+    } else {
+        format!("{} ({})", r.outcome, r.outcome.describe())
+    };
+    format!("run {} · {what} · flags: {flags}", d.label)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(s: &[&str]) -> Vec<String> {
+        s.iter().map(|l| l.to_string()).collect()
+    }
+
+    #[test]
+    fn log_lines_keep_levels_and_drop_colours() {
+        let out = log_lines(
+            "\x1b[32m[INFO]\x1b[0m ComfyUI version: 0.38.1\nplain\r\n  5%|#  |\r 50%|#####|\n",
+        );
+        assert_eq!(
+            out,
+            ["[INFO] ComfyUI version: 0.38.1", "plain", " 50%|#####|"]
+        );
+    }
+
+    #[test]
+    fn excerpts() {
+        let log: Vec<String> = (0..200).map(|i| format!("line {i}")).collect();
+        let capped = cap_lines(log.clone(), 10);
+        assert_eq!(capped.len(), 10);
+        assert_eq!(capped[6], "… [191 lines trimmed] …");
+        assert_eq!(capped[9], "line 199");
+        let mut log = lines(&[
+            "start",
+            "To see the GUI go to: http://127.0.0.1:1",
+            "got prompt",
+        ]);
+        log.extend((0..50).map(|i| format!("noise {i}")));
+        log.push("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.14 GiB".into());
+        log.push("after".into());
+        assert_eq!(startup_block(&log).len(), 2);
+        let w = failure_window(
+            &log,
+            &["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.14 GiB. GPU 0 in node 3 (KSampler)".into()],
+        );
+        assert_eq!(w.first().unwrap(), "noise 25");
+        assert_eq!(w.last().unwrap(), "after");
+        // A second error far below the first gets its own lines.
+        let mut far = log.clone();
+        far.extend((0..200).map(|i| format!("later {i}")));
+        far.push("RuntimeError: Fault failed: 2".into());
+        let w = failure_window(
+            &far,
+            &[
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.14 GiB".into(),
+                "RuntimeError: Fault failed: 2".into(),
+            ],
+        );
+        assert!(w.contains(&"… [92 lines] …".to_string()), "{w:?}");
+        assert_eq!(w.last().unwrap(), "RuntimeError: Fault failed: 2");
+        // No evidence line in the log (a hang): the end of the log, never the startup.
+        let w = failure_window(&log, &["Requested to load nothing like this".into()]);
+        assert_eq!(w.len(), 40);
+        assert_eq!(w.last().unwrap(), "after");
+    }
+
+    #[test]
+    fn workflow_summaries() {
+        let wf = serde_json::json!({
+            "10": {"class_type": "SaveImage"}, "3": {"class_type": "KSampler"},
+            "6": {"class_type": "CLIPTextEncode"}, "7": {"class_type": "CLIPTextEncode"}
+        });
+        assert_eq!(
+            workflow_summary(&wf),
+            "4 nodes: KSampler, CLIPTextEncode ×2, SaveImage"
+        );
+    }
+}

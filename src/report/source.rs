@@ -1,0 +1,204 @@
+//! What a report is made from: a run folder (`record.json` and the files beside it) or a
+//! bisect session folder (`session.json`, `result.json`, `runs/NNN/`).
+
+use crate::bisect::result::BisectResult;
+use crate::bisect::session::{RESULT_FILE, SPEC_FILE, SessionSpec};
+use crate::error::{Error, Result};
+use crate::outcome::Outcome;
+use crate::run::RunRecord;
+use std::path::{Path, PathBuf};
+
+/// A run folder or a bisect session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    Run,
+    Bisect,
+}
+
+/// One run folder.
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    /// `001` (a bisect's run number; a lone run is `001` too).
+    pub label: String,
+    pub dir: PathBuf,
+    /// `None` when the run was cut short before its record was written.
+    pub record: Option<RunRecord>,
+}
+
+impl RunDir {
+    pub fn outcome(&self) -> Option<Outcome> {
+        self.record.as_ref().map(|r| r.outcome)
+    }
+
+    /// The files of the folder that go into the bundle, sorted, with their names there.
+    /// The per-run `workflow.json` is the same as the bundle's own and `samples.jsonl`
+    /// repeats `samples.csv`, so both stay out.
+    pub fn files(&self) -> Vec<(String, PathBuf)> {
+        let mut out = Vec::new();
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return out;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let keep = name == RunRecord::FILE
+                || name == "samples.csv"
+                || name == "samples-summary.json"
+                || name == "system_stats.json"
+                || (name.starts_with("comfyui") && name.ends_with(".log"))
+                || ((name.starts_with("history-") || name.starts_with("rejected-"))
+                    && name.ends_with(".json"));
+            if keep && e.path().is_file() {
+                out.push((name, e.path()));
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+/// A folder to report on.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub kind: SourceKind,
+    pub dir: PathBuf,
+    pub runs: Vec<RunDir>,
+    pub spec: Option<SessionSpec>,
+    /// `None` for a bisect stopped before its result was written.
+    pub result: Option<BisectResult>,
+}
+
+fn load_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+/// Opens a run folder or a session folder.
+pub fn open(dir: &Path) -> Result<Source> {
+    if !dir.is_dir() {
+        return Err(Error::usage(format!("{} is not a folder", dir.display()))
+            .hint("give the folder of a run (vrambisect run --output) or of a bisect session"));
+    }
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    if dir.join(SPEC_FILE).is_file() {
+        let spec: SessionSpec = load_json(&dir.join(SPEC_FILE))
+            .ok_or_else(|| Error::usage(format!("{} is damaged", dir.join(SPEC_FILE).display())))?;
+        let mut runs = Vec::new();
+        if let Ok(entries) = std::fs::read_dir(dir.join("runs")) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if e.path().is_dir() && name.chars().all(|c| c.is_ascii_digit()) {
+                    runs.push(RunDir {
+                        label: name,
+                        record: RunRecord::load(&e.path()).ok(),
+                        dir: e.path(),
+                    });
+                }
+            }
+        }
+        runs.sort_by(|a, b| a.label.cmp(&b.label));
+        if runs.is_empty() {
+            return Err(Error::usage(format!(
+                "the bisect session {} has no runs yet",
+                dir.display()
+            ))
+            .hint("continue it with vrambisect bisect --resume, then report"));
+        }
+        return Ok(Source {
+            kind: SourceKind::Bisect,
+            result: load_json(&dir.join(RESULT_FILE)),
+            spec: Some(spec),
+            runs,
+            dir,
+        });
+    }
+    if dir.join(RunRecord::FILE).is_file() {
+        let record = RunRecord::load(&dir)?;
+        return Ok(Source {
+            kind: SourceKind::Run,
+            runs: vec![RunDir {
+                label: "001".into(),
+                record: Some(record),
+                dir: dir.clone(),
+            }],
+            spec: None,
+            result: None,
+            dir,
+        });
+    }
+    Err(Error::usage(format!(
+        "{} is neither a run folder (record.json) nor a bisect session (session.json)",
+        dir.display()
+    ))
+    .hint("give the folder that vrambisect run --output or vrambisect bisect --output made"))
+}
+
+impl Source {
+    /// The run that shows the failure: the baseline's first failing run for a bisect (or the
+    /// first failing run), the run itself otherwise.
+    pub fn failing(&self) -> Option<&RunDir> {
+        let by_dirs = |dirs: &[PathBuf], want: &dyn Fn(Outcome) -> bool| {
+            dirs.iter().find_map(|d| {
+                let name = d.file_name()?.to_string_lossy().into_owned();
+                self.runs
+                    .iter()
+                    .find(|r| r.label == name && r.outcome().is_some_and(want))
+            })
+        };
+        if let Some(res) = &self.result {
+            let target = res.baseline.outcome;
+            if let Some(c) = res.configs.iter().find(|c| c.flags == res.baseline.flags)
+                && let Some(r) = by_dirs(&c.run_dirs, &|o| o == target && o != Outcome::Pass)
+            {
+                return Some(r);
+            }
+        }
+        self.runs
+            .iter()
+            .find(|r| r.outcome().is_some_and(|o| o != Outcome::Pass))
+            .or_else(|| self.runs.iter().find(|r| r.record.is_some()))
+    }
+
+    /// A run that passed: the verdict's configuration for a bisect, else any passing run.
+    pub fn passing(&self) -> Option<&RunDir> {
+        if self.kind == SourceKind::Run {
+            return None;
+        }
+        if let Some(res) = &self.result
+            && let Some(flags) = &res.verdict.flags
+            && let Some(c) = res.configs.iter().find(|c| &c.flags == flags)
+        {
+            let found = c.run_dirs.iter().find_map(|d| {
+                let name = d.file_name()?.to_string_lossy().into_owned();
+                self.runs
+                    .iter()
+                    .find(|r| r.label == name && r.outcome() == Some(Outcome::Pass))
+            });
+            if found.is_some() {
+                return found;
+            }
+        }
+        self.runs
+            .iter()
+            .rev()
+            .find(|r| r.outcome() == Some(Outcome::Pass))
+    }
+
+    /// The run a bundle's environment facts come from: the failing one.
+    pub fn primary(&self) -> Option<&RunDir> {
+        self.failing()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn neither_run_nor_session() {
+        let tmp = tempfile::tempdir().unwrap();
+        let e = open(tmp.path()).unwrap_err();
+        assert!(e.message.contains("neither a run folder"), "{e}");
+        let e = open(&tmp.path().join("nope")).unwrap_err();
+        assert!(e.message.contains("is not a folder"), "{e}");
+    }
+}
