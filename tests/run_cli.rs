@@ -510,3 +510,104 @@ fn sigterm_to_the_tool_tears_comfyui_down() {
     assert_eq!(code, 130);
     assert_eq!(record["teardown"]["group_empty"], true);
 }
+
+#[test]
+fn sigkill_of_the_tool_takes_comfyui_with_it() {
+    let install = FakeComfy::new("0.38.1", rule("hang"));
+    let tmp = tempfile::tempdir().unwrap();
+    let out = out_dir(tmp.path(), "run");
+    let wf = fixture(SD15);
+    let mut child = support::vrambisect()
+        .args([
+            "run",
+            "--json",
+            "--comfyui",
+            install.path_str(),
+            "--workflow",
+            wf.to_str().unwrap(),
+            "--output",
+            &out,
+            "--stall-timeout",
+            "1m",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let log = tmp.path().join("run/comfyui.log");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("Requested to load")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the prompt never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!install.processes().is_empty(), "ComfyUI is running");
+    child.kill().unwrap(); // SIGKILL: no cleanup code of the tool runs
+    child.wait().unwrap();
+    // The parent-death signal takes ComfyUI down with the tool.
+    install.assert_nothing_left();
+}
+
+#[test]
+fn low_host_memory_stops_the_run_as_host_oom() {
+    let install = FakeComfy::new("0.38.1", json!({"timing": {"node_time": 0.5}}));
+    // A threshold above what any machine has available triggers at the first check.
+    let (code, doc, _) = run(&install, SD15, &["--min-available-ram", "100000G"]);
+    assert_eq!(code, 1, "{doc:#}");
+    assert_eq!(doc["outcome"], "host_oom");
+    assert!(
+        doc["explanation"]
+            .as_str()
+            .unwrap()
+            .contains("before the kernel's OOM killer")
+    );
+}
+
+#[test]
+fn two_sessions_on_one_install_take_turns_on_the_gpu() {
+    let install = FakeComfy::new("0.38.1", json!({"timing": {"node_time": 0.3}}));
+    let locks = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = fixture(SD15);
+    let spawn = |name: &str| {
+        support::vrambisect()
+            .args([
+                "run",
+                "--json",
+                "--comfyui",
+                install.path_str(),
+                "--workflow",
+                wf.to_str().unwrap(),
+                "--output",
+                &out_dir(tmp.path(), name),
+            ])
+            .env("VRAMBISECT_LOCK_DIR", locks.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let a = spawn("a");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let b = spawn("b");
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    install.assert_nothing_left();
+    let da: Value = serde_json::from_slice(&a.stdout).unwrap();
+    let db: Value = serde_json::from_slice(&b.stdout).unwrap();
+    assert_eq!(da["outcome"], "pass", "{da:#}");
+    assert_eq!(db["outcome"], "pass", "{db:#}");
+    assert_ne!(da["port"], db["port"]);
+    assert!(
+        db["gpu_wait_ms"].as_u64().unwrap() > 0,
+        "the second waited its turn"
+    );
+    assert!(
+        String::from_utf8_lossy(&b.stderr).contains("waiting for the GPU"),
+        "and said so"
+    );
+}

@@ -72,6 +72,9 @@ pub struct PromptObservation {
     pub rejected: Option<Vec<String>>,
     /// System RAM was nearly exhausted when the process died (from the sampler).
     pub ram_exhausted: bool,
+    /// vrambisect itself stopped ComfyUI because available RAM fell below its threshold;
+    /// the text says how low it was.
+    pub stopped_for_ram: Option<String>,
 }
 
 /// An outcome and why.
@@ -143,6 +146,13 @@ fn hits_of(
 pub fn classify_prompt(obs: &PromptObservation) -> Verdict {
     if obs.interrupted_by_user {
         return Verdict::new(Outcome::Interrupted).explain("stopped with Ctrl-C");
+    }
+    if let Some(why) = &obs.stopped_for_ram {
+        let mut v = Verdict::new(Outcome::HostOom).explain(format!(
+            "vrambisect stopped ComfyUI before the kernel's OOM killer could pick a process: {why}"
+        ));
+        v.evidence = tail(&obs.log, 3);
+        return v;
     }
     if let Some(lines) = &obs.rejected {
         let mut v = Verdict::new(Outcome::InvalidWorkflow);

@@ -206,3 +206,70 @@ mod tests {
         );
     }
 }
+
+/// How a prompt ended according to its `/history/{id}` entry (`None` while it has not).
+/// Used when the websocket is lost: history tells the same story, later.
+pub fn end_from_history(history: &Value, prompt_id: &str) -> Option<crate::classify::PromptEnd> {
+    use crate::classify::PromptEnd;
+    let status = history.get(prompt_id)?.get("status")?;
+    let messages = status.get("messages").and_then(Value::as_array);
+    let find = |kind: &str| {
+        messages?
+            .iter()
+            .find(|m| m.get(0).and_then(Value::as_str) == Some(kind))
+            .and_then(|m| m.get(1))
+    };
+    if let Some(e) = find("execution_error") {
+        let s = |k: &str| e.get(k).and_then(Value::as_str).map(str::to_string);
+        return Some(PromptEnd::Error {
+            node_id: s("node_id"),
+            node_type: s("node_type"),
+            exception_type: s("exception_type").unwrap_or_default(),
+            exception_message: s("exception_message").unwrap_or_default(),
+        });
+    }
+    if let Some(i) = find("execution_interrupted") {
+        return Some(PromptEnd::Interrupted {
+            node_id: i.get("node_id").and_then(Value::as_str).map(str::to_string),
+        });
+    }
+    match status.get("status_str").and_then(Value::as_str) {
+        Some("success") => Some(PromptEnd::Success),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod history_tests {
+    use super::*;
+    use crate::classify::PromptEnd;
+
+    fn recorded(raw: &str) -> (Value, String) {
+        let wrapper: Value = serde_json::from_str(raw).unwrap();
+        let body = wrapper["body"].clone();
+        let id = body.as_object().unwrap().keys().next().unwrap().clone();
+        (body, id)
+    }
+
+    #[test]
+    fn recorded_histories() {
+        let (h, id) = recorded(include_str!(
+            "../../fixtures/captures/runs/ok_empty_invert_save.history.json"
+        ));
+        assert_eq!(end_from_history(&h, &id), Some(PromptEnd::Success));
+        let (h, id) = recorded(include_str!(
+            "../../fixtures/captures/runs/exec_error_cpu_oom.history.json"
+        ));
+        match end_from_history(&h, &id) {
+            Some(PromptEnd::Error { exception_type, .. }) => {
+                assert_eq!(exception_type, "RuntimeError")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            end_from_history(&serde_json::json!({}), &id),
+            None,
+            "pending"
+        );
+    }
+}

@@ -13,6 +13,7 @@ use crate::error::Result;
 use crate::flags::{argparse, decide};
 use crate::outcome::Outcome;
 use crate::process::{self, OutputLine, StreamClosed};
+use crate::sampler::{Sampler, SamplerConfig, Summary, ram_not_returned};
 use crate::signals::{self, Stop};
 use crate::startup::StartupFacts;
 use crate::workflow::CacheBust;
@@ -124,6 +125,120 @@ impl Live {
 
 /// Runs the workflow once (N prompts) and returns the record, also written to the run folder.
 pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunRecord> {
+    let dir = &opts.run_dir;
+    // Two sessions on one GPU take turns: each would otherwise measure the other's memory.
+    let key = crate::gpulock::key(&opts.comfy_flags, &opts.env);
+    let lock = crate::gpulock::acquire(
+        &key,
+        &mut |holder| {
+            reporter.event(&RunEvent::WaitingForGpu {
+                holder: holder.to_string(),
+            })
+        },
+        &|| signals::requested() != Stop::No,
+    )
+    .map_err(|e| crate::error::Error::environment(format!("cannot take the GPU lock: {e}")))?;
+    // The sampler starts before ComfyUI, so its first readings are the pre-run baseline.
+    let sampler = Sampler::start(SamplerConfig {
+        nvml_lib: opts.nvml_lib.clone(),
+        cuda: opts.cuda,
+        csv: Some(dir.join("samples.csv")),
+        jsonl: Some(dir.join("samples.jsonl")),
+        ..SamplerConfig::default()
+    })
+    .ok();
+    // Compile the signature catalogue while ComfyUI starts, not after its last message.
+    std::thread::spawn(|| crate::classify::catalogue::match_line("").count());
+    let mut record = match &lock {
+        Some(_) => execute_inner(opts, reporter, sampler.as_ref())?,
+        None => {
+            let v = Verdict {
+                outcome: Outcome::Interrupted,
+                evidence: vec![],
+                signatures: vec![],
+                explanation: Some("stopped with Ctrl-C while waiting for the GPU".into()),
+            };
+            finish_early(
+                opts,
+                SystemTime::now(),
+                Instant::now(),
+                Vec::new(),
+                0,
+                v,
+                None,
+            )
+        }
+    };
+    record.gpu_wait_ms = lock
+        .as_ref()
+        .map(|l| l.waited.as_millis() as u64)
+        .unwrap_or(0);
+    if let Some(sampler) = sampler {
+        settle_gpu(&sampler);
+        let summary = sampler.stop();
+        apply_samples(&mut record, &summary);
+        write_json(&dir.join("samples-summary.json"), &summary);
+    }
+    write_json(&dir.join(RunRecord::FILE), &record);
+    drop(lock);
+    Ok(record)
+}
+
+/// The RAM threshold below which the run is stopped, from the option and the machine's RAM.
+fn ram_threshold(opts: &RunOptions, sampler: Option<&Sampler>) -> Option<u64> {
+    const MIB: u64 = 1 << 20;
+    match opts.min_available_ram {
+        Some(0) => None,
+        Some(bytes) => Some(bytes),
+        None => {
+            let total = sampler?.snapshot().get("ram.total")?.max.max(0) as u64;
+            Some((total / 50).clamp(256 * MIB, 1024 * MIB))
+        }
+    }
+}
+
+/// Waits (bounded) until the GPU's used memory is back near where it was before the run, so
+/// the next run does not start on a card still holding this one's memory.
+fn settle_gpu(sampler: &Sampler) {
+    const TOLERANCE: i64 = 256 << 20;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        let snap = sampler.snapshot();
+        match snap.get("gpu0.nvml.used") {
+            Some(s) if s.last > s.min + TOLERANCE => std::thread::sleep(Duration::from_millis(100)),
+            _ => return,
+        }
+    }
+}
+
+/// Peaks, other processes' VRAM and RAM not returned, from the samples.
+fn apply_samples(record: &mut RunRecord, summary: &Summary) {
+    let max = |name: &str| summary.get(name).map(|s| s.max.max(0) as u64);
+    record.peaks = Peaks {
+        vram_used_bytes: max("gpu0.nvml.used"),
+        vram_comfyui_bytes: max("gpu0.tree.used"),
+        ram_comfyui_bytes: max("tree.rss"),
+        ram_available_min_bytes: summary.get("ram.available").map(|s| s.min.max(0) as u64),
+        vram_other_processes_bytes: max("gpu0.others.used"),
+    };
+    for it in &mut record.iterations {
+        let start = format!("prompt {} start", it.iteration);
+        let end = format!("prompt {} end", it.iteration);
+        it.ram_retained_bytes =
+            ram_not_returned(&summary.marks, &start, &end).map(|r| r.retained_bytes);
+    }
+    record.sampling = summary
+        .unavailable
+        .iter()
+        .map(|u| format!("{}: {}", u.probe, u.reason))
+        .collect();
+}
+
+fn execute_inner(
+    opts: &RunOptions,
+    reporter: &mut dyn Reporter,
+    sampler: Option<&Sampler>,
+) -> Result<RunRecord> {
     let started_at = SystemTime::now();
     let clock = Instant::now();
     let dir = &opts.run_dir;
@@ -180,7 +295,13 @@ pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunReco
             log: &dir.join(log_name),
         };
         let child = match process::spawn(&spec, tx.clone()) {
-            Ok(c) => c,
+            Ok(c) => {
+                if let Some(s) = sampler {
+                    s.set_root_pid(c.pid);
+                    s.mark("launch");
+                }
+                c
+            }
             Err(e) => {
                 let why = if e.kind() == std::io::ErrorKind::NotFound {
                     "not found".to_string()
@@ -234,7 +355,6 @@ pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunReco
                     }),
                 );
                 rec.effective = Effective::from(&live.startup);
-                write_json(&dir.join(RunRecord::FILE), &rec);
                 return Ok(rec);
             }
             Ready::TimedOut => {
@@ -257,7 +377,6 @@ pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunReco
                         signal: e.signal,
                     }),
                 };
-                write_json(&dir.join(RunRecord::FILE), &rec);
                 return Ok(rec);
             }
             Ready::Interrupted => {
@@ -277,7 +396,6 @@ pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunReco
                         signal: e.signal,
                     }),
                 };
-                write_json(&dir.join(RunRecord::FILE), &rec);
                 return Ok(rec);
             }
         }
@@ -288,16 +406,30 @@ pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunReco
     live.ready = true;
     live.window.clear();
     reporter.event(&RunEvent::Ready { startup_ms });
+    if let Some(s) = sampler {
+        s.set_comfy_url(&format!("http://{HOST}:{port}"));
+        s.mark("ready");
+    }
 
     let client = Client::new(&HOST.to_string(), port);
     let client_id = client_id();
     let stop_ws = Arc::new(AtomicBool::new(false));
     let ws_tx = live.tx.clone();
-    let ws_thread = match ws::connect(SocketAddr::from((HOST, port)), &client_id) {
+    // The websocket may refuse a connection for a moment right after readiness: retry.
+    let mut socket = ws::connect(SocketAddr::from((HOST, port)), &client_id);
+    for _ in 0..4 {
+        if socket.is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+        socket = ws::connect(SocketAddr::from((HOST, port)), &client_id);
+    }
+    let ws_thread = match socket {
         Ok(socket) => {
             let stop = stop_ws.clone();
             Some(std::thread::spawn(move || ws::pump(socket, ws_tx, stop)))
         }
+        // Without the websocket, prompts are followed through /history (slower, coarser).
         Err(e) => {
             live.ws_closed = Some(e);
             None
@@ -310,27 +442,28 @@ pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunReco
     let mut overhead = Overhead::default();
     for n in 1..=opts.iterations.max(1) {
         let mut timing = PromptTiming::default();
-        let (it, stop_after) = run_prompt(
-            n,
+        let ctx = PromptCtx {
             opts,
-            &client,
-            &client_id,
-            &mut live,
-            &child,
+            client: &client,
+            client_id: &client_id,
+            child: &child,
             clock,
-            reporter,
-            &mut timing,
-        );
+            sampler,
+        };
+        let PromptResult {
+            iteration: it,
+            exit,
+            stop: stop_after,
+        } = run_prompt(n, &ctx, &mut live, reporter, &mut timing);
         if n == 1
             && let Some(t) = timing.submitted
         {
             overhead.ready_to_submitted_ms = ms(t.duration_since(ready_at));
         }
         overhead.end_to_verdict_ms = timing.last_event.map(|t| ms(t.elapsed())).unwrap_or(0.0);
-        if let Some(exit) = it.1 {
-            process_exit = Some(exit);
+        if exit.is_some() {
+            process_exit = exit;
         }
-        let it = it.0;
         reporter.event(&RunEvent::IterationDone {
             iteration: n,
             outcome: it.outcome,
@@ -405,9 +538,28 @@ pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunReco
         warnings,
         system_stats,
         overhead,
+        sampling: Vec::new(),
+        gpu_wait_ms: 0,
     };
-    write_json(&dir.join(RunRecord::FILE), &record);
     Ok(record)
+}
+
+/// One prompt's iteration record, ComfyUI's exit if it died, and whether the run must stop.
+struct PromptResult {
+    iteration: Iteration,
+    exit: Option<ExitInfo>,
+    stop: bool,
+}
+
+/// What every prompt of a run shares.
+#[derive(Clone, Copy)]
+struct PromptCtx<'a> {
+    opts: &'a RunOptions,
+    client: &'a Client,
+    client_id: &'a str,
+    child: &'a process::Child,
+    clock: Instant,
+    sampler: Option<&'a Sampler>,
 }
 
 /// When the moments that bound the tool's own overhead happened in one prompt.
@@ -472,15 +624,24 @@ fn wait_ready(
 #[allow(clippy::too_many_arguments)]
 fn run_prompt(
     n: u32,
-    opts: &RunOptions,
-    client: &Client,
-    client_id: &str,
+    ctx: &PromptCtx,
     live: &mut Live,
-    child: &process::Child,
-    clock: Instant,
     reporter: &mut dyn Reporter,
     timing: &mut PromptTiming,
-) -> ((Iteration, Option<ExitInfo>), bool) {
+) -> PromptResult {
+    let PromptCtx {
+        opts,
+        client,
+        client_id,
+        child,
+        clock,
+        sampler,
+    } = *ctx;
+    let mark = |label: String| {
+        if let Some(s) = sampler {
+            s.mark(&label);
+        }
+    };
     let (prompt, bust) = opts.workflow.for_iteration(n);
     if bust == CacheBust::Free {
         // No seed to change: empty ComfyUI's cache so the prompt really executes.
@@ -488,6 +649,7 @@ fn run_prompt(
         std::thread::sleep(Duration::from_millis(300));
     }
     live.window.clear();
+    mark(format!("prompt {n} start"));
     let started_ms = clock.elapsed().as_millis() as u64;
     let t0 = Instant::now();
     let mut obs = PromptObservation::default();
@@ -506,7 +668,11 @@ fn run_prompt(
             write_json(&opts.run_dir.join(format!("rejected-{n}.json")), &body);
             obs.rejected = Some(rejection_lines(&body));
             let v = classify::classify_prompt(&obs);
-            return ((it_base(&v, None, vec![]), None), true);
+            return PromptResult {
+                iteration: it_base(&v, None, vec![]),
+                exit: None,
+                stop: true,
+            };
         }
         Ok(Submitted::ServerError { status, body }) => {
             let v = Verdict {
@@ -515,7 +681,11 @@ fn run_prompt(
                 signatures: vec![],
                 explanation: Some("ComfyUI could not read the request: the workflow is not in API format, or this is a vrambisect bug".into()),
             };
-            return ((it_base(&v, None, vec![]), None), true);
+            return PromptResult {
+                iteration: it_base(&v, None, vec![]),
+                exit: None,
+                stop: true,
+            };
         }
         Err(e) => {
             let v = Verdict {
@@ -524,7 +694,11 @@ fn run_prompt(
                 signatures: vec![],
                 explanation: Some("ComfyUI stopped answering HTTP".into()),
             };
-            return ((it_base(&v, None, vec![]), None), true);
+            return PromptResult {
+                iteration: it_base(&v, None, vec![]),
+                exit: None,
+                stop: true,
+            };
         }
     };
     timing.submitted = Some(Instant::now());
@@ -540,7 +714,35 @@ fn run_prompt(
     let mut finished = false;
     let mut interrupt_sent: Option<Instant> = None;
     let mut exit: Option<ExitInfo> = None;
+    let ram_floor = ram_threshold(opts, sampler);
+    let mut next_history_poll = Instant::now();
+    let mut next_ram_check = Instant::now();
     loop {
+        // Host memory pressure: stop ComfyUI ourselves before the kernel's OOM killer picks
+        // a process (perhaps the desktop, perhaps this tool).
+        if let (Some(floor), Some(s)) = (ram_floor, sampler)
+            && Instant::now() >= next_ram_check
+            && obs.stopped_for_ram.is_none()
+        {
+            next_ram_check = Instant::now() + Duration::from_millis(200);
+            if let Some(available) = s
+                .snapshot()
+                .get("ram.available")
+                .map(|r| r.last.max(0) as u64)
+                && available < floor
+            {
+                reporter.event(&RunEvent::RamGuard {
+                    available,
+                    threshold: floor,
+                });
+                obs.stopped_for_ram = Some(format!(
+                    "available RAM fell to {} MiB, below the {} MiB threshold (--min-available-ram)",
+                    available >> 20,
+                    floor >> 20
+                ));
+                child.signal_group(libc::SIGKILL);
+            }
+        }
         if let Some(ev) = live.pump() {
             timing.last_event = Some(Instant::now());
             match ev {
@@ -554,6 +756,10 @@ fn run_prompt(
                 } if p.as_deref().is_none_or(|p| p == prompt_id) => {
                     if !nodes.contains(&node) {
                         nodes.push(node.clone());
+                        mark(format!(
+                            "node {node} {}",
+                            opts.workflow.class_of(&node).unwrap_or("?")
+                        ));
                     }
                     reporter.event(&RunEvent::Node {
                         iteration: n,
@@ -600,6 +806,19 @@ fn run_prompt(
                 _ => {}
             }
         }
+        // The websocket is gone but ComfyUI is not: history tells how the prompt ended.
+        if live.ws_closed.is_some() && obs.end.is_none() && Instant::now() >= next_history_poll {
+            next_history_poll = Instant::now() + Duration::from_millis(500);
+            if let Some(end) = client
+                .history(&prompt_id)
+                .ok()
+                .and_then(|h| crate::comfy::end_from_history(&h, &prompt_id))
+            {
+                obs.end = Some(end);
+                finished = true;
+                timing.last_event = Some(Instant::now());
+            }
+        }
         if finished {
             break;
         }
@@ -613,6 +832,10 @@ fn run_prompt(
                 code: e.code,
                 signal: e.signal,
             };
+            // Killed while RAM ran out: the kernel's OOM killer, not a crash of its own.
+            obs.ram_exhausted = sampler
+                .and_then(|s| s.snapshot().get("ram.available").map(|r| r.min))
+                .is_some_and(|min| min < 256 << 20);
             obs.exit = Some(info);
             exit = Some(info);
             break;
@@ -652,10 +875,29 @@ fn run_prompt(
     {
         write_json(&opts.run_dir.join(format!("history-{n}.json")), &history);
     }
+    if obs.end.is_some() && exit.is_none() {
+        // The websocket can be ahead of stderr: ComfyUI's own lines about this prompt (the
+        // traceback, `Got an OOM…`) may still be in the pipe. It always ends a prompt with
+        // `Prompt executed in …`, so read until that line (bounded).
+        let deadline = Instant::now() + Duration::from_millis(1500);
+        while !live
+            .window
+            .iter()
+            .any(|l| l.starts_with("Prompt executed in"))
+            && Instant::now() < deadline
+        {
+            live.pump();
+        }
+    }
+    mark(format!("prompt {n} end"));
     obs.log = live.window.iter().cloned().collect();
     let v = classify::classify_prompt(&obs);
     let stop = obs.interrupted_by_user || exit.is_some() || obs.stalled || obs.timed_out;
-    ((it_base(&v, Some(prompt_id), nodes), exit), stop)
+    PromptResult {
+        iteration: it_base(&v, Some(prompt_id), nodes),
+        exit,
+        stop,
+    }
 }
 
 /// The record of a run that never got to its prompts.
@@ -691,6 +933,8 @@ fn finish_early(
         warnings: Vec::new(),
         system_stats: None,
         overhead: Overhead::default(),
+        sampling: Vec::new(),
+        gpu_wait_ms: 0,
     }
 }
 

@@ -41,6 +41,9 @@ pub struct RunOptions {
     pub nvml_lib: Option<PathBuf>,
     /// Also sample CUDA from the tool's own context (costs VRAM; off by default).
     pub cuda: bool,
+    /// Stop ComfyUI when available RAM falls below this many bytes (`None`: 2% of RAM,
+    /// between 256 MiB and 1 GiB; `Some(0)`: never).
+    pub min_available_ram: Option<u64>,
 }
 
 /// What the engine tells its displays as the run goes.
@@ -73,6 +76,15 @@ pub enum RunEvent {
         outcome: Outcome,
     },
     Stopping,
+    /// Another session is running on this GPU; this one waits its turn.
+    WaitingForGpu {
+        holder: String,
+    },
+    /// Available RAM fell below the threshold; ComfyUI is being stopped.
+    RamGuard {
+        available: u64,
+        threshold: u64,
+    },
     /// A first Ctrl-C: finishing cleanly (a second one kills ComfyUI at once).
     Interrupting,
 }

@@ -58,6 +58,8 @@ pub struct Iteration {
     pub started_ms: u64,
     /// Nodes that executed (per the websocket), in order.
     pub nodes_executed: Vec<String>,
+    /// ComfyUI's resident memory after the prompt minus before it: RAM not returned.
+    pub ram_retained_bytes: Option<i64>,
 }
 
 /// Peak readings of the run (from the sampler when it ran).
@@ -71,6 +73,8 @@ pub struct Peaks {
     pub ram_comfyui_bytes: Option<u64>,
     /// Lowest available system RAM, bytes.
     pub ram_available_min_bytes: Option<u64>,
+    /// Highest VRAM held by processes other than ComfyUI's (what `--vram-headroom` counts).
+    pub vram_other_processes_bytes: Option<u64>,
 }
 
 /// The tool's own time per run, besides ComfyUI's startup and execution.
@@ -137,6 +141,10 @@ pub struct RunRecord {
     /// `GET /system_stats` fetched before stopping.
     pub system_stats: Option<serde_json::Value>,
     pub overhead: Overhead,
+    /// Probes that could not sample, and why (e.g. no NVIDIA driver).
+    pub sampling: Vec<String>,
+    /// How long this run waited for another session to finish with the GPU.
+    pub gpu_wait_ms: u64,
 }
 
 impl RunRecord {
@@ -172,6 +180,7 @@ impl Iteration {
             duration_ms: 0,
             started_ms: 0,
             nodes_executed: Vec::new(),
+            ram_retained_bytes: None,
         }
     }
 }

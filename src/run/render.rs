@@ -11,6 +11,7 @@ use std::time::Duration;
 pub struct Progress {
     bar: ProgressBar,
     iteration: (u32, u32),
+    visible: bool,
 }
 
 impl Progress {
@@ -28,6 +29,16 @@ impl Progress {
         Progress {
             bar,
             iteration: (0, 0),
+            visible,
+        }
+    }
+
+    /// A line that must reach the user even without a terminal (waiting, stopping).
+    fn say(&self, msg: String) {
+        if self.visible {
+            self.bar.println(msg);
+        } else {
+            eprintln!("{msg}");
         }
     }
 }
@@ -69,8 +80,16 @@ impl Reporter for Progress {
                     .println(format!("prompt {iteration}: {}", outcome.describe()));
             }
             RunEvent::Stopping => self.bar.set_message("stopping ComfyUI"),
-            RunEvent::Interrupting => self.bar.println(
-                "interrupting: finishing cleanly (press Ctrl-C again to kill ComfyUI now)",
+            RunEvent::WaitingForGpu { holder } => {
+                self.say(format!("waiting for the GPU: {holder} is running a workflow on it"))
+            }
+            RunEvent::RamGuard { available, threshold } => self.say(format!(
+                "available RAM is down to {} MiB (threshold {} MiB): stopping ComfyUI before the OOM killer does",
+                available >> 20,
+                threshold >> 20
+            )),
+            RunEvent::Interrupting => self.say(
+                "interrupting: finishing cleanly (press Ctrl-C again to kill ComfyUI now)".into(),
             ),
         }
     }

@@ -1,0 +1,43 @@
+//! Sizes on the command line: `512M`, `2G`, `1.5GiB`, `0`.
+
+/// Parses a size in bytes. Units are binary (`K`/`KiB` = 1024, `M`, `G`, `T`), `B` optional;
+/// a bare number is bytes, and `0` turns a threshold off.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let s = text.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num.parse().map_err(|_| {
+        format!("'{text}' is not a size: write a number and a unit, e.g. 512M or 2G")
+    })?;
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => {
+            return Err(format!(
+                "unknown size unit '{other}' in '{text}': use K, M, G or T"
+            ));
+        }
+    };
+    Ok((value * factor as f64).round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("2X").is_err());
+    }
+}
