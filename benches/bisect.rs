@@ -3,26 +3,11 @@
 //! BENCHMARKS.md.
 
 use std::collections::BTreeSet;
-use vrambisect::bisect::scripted::Scripted;
+use vrambisect::bisect::scripted::{SWITCHES, Scripted};
 use vrambisect::bisect::search::{Search, Settings, Strategy, VerdictKind};
 use vrambisect::bisect::space::Space;
 use vrambisect::flags::decide::{Context, Platform};
 use vrambisect::flags::profile;
-
-const SWITCHES: &[&str] = &[
-    "--disable-dynamic-vram",
-    "--disable-pinned-memory",
-    "--disable-async-offload",
-    "--disable-smart-memory",
-    "--disable-cuda-graphs",
-    "--disable-mmap",
-    "--force-non-blocking",
-    "--fast-disk",
-    "--mmap-torch-files",
-    "--disable-comfy-compiler",
-    "--cpu-vae",
-    "--deterministic",
-];
 
 struct Case {
     name: String,
@@ -35,11 +20,23 @@ struct Case {
 fn space(toggles: &[&str]) -> Space {
     let p = profile::builtin(None);
     let t: Vec<String> = toggles.iter().map(|s| s.to_string()).collect();
-    Space::new(&p.flags, Some(p.version), Context::new(Platform::Linux), &[], &t)
+    Space::new(
+        &p.flags,
+        Some(p.version),
+        Context::new(Platform::Linux),
+        &[],
+        &t,
+    )
 }
 
 /// Mean runs and share correct over every position of the answer and `seeds` seeds.
-fn measure(case: &Case, strategy: Strategy, p_fail: f64, repeat: u32, seeds: u64) -> (f64, u32, f64) {
+fn measure(
+    case: &Case,
+    strategy: Strategy,
+    p_fail: f64,
+    repeat: u32,
+    seeds: u64,
+) -> (f64, u32, f64) {
     let (mut runs, mut worst, mut correct, mut n) = (0u64, 0u32, 0u64, 0u64);
     for seed in 0..seeds {
         // Rotate the toggles so the answer sits at every position in turn.
@@ -49,8 +46,22 @@ fn measure(case: &Case, strategy: Strategy, p_fail: f64, repeat: u32, seeds: u64
         let sp = space(&toggles);
         let answer: BTreeSet<String> = case.answer.iter().map(|s| s.to_string()).collect();
         let a2 = answer.clone();
-        let mut oracle = Scripted::new(Box::new(move |s| a2.iter().all(|f| s.contains(f))), p_fail, seed + 1);
-        let mut search = Search::new(&sp, &mut oracle, Settings { strategy, repeat, max_runs: 4096, ..Settings::default() }, Vec::new());
+        let mut oracle = Scripted::new(
+            Box::new(move |s| a2.iter().all(|f| s.contains(f))),
+            p_fail,
+            seed + 1,
+        );
+        let mut search = Search::new(
+            &sp,
+            &mut oracle,
+            Settings {
+                strategy,
+                repeat,
+                max_runs: 4096,
+                ..Settings::default()
+            },
+            Vec::new(),
+        );
         let found = search.run();
         let got: BTreeSet<String> = found.fixing_flags.iter().cloned().collect();
         if found.kind == VerdictKind::FixedBy && got == answer {
@@ -85,9 +96,13 @@ fn main() {
         answer: vec![SWITCHES[0], SWITCHES[1], SWITCHES[2]],
         hypotheses: 8.0 * 7.0 * 6.0 / 6.0,
     });
-    println!("Deterministic oracle (failing configurations always fail), every position of the answer:");
+    println!(
+        "Deterministic oracle (failing configurations always fail), every position of the answer:"
+    );
     println!();
-    println!("| case | bound ⌈log2 H⌉ (+2) | adaptive runs mean / worst | adaptive correct | each runs / correct | matrix runs / correct |");
+    println!(
+        "| case | bound ⌈log2 H⌉ (+2) | adaptive runs mean / worst | adaptive correct | each runs / correct | matrix runs / correct |"
+    );
     println!("|---|---|---|---|---|---|");
     for case in &cases {
         let seeds = case.toggles.len() as u64;
@@ -110,7 +125,9 @@ fn main() {
         );
     }
     println!();
-    println!("Flaky oracle (failing configurations fail with probability p), 1 culprit among 8, 400 seeds:");
+    println!(
+        "Flaky oracle (failing configurations fail with probability p), 1 culprit among 8, 400 seeds:"
+    );
     println!();
     println!("| p | --repeat | adaptive correct | mean runs |");
     println!("|---|---|---|---|");

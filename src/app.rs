@@ -1,6 +1,6 @@
 //! Dispatch: turns parsed arguments into a command run and an exit code.
 
-use crate::cli::{Cli, Command, ExplainArgs, Global, RunArgs};
+use crate::cli::{BisectArgs, Cli, Command, ExplainArgs, Global, LogscanArgs, RunArgs, SampleArgs};
 use crate::error::{Error, exit};
 use crate::explain;
 use crate::output::{Style, write_json};
@@ -12,6 +12,11 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let result = match cli.command {
         Command::Explain(args) => run_explain(args, &global, out),
         Command::Run(args) => run_run(args, &global, out),
+        Command::Bisect(args) => run_bisect(args, &global, out),
+        Command::Sample(args) => run_sample(args, &global, out, err),
+        Command::Logscan(args) => run_logscan(args, &global, out, err),
+        Command::Report(args) => run_report(args, &global, out, err),
+        Command::Doctor(args) => run_doctor(args, &global, out),
     };
     match result {
         Ok(code) => code,
@@ -102,6 +107,7 @@ fn run_run(args: RunArgs, global: &Global, out: &mut dyn Write) -> Result<i32, F
         run_dir,
         nvml_lib: args.nvml_lib.clone(),
         cuda: args.cuda,
+        min_available_ram: args.min_available_ram,
     };
     crate::signals::install();
     let record = {
@@ -139,4 +145,111 @@ fn as_untestable(e: Error) -> Error {
     } else {
         e
     }
+}
+
+fn run_sample(
+    args: SampleArgs,
+    global: &Global,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<i32, Failure> {
+    use crate::sampler::command;
+    use std::io::IsTerminal;
+    let req = command::Request {
+        interval: args.interval,
+        duration: args.duration,
+        output: args.output,
+        pid: args.pid,
+        command: args.command,
+        comfy_url: args.comfyui_url,
+        cuda: args.cuda,
+        nvml_lib: args.nvml_lib,
+        live: !global.json && io::stderr().is_terminal(),
+        json: global.json,
+    };
+    let outcome = command::sample(&req, err)?;
+    if global.json {
+        write_json(out, &outcome.report)?;
+    } else {
+        command::render(&outcome.report, &Style::new(global.color), out)?;
+    }
+    Ok(outcome.exit_code)
+}
+
+fn run_bisect(args: BisectArgs, global: &Global, out: &mut dyn Write) -> Result<i32, Failure> {
+    use std::io::IsTerminal;
+    let visible = !global.json && io::stderr().is_terminal();
+    let (result, code) = crate::bisect::cli::run(&args, visible)?;
+    if global.json {
+        write_json(out, &result)?;
+    } else {
+        crate::bisect::result::render(&result, &Style::new(global.color), out)?;
+    }
+    Ok(code)
+}
+
+fn run_logscan(
+    args: LogscanArgs,
+    global: &Global,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<i32, Failure> {
+    let report = crate::logscan::command(&args.file, err)?;
+    if global.json {
+        write_json(out, &report)?;
+    } else {
+        crate::logscan::render::render(&report, &Style::new(global.color), out)?;
+    }
+    Ok(report.exit_code())
+}
+
+fn run_report(
+    args: crate::cli::ReportArgs,
+    global: &Global,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<i32, Failure> {
+    let style = Style::new(global.color);
+    if args.no_redact {
+        writeln!(
+            err,
+            "{} --no-redact: the bundle keeps home folders, user and host names, tokens and API keys as recorded; read every file before sharing it",
+            style.warn("warning:")
+        )?;
+    }
+    let req = crate::report::Request {
+        dir: args.dir,
+        output: args.output,
+        redact: !args.no_redact,
+        comfyui: args.comfyui,
+        python: args.python,
+        nvml_lib: args.nvml_lib,
+    };
+    let built = crate::report::build(&req)?;
+    if global.json {
+        write_json(out, &built)?;
+    } else {
+        crate::report::render(&built, &style, out)?;
+    }
+    Ok(exit::OK)
+}
+
+fn run_doctor(
+    args: crate::cli::DoctorArgs,
+    global: &Global,
+    out: &mut dyn Write,
+) -> Result<i32, Failure> {
+    let req = crate::doctor::Request {
+        comfyui: args.comfyui,
+        python: args.python,
+        nvml_lib: args.nvml_lib,
+        work_dir: std::env::current_dir().unwrap_or_else(|_| ".".into()),
+    };
+    let report = crate::doctor::run(&req);
+    if global.json {
+        write_json(out, &report)?;
+    } else {
+        crate::doctor::render(&report, &Style::new(global.color), out)?;
+    }
+    Ok(report.exit_code())
 }

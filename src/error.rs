@@ -2,12 +2,15 @@
 
 use std::fmt;
 
-/// Exit codes of every command. `run` follows `git bisect run` (0 / 1 / 125).
+/// Exit codes of every command (the table in README.md). `run` follows `git bisect run`
+/// (0 / 1 / 125).
 pub mod exit {
-    /// Success: the command did what was asked (for `run`: the workflow passed).
+    /// Success: the command did what was asked (`run`: the workflow passed; `bisect`: a fix
+    /// or a cause was found; `doctor`: no check failed; `logscan`: the log shows no failure).
     pub const OK: i32 = 0;
-    /// The question got a negative answer: `run` saw the workflow fail; `explain` predicts
-    /// that ComfyUI refuses the flags; `logscan` found a failure.
+    /// The question got a negative answer: `run` saw the workflow fail; `bisect` found no fix
+    /// or could not reproduce the failure; `explain` predicts that ComfyUI refuses the flags;
+    /// `doctor` has a failing check; `logscan` found a failure.
     pub const FAILED: i32 = 1;
     /// Bad command line or bad input the user can fix (a missing file, a malformed workflow).
     pub const USAGE: i32 = 2;

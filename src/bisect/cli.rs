@@ -129,6 +129,7 @@ pub fn run(args: &BisectArgs, progress_visible: bool) -> Result<(BisectResult, i
         run_dir: dir.clone(),
         nvml_lib: args.nvml_lib.clone(),
         cuda: false,
+        min_available_ram: args.min_available_ram,
     };
     signals::install();
     let planned = planned_runs(&space, spec.strategy, spec.repeat);
@@ -236,6 +237,7 @@ fn quote(s: &str) -> String {
 struct BisectProgress {
     bar: ProgressBar,
     current: String,
+    visible: bool,
 }
 
 impl BisectProgress {
@@ -256,6 +258,16 @@ impl BisectProgress {
         BisectProgress {
             bar,
             current: String::new(),
+            visible,
+        }
+    }
+
+    /// A line that must reach the user even without a terminal (waiting, stopping).
+    fn say(&self, msg: String) {
+        if self.visible {
+            self.bar.println(msg);
+        } else {
+            eprintln!("{msg}");
         }
     }
 }
@@ -271,9 +283,22 @@ impl Reporter for BisectProgress {
             } => format!("node {done}/{total} {}", class.as_deref().unwrap_or("")),
             RunEvent::Step { value, max } => format!("step {}/{}", *value as u64, *max as u64),
             RunEvent::IterationDone { .. } | RunEvent::Stopping => "stopping ComfyUI".into(),
+            RunEvent::WaitingForGpu { holder } => {
+                self.say(format!(
+                    "waiting for the GPU: {holder} is running a workflow on it"
+                ));
+                return;
+            }
+            RunEvent::RamGuard { available, .. } => {
+                self.say(format!(
+                    "available RAM is down to {} MiB: stopping ComfyUI before the OOM killer does",
+                    available >> 20
+                ));
+                return;
+            }
             RunEvent::Interrupting => {
-                self.bar.println(
-                    "interrupting: the current run ends cleanly; resume later with --resume",
+                self.say(
+                    "interrupting: the current run ends cleanly; resume later with --resume".into(),
                 );
                 return;
             }
@@ -296,7 +321,7 @@ impl SessionReporter for BisectProgress {
                 outcome,
                 duration_ms,
             } => {
-                self.bar.println(format!(
+                self.say(format!(
                     "run {n}: {:<40} {} ({:.1} s)",
                     self.current,
                     outcome,

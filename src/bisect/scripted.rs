@@ -6,6 +6,23 @@ use super::space::Config;
 use crate::outcome::Outcome;
 use std::collections::BTreeSet;
 
+/// Memory switches of the v0.38 line that combine freely (no value, no group clash): the
+/// toggles of the strategy tests and the benchmark.
+pub const SWITCHES: &[&str] = &[
+    "--disable-dynamic-vram",
+    "--disable-pinned-memory",
+    "--disable-async-offload",
+    "--disable-smart-memory",
+    "--disable-cuda-graphs",
+    "--disable-mmap",
+    "--force-non-blocking",
+    "--fast-disk",
+    "--mmap-torch-files",
+    "--disable-comfy-compiler",
+    "--cpu-vae",
+    "--deterministic",
+];
+
 /// Decides whether a set of flags (`--flag` or `--flag=value`) fixes the failure.
 pub type Rule = Box<dyn Fn(&BTreeSet<String>) -> bool>;
 

@@ -1,27 +1,11 @@
 //! Strategy tests with a scripted oracle: verdicts and run counts.
 
-use super::scripted::Scripted;
+use super::scripted::{SWITCHES, Scripted};
 use super::search::{Found, Search, Settings, Strategy, VerdictKind};
 use super::space::Space;
 use crate::flags::decide::{Context, Platform};
 use crate::flags::profile;
 use std::collections::BTreeSet;
-
-/// Toggles that exist in the v0.38 profile and are all switches (no value, no group clash).
-const SWITCHES: &[&str] = &[
-    "--disable-dynamic-vram",
-    "--disable-pinned-memory",
-    "--disable-async-offload",
-    "--disable-smart-memory",
-    "--disable-cuda-graphs",
-    "--disable-mmap",
-    "--force-non-blocking",
-    "--fast-disk",
-    "--mmap-torch-files",
-    "--disable-comfy-compiler",
-    "--cpu-vae",
-    "--deterministic",
-];
 
 fn space(base: &[&str], toggles: &[&str]) -> Space {
     let p = profile::builtin(None);

@@ -4,6 +4,7 @@
 
 pub mod comfy;
 pub mod gpu;
+pub mod sampling;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -18,10 +19,22 @@ pub fn fixture(rel: &str) -> PathBuf {
     root().join("fixtures").join(rel)
 }
 
-/// The vrambisect binary, without colours.
+/// The vrambisect binary, without colours, with a GPU lock of its own (so parallel tests
+/// do not take turns; the test of two sessions sets a shared one).
 pub fn vrambisect() -> Command {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let locks = std::env::temp_dir()
+        .join("vrambisect-test-locks")
+        .join(format!(
+            "{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_vrambisect"));
-    cmd.env("NO_COLOR", "1").env_remove("VRAMBISECT_NVML_LIB");
+    cmd.env("NO_COLOR", "1")
+        .env_remove("VRAMBISECT_NVML_LIB")
+        .env("VRAMBISECT_LOCK_DIR", locks);
     cmd
 }
 

@@ -1,0 +1,637 @@
+//! `vrambisect sample`: record memory over time, for a process, a command or the machine,
+//! with a live status line and a summary table (or the summary as JSON).
+
+use super::{Sampler, SamplerConfig, SeriesStats, Summary, probe::Unit};
+use crate::duration::format_duration;
+use crate::error::{Error, Result, exit};
+use crate::output::Style;
+use crate::signals::{self, Stop};
+use serde::Serialize;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// How often the main loop looks at the command, the signals and the clock.
+const POLL: Duration = Duration::from_millis(20);
+/// How often the live status line is redrawn.
+const REDRAW: Duration = Duration::from_millis(250);
+/// How long a command gets between SIGTERM and SIGKILL.
+const GRACE: Duration = Duration::from_secs(5);
+/// Below this, sampling costs more than it tells.
+const MIN_INTERVAL: Duration = Duration::from_millis(1);
+
+/// What `vrambisect sample` was asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    pub interval: Duration,
+    pub duration: Option<Duration>,
+    /// CSV file; the JSON lines go beside it (see [`output_paths`]).
+    pub output: Option<PathBuf>,
+    pub pid: Option<u32>,
+    /// A command to start and follow (program and arguments).
+    pub command: Vec<String>,
+    pub comfy_url: Option<String>,
+    pub cuda: bool,
+    pub nvml_lib: Option<PathBuf>,
+    /// Draw the one-line status on `err` (only on a terminal, never with `--json`).
+    pub live: bool,
+    /// The command's stdout goes to our stderr, so stdout holds only the JSON document.
+    pub json: bool,
+}
+
+/// Why sampling ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoppedBy {
+    Duration,
+    CommandExited,
+    PidExited,
+    Interrupted,
+}
+
+/// The command that was followed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CommandReport {
+    pub argv: Vec<String>,
+    pub pid: u32,
+    /// Its exit code, or `None` when a signal ended it (then `signal`).
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// Whether vrambisect had to stop it (time up, Ctrl-C).
+    pub stopped_by_us: bool,
+}
+
+/// `sample --json`: the sampler's summary plus how the run ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    #[serde(flatten)]
+    pub summary: Summary,
+    pub stopped_by: StoppedBy,
+    pub command: Option<CommandReport>,
+}
+
+/// The report and the exit status to leave with.
+pub struct Outcome {
+    pub report: Report,
+    pub exit_code: i32,
+}
+
+/// The CSV and JSON-lines paths for `--output FILE`: `FILE` and `FILE` with `.jsonl`
+/// (given a `.jsonl` name, the CSV goes beside it with `.csv`).
+pub fn output_paths(file: &Path) -> (PathBuf, PathBuf) {
+    if file.extension().is_some_and(|e| e == "jsonl") {
+        (file.with_extension("csv"), file.to_path_buf())
+    } else {
+        (file.to_path_buf(), file.with_extension("jsonl"))
+    }
+}
+
+/// The exit status a shell would report: the code, or 128 + the signal.
+pub fn shell_status(code: Option<i32>, signal: Option<i32>) -> i32 {
+    match (code, signal) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        (None, None) => exit::FAILED,
+    }
+}
+
+fn exit_parts(status: &ExitStatus) -> (Option<i32>, Option<i32>) {
+    use std::os::unix::process::ExitStatusExt;
+    (status.code(), status.signal())
+}
+
+/// Whether `pid` is a live process (a zombie waiting for its parent is not).
+fn alive(pid: u32) -> bool {
+    // 0 and negative pids mean process groups to kill(2).
+    let Some(p) = libc::pid_t::try_from(pid).ok().filter(|&p| p > 0) else {
+        return false;
+    };
+    let r = unsafe { libc::kill(p, 0) };
+    if r != 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EPERM) {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_ascii_whitespace().next())
+            .is_none_or(|state| state != "Z" && state != "X"),
+        // No /proc (not Linux): kill(0) said it exists.
+        Err(_) => !Path::new("/proc/self").exists(),
+    }
+}
+
+/// Starts `argv` in its own process group, so Ctrl-C and the end of sampling reach all of
+/// it and nothing else.
+fn spawn(argv: &[String], json: bool) -> Result<Child> {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..]).process_group(0);
+    if json {
+        // `--json` promises one document on stdout: the command's output goes to stderr.
+        use std::os::fd::AsFd;
+        if let Ok(fd) = io::stderr().as_fd().try_clone_to_owned() {
+            cmd.stdout(fd);
+        }
+    }
+    cmd.spawn().map_err(|e| {
+        let why = match e.kind() {
+            io::ErrorKind::NotFound => "command not found".to_string(),
+            io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+            _ => e.to_string(),
+        };
+        Error::usage(format!("cannot run {}: {why}", argv[0]))
+    })
+}
+
+/// SIGTERM to the group, up to [`GRACE`] (cut short by a second Ctrl-C), then SIGKILL.
+fn stop_group(child: &mut Child) -> Option<ExitStatus> {
+    let pgid = child.id();
+    unsafe { libc::killpg(pgid as libc::pid_t, libc::SIGTERM) };
+    let deadline = Instant::now() + GRACE;
+    let mut status = None;
+    while Instant::now() < deadline && signals::requested() != Stop::Now {
+        status = status.or_else(|| child.try_wait().ok().flatten());
+        if status.is_some() && !crate::process::group_alive(pgid) {
+            return status;
+        }
+        std::thread::sleep(POLL);
+    }
+    unsafe { libc::killpg(pgid as libc::pid_t, libc::SIGKILL) };
+    status.or_else(|| child.wait().ok())
+}
+
+/// Runs `vrambisect sample`. Notes (unavailable probes) and the live line go to `err`.
+pub fn sample(req: &Request, err: &mut dyn Write) -> Result<Outcome> {
+    if req.interval < MIN_INTERVAL {
+        return Err(Error::usage(format!(
+            "--interval {} is too short",
+            format_duration(req.interval)
+        ))
+        .hint("use 1ms or more"));
+    }
+    if req.duration.is_some_and(|d| d.is_zero()) {
+        return Err(Error::usage("--duration must be above zero"));
+    }
+    if let Some(pid) = req.pid
+        && !alive(pid)
+    {
+        return Err(Error::usage(format!("no process with pid {pid}"))
+            .hint("give the pid of a running process, e.g. ComfyUI's python"));
+    }
+    let (csv, jsonl) = match &req.output {
+        Some(f) => {
+            let (c, j) = output_paths(f);
+            (Some(c), Some(j))
+        }
+        None => (None, None),
+    };
+    signals::install();
+    let sampler = Sampler::start(SamplerConfig {
+        interval: req.interval,
+        nvml_lib: req.nvml_lib.clone(),
+        cuda: req.cuda,
+        comfy_url: req.comfy_url.clone(),
+        root_pid: req.pid,
+        csv,
+        jsonl,
+        ..SamplerConfig::default()
+    })?;
+    let opening = sampler.snapshot().unavailable;
+    for u in &opening {
+        let _ = writeln!(err, "note: {}: {}", u.probe, u.reason);
+    }
+    let mut child = if req.command.is_empty() {
+        None
+    } else {
+        match spawn(&req.command, req.json) {
+            Ok(c) => {
+                sampler.set_root_pid(c.id());
+                Some(c)
+            }
+            Err(e) => {
+                sampler.stop();
+                return Err(e);
+            }
+        }
+    };
+    let started = Instant::now();
+    let mut last_draw: Option<Instant> = None;
+    let mut stopped_by_us = false;
+    let mut status = None;
+    let stopped_by = loop {
+        if signals::requested() != Stop::No {
+            if let Some(c) = child.as_mut() {
+                status = stop_group(c);
+                stopped_by_us = true;
+            }
+            break StoppedBy::Interrupted;
+        }
+        if let Some(c) = child.as_mut()
+            && let Ok(Some(s)) = c.try_wait()
+        {
+            status = Some(s);
+            break StoppedBy::CommandExited;
+        }
+        if let Some(pid) = req.pid
+            && !alive(pid)
+        {
+            break StoppedBy::PidExited;
+        }
+        if req.duration.is_some_and(|d| started.elapsed() >= d) {
+            if let Some(c) = child.as_mut() {
+                status = stop_group(c);
+                stopped_by_us = true;
+            }
+            break StoppedBy::Duration;
+        }
+        if req.live && last_draw.is_none_or(|t| t.elapsed() >= REDRAW) {
+            let _ = write!(err, "\r\x1b[2K{}", status_line(&sampler.snapshot()));
+            let _ = err.flush();
+            last_draw = Some(Instant::now());
+        }
+        std::thread::sleep(POLL);
+    };
+    let summary = sampler.stop();
+    if req.live {
+        let _ = write!(err, "\r\x1b[2K");
+        let _ = err.flush();
+    }
+    // Problems found while sampling; the ones found at the start were printed then (the
+    // list only grows).
+    for u in summary.unavailable.iter().skip(opening.len()) {
+        let _ = writeln!(err, "note: {}: {}", u.probe, u.reason);
+    }
+    let command = child.as_ref().map(|c| {
+        let (exit_code, signal) = status.as_ref().map(exit_parts).unwrap_or((None, None));
+        CommandReport {
+            argv: req.command.clone(),
+            pid: c.id(),
+            exit_code,
+            signal,
+            stopped_by_us,
+        }
+    });
+    let exit_code = match (&command, stopped_by) {
+        (_, StoppedBy::Interrupted) => exit::INTERRUPTED,
+        (Some(c), _) => shell_status(c.exit_code, c.signal),
+        (None, _) => exit::OK,
+    };
+    Ok(Outcome {
+        report: Report {
+            summary,
+            stopped_by,
+            command,
+        },
+        exit_code,
+    })
+}
+
+/// A command line as a shell would take it back: words with spaces or quotes in quotes.
+pub fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            let plain = !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+            if plain {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Bytes as a person reads them: `9.00 GiB`, `379 MiB`, `-1.5 GiB`.
+pub fn format_bytes(v: i64) -> String {
+    let sign = if v < 0 { "-" } else { "" };
+    let b = v.unsigned_abs() as f64;
+    const K: f64 = 1024.0;
+    if b >= K * K * K {
+        format!("{sign}{:.2} GiB", b / (K * K * K))
+    } else if b >= K * K {
+        format!("{sign}{:.0} MiB", b / (K * K))
+    } else if b >= K {
+        format!("{sign}{:.0} KiB", b / K)
+    } else {
+        format!("{sign}{b} B")
+    }
+}
+
+/// A value in its series' unit.
+pub fn format_value(unit: Unit, v: i64) -> String {
+    match unit {
+        Unit::Bytes => format_bytes(v),
+        Unit::KilobytesPerSecond => {
+            let f = v as f64;
+            if f >= 1e6 {
+                format!("{:.1} GB/s", f / 1e6)
+            } else if f >= 1e3 {
+                format!("{:.1} MB/s", f / 1e3)
+            } else {
+                format!("{v} KB/s")
+            }
+        }
+        Unit::Count => v.to_string(),
+    }
+}
+
+/// The live status line: time, samples, then the figures that matter most, where present.
+pub fn status_line(s: &Summary) -> String {
+    let mut parts = vec![
+        format!(
+            "sampling {}",
+            format_duration(Duration::from_millis(s.duration_ms as u64))
+        ),
+        format!("{} samples", s.samples),
+    ];
+    let get = |n: &str| s.get(n);
+    for d in &s.devices {
+        if let Some(u) = get(&format!("gpu{}.nvml.used", d.index)) {
+            parts.push(format!(
+                "gpu{} {} used (peak {})",
+                d.index,
+                format_bytes(u.last),
+                format_bytes(u.max)
+            ));
+        }
+    }
+    if let Some(t) = get("tree.rss") {
+        parts.push(format!("tree RSS {}", format_bytes(t.last)));
+    }
+    if let Some(r) = get("ram.available") {
+        parts.push(format!("RAM available {}", format_bytes(r.last)));
+    }
+    if let Some(sw) = get("swap.used").filter(|sw| sw.max > 0) {
+        parts.push(format!("swap {}", format_bytes(sw.last)));
+    }
+    parts.join("  ")
+}
+
+fn stat_row(s: &SeriesStats) -> Vec<String> {
+    let at = |ms: f64| format_duration(Duration::from_micros((ms * 1000.0) as u64));
+    vec![
+        s.name.clone(),
+        format_value(s.unit, s.min),
+        format_value(s.unit, s.max),
+        format_value(s.unit, s.last),
+        at(s.at_min_ms),
+        at(s.at_max_ms),
+    ]
+}
+
+/// The summary for a person: what was sampled, then a table of every series.
+pub fn render(r: &Report, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+    use comfy_table::{CellAlignment, ContentArrangement, Table, presets};
+    let s = &r.summary;
+    writeln!(
+        out,
+        "{} {} samples over {} (every {}{})",
+        style.bold("Sampled"),
+        s.samples,
+        format_duration(Duration::from_micros((s.duration_ms * 1000.0) as u64)),
+        format_duration(Duration::from_micros((s.interval_ms * 1000.0) as u64)),
+        if s.missed_ticks > 0 {
+            format!(", {} ticks missed", s.missed_ticks)
+        } else {
+            String::new()
+        }
+    )?;
+    for d in &s.devices {
+        let mut line = format!(
+            "  gpu{}  {}",
+            d.index,
+            d.name.as_deref().unwrap_or("(unnamed GPU)")
+        );
+        if let Some(t) = d.total_bytes {
+            line.push_str(&format!("  {} total", format_bytes(t as i64)));
+        }
+        if let Some(rv) = d.reserved_bytes {
+            line.push_str(&format!(
+                ", {} reserved by the driver",
+                format_bytes(rv as i64)
+            ));
+        }
+        writeln!(out, "{line}")?;
+    }
+    if let Some(v) = &s.driver_version {
+        let cuda = s
+            .cuda_driver_version
+            .as_deref()
+            .map(|c| format!(", CUDA {c}"))
+            .unwrap_or_default();
+        writeln!(out, "  driver {v}{cuda}")?;
+    }
+    if let Some(pid) = s.root_pid {
+        writeln!(out, "  following process {pid} and its children")?;
+    }
+    if let Some(b) = s.cuda_context_bytes {
+        writeln!(
+            out,
+            "  {} the own CUDA context held {} of VRAM (inside every nvml.used figure)",
+            style.warn("!"),
+            format_bytes(b as i64)
+        )?;
+    }
+    for u in &s.unavailable {
+        writeln!(out, "  {} {}: {}", style.dim("-"), u.probe, u.reason)?;
+    }
+    writeln!(out)?;
+    if s.series.is_empty() {
+        writeln!(out, "No readings.")?;
+    } else {
+        let mut table = Table::new();
+        table
+            .load_style(presets::ASCII_MARKDOWN)
+            .set_content_arrangement(ContentArrangement::Disabled)
+            .set_header(vec!["series", "min", "max", "last", "min at", "max at"]);
+        for st in &s.series {
+            table.add_row(stat_row(st));
+        }
+        for i in 1..6 {
+            if let Some(c) = table.column_mut(i) {
+                c.set_cell_alignment(CellAlignment::Right);
+            }
+        }
+        writeln!(out, "{table}")?;
+    }
+    if !s.marks.is_empty() {
+        writeln!(out, "\n{} marks", s.marks.len())?;
+    }
+    for f in [&s.csv, &s.jsonl].into_iter().flatten() {
+        writeln!(out, "wrote {}", f.display())?;
+    }
+    if let Some(e) = &s.write_error {
+        writeln!(out, "{} {e}", style.bad("error:"))?;
+    }
+    if let Some(c) = &r.command {
+        let how = match (c.exit_code, c.signal) {
+            (Some(code), _) => format!("exited with {code}"),
+            (None, Some(sig)) => format!("was killed by signal {sig}"),
+            (None, None) => "did not report how it ended".into(),
+        };
+        let by_us = if c.stopped_by_us {
+            " (stopped by vrambisect)"
+        } else {
+            ""
+        };
+        writeln!(out, "{} {how}{by_us}", shell_words(&c.argv))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_paths_sit_side_by_side() {
+        let cases = [
+            ("run.csv", "run.csv", "run.jsonl"),
+            ("run", "run", "run.jsonl"),
+            ("out/run.txt", "out/run.txt", "out/run.jsonl"),
+            ("run.jsonl", "run.csv", "run.jsonl"),
+        ];
+        for (given, csv, jsonl) in cases {
+            let (c, j) = output_paths(Path::new(given));
+            assert_eq!(
+                (c.to_str().unwrap(), j.to_str().unwrap()),
+                (csv, jsonl),
+                "{given}"
+            );
+        }
+    }
+
+    #[test]
+    fn exit_statuses_as_a_shell_reports_them() {
+        assert_eq!(shell_status(Some(7), None), 7);
+        assert_eq!(shell_status(None, Some(15)), 143);
+        assert_eq!(shell_status(None, Some(9)), 137);
+        assert_eq!(shell_status(None, None), exit::FAILED);
+    }
+
+    #[test]
+    fn values_read_like_a_person_writes_them() {
+        let cases = [
+            (Unit::Bytes, 9_663_676_416, "9.00 GiB"),
+            (Unit::Bytes, 397_410_304, "379 MiB"),
+            (Unit::Bytes, -(1 << 30), "-1.00 GiB"),
+            (Unit::Bytes, 2048, "2 KiB"),
+            (Unit::Bytes, 12, "12 B"),
+            (Unit::KilobytesPerSecond, 5_200_000, "5.2 GB/s"),
+            (Unit::KilobytesPerSecond, 12_500, "12.5 MB/s"),
+            (Unit::KilobytesPerSecond, 900, "900 KB/s"),
+            (Unit::Count, 3, "3"),
+        ];
+        for (unit, v, want) in cases {
+            assert_eq!(format_value(unit, v), want);
+        }
+    }
+
+    #[test]
+    fn command_lines_are_quoted_where_needed() {
+        let argv: Vec<String> = ["python3", "-c", "import time; time.sleep(1)", "it's", ""]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            shell_words(&argv),
+            r#"python3 -c 'import time; time.sleep(1)' 'it'\''s' ''"#
+        );
+    }
+
+    fn stats(name: &str, last: i64, max: i64) -> SeriesStats {
+        SeriesStats {
+            name: name.into(),
+            unit: Unit::Bytes,
+            count: 1,
+            min: last,
+            max,
+            last,
+            at_min_ms: 0.0,
+            at_max_ms: 0.0,
+        }
+    }
+
+    fn summary(series: Vec<SeriesStats>) -> Summary {
+        Summary {
+            samples: 12,
+            duration_ms: 1234.0,
+            interval_ms: 100.0,
+            started_unix_ms: 0,
+            missed_ticks: 0,
+            unavailable: Vec::new(),
+            devices: vec![super::super::DeviceInfo {
+                index: 0,
+                ..Default::default()
+            }],
+            driver_version: None,
+            cuda_driver_version: None,
+            series,
+            marks: Vec::new(),
+            marks_dropped: 0,
+            cuda_context_bytes: None,
+            root_pid: None,
+            comfy_url: None,
+            csv: None,
+            jsonl: None,
+            write_error: None,
+        }
+    }
+
+    #[test]
+    fn the_status_line_shows_what_is_there() {
+        let s = summary(vec![
+            stats("gpu0.nvml.used", 9 << 30, 10 << 30),
+            stats("tree.rss", 3 << 30, 3 << 30),
+            stats("ram.available", 20 << 30, 21 << 30),
+            stats("swap.used", 0, 0),
+        ]);
+        assert_eq!(
+            status_line(&s),
+            "sampling 1.2s  12 samples  gpu0 9.00 GiB used (peak 10.00 GiB)  \
+             tree RSS 3.00 GiB  RAM available 20.00 GiB"
+        );
+        let bare = summary(Vec::new());
+        assert_eq!(status_line(&bare), "sampling 1.2s  12 samples");
+    }
+
+    #[test]
+    fn the_summary_renders_a_markdown_table() {
+        let mut s = summary(vec![stats("gpu0.nvml.used", 9 << 30, 10 << 30)]);
+        s.unavailable
+            .push(super::super::Unavailable::new("cuda", "libcuda not found"));
+        let r = Report {
+            summary: s,
+            stopped_by: StoppedBy::CommandExited,
+            command: Some(CommandReport {
+                argv: vec!["sleep".into(), "1".into()],
+                pid: 42,
+                exit_code: Some(0),
+                signal: None,
+                stopped_by_us: false,
+            }),
+        };
+        let mut out = Vec::new();
+        render(&r, &Style::plain(), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.starts_with("Sampled 12 samples over 1.2s (every 100ms)\n"),
+            "{text}"
+        );
+        assert!(text.contains("  - cuda: libcuda not found\n"), "{text}");
+        assert!(text.contains("| series "), "{text}");
+        let row = text
+            .lines()
+            .find(|l| l.starts_with("| gpu0.nvml.used"))
+            .unwrap();
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        assert_eq!(
+            cells[1..5],
+            ["gpu0.nvml.used", "9.00 GiB", "10.00 GiB", "9.00 GiB"]
+        );
+        assert!(text.ends_with("sleep 1 exited with 0\n"), "{text}");
+    }
+}
