@@ -377,7 +377,7 @@ pub fn issue_md(inp: &IssueInput) -> String {
     };
     let _ = writeln!(
         o,
-        "<!--\n  Made by vrambisect {} (`vrambisect report`) from {from}.\n  To file it: open https://github.com/comfyanonymous/ComfyUI/issues/new?template=bug-report.yml,\n  copy each section below into the field of the same name (in Debug Logs, only the lines\n  inside the code blocks), and attach the .zip this file came in.\n-->\n",
+        "<!--\n  Made by vrambisect {} (`vrambisect report`) from {from}.\n  To file it: open https://github.com/Comfy-Org/ComfyUI/issues/new?template=bug-report.yml,\n  copy each section below into the field of the same name (in Debug Logs, only the lines\n  inside the code blocks), and attach the .zip this file came in.\n-->\n",
         env!("CARGO_PKG_VERSION")
     );
     let _ = writeln!(o, "# {}\n", title(src, failing));

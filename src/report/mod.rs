@@ -846,7 +846,7 @@ pub fn render(b: &Built, style: &Style, out: &mut dyn Write) -> std::io::Result<
     }
     writeln!(
         out,
-        "next: read ISSUE.md in the zip and check the files, then file it at\n  https://github.com/comfyanonymous/ComfyUI/issues/new?template=bug-report.yml\n  and attach the zip"
+        "next: read ISSUE.md in the zip and check the files, then file it at\n  https://github.com/Comfy-Org/ComfyUI/issues/new?template=bug-report.yml\n  and attach the zip"
     )
 }
 

@@ -126,14 +126,19 @@ impl Derived {
 }
 
 /// Whether a mark records this series' value around it: the memory figures that questions
-/// about a prompt need (RAM kept, VRAM kept), not every column.
+/// about a prompt need (RAM kept, VRAM kept), not every column. A mark costs memory for
+/// each (about 1 KB with one GPU), and a run may hold thousands.
 pub fn is_mark_series(name: &str) -> bool {
-    name.starts_with("tree.")
-        || name.starts_with("ram.")
-        || name.starts_with("swap.")
-        || name.ends_with(".tree.used")
+    matches!(
+        name,
+        "tree.rss"
+            | "tree.rss_anon"
+            | "tree.rss_file"
+            | "tree.swap"
+            | "ram.available"
+            | "swap.used"
+    ) || name.ends_with(".tree.used")
         || name.ends_with(".nvml.used")
-        || name.ends_with(".nvml.free")
 }
 
 /// An event mark (node started, prompt finished, …) on the sampler's clock, with the memory
@@ -361,6 +366,9 @@ mod tests {
             "gpu0.pcie.rx_kbps",
             "gpu0.comfy.vram_free",
             "gpu0.others.used",
+            "gpu0.nvml.free",
+            "ram.total",
+            "tree.procs",
         ] {
             assert!(!is_mark_series(no), "{no}");
         }
