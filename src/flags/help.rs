@@ -151,21 +151,21 @@ fn split_top_level<'a>(s: &'a str, sep: &str) -> Vec<&'a str> {
     let mut parts = Vec::new();
     let mut depth = 0i32;
     let mut last = 0;
-    let bytes = s.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'[' | b'{' | b'(' => depth += 1,
-            b']' | b'}' | b')' => depth -= 1,
+    let mut skip_to = 0;
+    for (i, c) in s.char_indices() {
+        if i < skip_to {
+            continue;
+        }
+        match c {
+            '[' | '{' | '(' => depth += 1,
+            ']' | '}' | ')' => depth -= 1,
             _ => {}
         }
         if depth == 0 && s[i..].starts_with(sep) {
             parts.push(&s[last..i]);
-            i += sep.len();
-            last = i;
-            continue;
+            last = i + sep.len();
+            skip_to = last;
         }
-        i += 1;
     }
     parts.push(&s[last..]);
     parts
@@ -385,6 +385,13 @@ mod tests {
         let set = parse(wide).unwrap();
         assert_eq!(set.options.len(), 4);
         assert_eq!(set.groups, vec![vec!["--a".to_string(), "--b".into()]]);
+    }
+
+    #[test]
+    fn text_beyond_ascii_is_split_on_character_boundaries() {
+        // Found by the property tests: a byte-wise scan sliced inside a character.
+        assert_eq!(split_top_level("𞸑a | b", " | "), ["𞸑a", "b"]);
+        assert!(parse("usage: 𞸑 [--ü | --é]\n\noptions:\n  --ü  x\n").is_ok());
     }
 
     #[test]
