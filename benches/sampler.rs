@@ -227,7 +227,7 @@ fn main() {
         .count();
     row(
         &format!(
-            "tree membership: list {procs} processes (every {} ms)",
+            "tree membership: search among {procs} processes (every {} ms)",
             rescan_period(listing.0).as_millis()
         ),
         listing,

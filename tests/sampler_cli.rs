@@ -522,3 +522,30 @@ fn run_opens_no_cuda_context_unless_asked() {
     let asked = run_summary(true);
     assert!(has_series(&asked, "gpu0.cuda.free"), "{asked:#}");
 }
+
+#[test]
+fn ctrl_c_ends_open_ended_sampling_normally() {
+    let (_dir, csv) = temp_file("s.csv");
+    let mut cmd = vrambisect();
+    cmd.args([
+        "sample",
+        "--json",
+        "--interval",
+        "10ms",
+        "--nvml-lib",
+        "/none",
+        "-o",
+    ])
+    .arg(&csv);
+    let child = spawn_piped(cmd);
+    // Samples on disk: the handler is in place.
+    assert!(wait_until(Duration::from_secs(5), || {
+        std::fs::read_to_string(&csv).is_ok_and(|t| t.lines().count() > 2)
+    }));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = finish(child);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = stdout_json(&out);
+    assert_eq!(doc["stopped_by"], "interrupted");
+    assert!(doc["samples"].as_u64().unwrap() > 0);
+}

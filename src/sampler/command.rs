@@ -272,7 +272,11 @@ pub fn sample(req: &Request, err: &mut dyn Write) -> Result<Outcome> {
             stopped_by_us,
         }
     });
+    // Ctrl-C is how open-ended sampling (no duration, nothing to follow) is meant to end;
+    // anywhere else it cut short something that would have ended by itself.
+    let open_ended = req.duration.is_none() && req.pid.is_none() && req.command.is_empty();
     let exit_code = match (&command, stopped_by) {
+        (_, StoppedBy::Interrupted) if open_ended => exit::OK,
         (_, StoppedBy::Interrupted) => exit::INTERRUPTED,
         (Some(c), _) => shell_status(c.exit_code, c.signal),
         (None, _) => exit::OK,
