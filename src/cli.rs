@@ -227,9 +227,10 @@ pub struct BisectArgs {
     /// Give up if ComfyUI is not ready after this long.
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = crate::duration::parse_duration)]
     pub startup_timeout: std::time::Duration,
-    /// The most ComfyUI runs the bisect may take.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=10000))]
-    pub max_runs: u32,
+    /// The most ComfyUI runs the bisect may take (default 64; with --resume, raises the
+    /// budget of a session that ran out of it).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub max_runs: Option<u32>,
     /// Stop ComfyUI when available system RAM falls below this (e.g. 1G; 0: never), before
     /// the kernel's OOM killer picks a process. Default: 2% of RAM, 256 MiB to 1 GiB.
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]

@@ -1,10 +1,12 @@
-//! One run at a time per GPU: two vrambisect sessions on one machine take turns, so neither
-//! measures (or runs out of) memory the other is using.
+//! One run at a time per machine: two vrambisect sessions take turns, so neither measures
+//! (or runs out of) memory the other is using. One lock for all GPUs: `--cuda-device 0`,
+//! `CUDA_VISIBLE_DEVICES=0` and no selection at all can all mean the same card, and telling
+//! them apart reliably would need CUDA's device order, which NVML does not share.
 
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Where the locks live: `$VRAMBISECT_LOCK_DIR`, else the runtime dir, else the temp dir.
@@ -15,32 +17,6 @@ pub fn lock_dir() -> PathBuf {
         .unwrap_or_else(std::env::temp_dir)
 }
 
-/// Which GPUs a run uses, as a lock name: the `--cuda-device` value or `CUDA_VISIBLE_DEVICES`,
-/// else `default`.
-pub fn key(flags: &[String], env: &[(String, String)]) -> String {
-    let from_flag = flags
-        .iter()
-        .position(|f| f == "--cuda-device")
-        .and_then(|i| flags.get(i + 1).cloned())
-        .or_else(|| {
-            flags
-                .iter()
-                .find_map(|f| f.strip_prefix("--cuda-device=").map(str::to_string))
-        });
-    let from_env = || {
-        env.iter()
-            .find(|(k, _)| k == "CUDA_VISIBLE_DEVICES")
-            .map(|(_, v)| v.clone())
-            .or_else(|| std::env::var("CUDA_VISIBLE_DEVICES").ok())
-    };
-    let raw = from_flag
-        .or_else(from_env)
-        .unwrap_or_else(|| "default".into());
-    raw.chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect()
-}
-
 /// A held GPU lock; released when dropped.
 pub struct GpuLock {
     file: File,
@@ -48,24 +24,15 @@ pub struct GpuLock {
     pub waited: Duration,
 }
 
-/// Who holds a lock, as written in the lock file.
-pub fn holder(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-}
-
-/// Takes the lock for `key`. When another session holds it, `waiting` is called once with
+/// Takes the machine's GPU lock. When another session holds it, `waiting` is called once with
 /// who holds it, then this waits; `stop` is polled so Ctrl-C still works while waiting.
 pub fn acquire(
-    key: &str,
     waiting: &mut dyn FnMut(&str),
     stop: &dyn Fn() -> bool,
 ) -> std::io::Result<Option<GpuLock>> {
     let dir = lock_dir();
     std::fs::create_dir_all(&dir)?;
-    let path = dir.join(format!("vrambisect-gpu-{key}.lock"));
+    let path = dir.join("vrambisect-gpu.lock");
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -110,21 +77,5 @@ impl Drop for GpuLock {
         unsafe {
             libc::flock(self.file.as_raw_fd(), libc::LOCK_UN);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys() {
-        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        assert_eq!(key(&s(&["--cuda-device", "1"]), &[]), "1");
-        assert_eq!(key(&s(&["--cuda-device=0,1"]), &[]), "0_1");
-        assert_eq!(
-            key(&[], &[("CUDA_VISIBLE_DEVICES".into(), "2".into())]),
-            "2"
-        );
     }
 }

@@ -168,6 +168,19 @@ impl Child {
         }
     }
 
+    /// Polls for the leader's exit until `deadline`.
+    fn wait_until(&self, deadline: Instant) -> Option<Exit> {
+        loop {
+            if let Some(e) = self.try_wait() {
+                return Some(e);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Sends `sig` to the whole group.
     pub fn signal_group(&self, sig: i32) {
         if self.pid > 0 {
@@ -201,16 +214,26 @@ impl Child {
             if exit.is_none() || self.group_alive() {
                 self.signal_group(libc::SIGKILL);
                 killed = true;
-                let _ = self.handle.wait();
-                exit = exit.or_else(|| self.try_wait());
+                // Bounded: a process stuck in the GPU driver (uninterruptible sleep) may not
+                // die at once, and the tool must not hang with it.
+                exit = exit.or_else(|| self.wait_until(Instant::now() + Duration::from_secs(10)));
                 let deadline = Instant::now() + Duration::from_secs(5);
                 while self.group_alive() && Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }
         }
+        // A helper that escaped the group can keep the output pipes open; the readers then
+        // never see the end. Wait for them briefly, then leave them behind (they end with
+        // the pipes, or with the tool).
+        let deadline = Instant::now() + Duration::from_secs(2);
         for r in self.readers.drain(..) {
-            let _ = r.join();
+            while !r.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if r.is_finished() {
+                let _ = r.join();
+            }
         }
         (exit, killed)
     }
@@ -227,7 +250,7 @@ impl Drop for Child {
         // Whatever path dropped us (a panic included), the group must not outlive the run.
         if self.group_alive() {
             self.signal_group(libc::SIGKILL);
-            let _ = self.handle.wait();
+            let _ = self.wait_until(Instant::now() + Duration::from_secs(5));
             let deadline = Instant::now() + Duration::from_secs(5);
             while self.group_alive() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(5));
@@ -347,6 +370,38 @@ mod tests {
         assert!(killed);
         assert_eq!(exit.unwrap().signal, Some(libc::SIGKILL));
         assert!(!group_alive(pgid));
+    }
+
+    #[test]
+    fn teardown_is_bounded_when_an_escaped_process_holds_the_output() {
+        let tmp = tempfile::tempdir().unwrap();
+        // `setsid` leaves the group but keeps stdout: the readers would wait for it forever.
+        let (child, _rx) = sh(
+            "setsid sleep 30 & echo $! > escaped.pid; sleep 30",
+            tmp.path(),
+        );
+        let pid_file = tmp.path().join("escaped.pid");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !pid_file.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let started = Instant::now();
+        let _ = child.terminate(Duration::from_millis(500));
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "teardown took {:?}",
+            started.elapsed()
+        );
+        // Clean up the escaped sleeper.
+        if let Ok(pid) = std::fs::read_to_string(&pid_file)
+            .unwrap_or_default()
+            .trim()
+            .parse::<i32>()
+        {
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
     }
 
     #[test]

@@ -45,7 +45,7 @@ fn spec_from_args(args: &BisectArgs) -> Result<SessionSpec> {
         strategy: args.strategy,
         repeat: args.repeat,
         iterations: args.iterations,
-        max_runs: args.max_runs,
+        max_runs: args.max_runs.unwrap_or(64),
         timeout_ms: args.timeout.as_millis() as u64,
         stall_timeout_ms: args.stall_timeout.as_millis() as u64,
         startup_timeout_ms: args.startup_timeout.as_millis() as u64,
@@ -69,7 +69,14 @@ pub fn default_toggles(iterations: u32) -> Vec<String> {
 /// Runs `bisect`; returns the result (also written to the session folder) and the exit code.
 pub fn run(args: &BisectArgs, progress_visible: bool) -> Result<(BisectResult, i32)> {
     let (dir, spec, entries) = match &args.resume {
-        Some(dir) => session::open(dir)?,
+        Some(dir) => {
+            let (dir, mut spec, entries) = session::open(dir)?;
+            // Everything else is the session's own; a new run budget may be given.
+            if let Some(max) = args.max_runs {
+                spec.max_runs = max;
+            }
+            (dir, spec, entries)
+        }
         None => {
             let spec = spec_from_args(args)?;
             // Check the inputs before making a session folder.

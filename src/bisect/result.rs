@@ -106,7 +106,7 @@ pub fn build(
     let target = found.target;
     let baseline = Baseline {
         flags: base_cfg.flags.clone(),
-        outcome: target.unwrap_or(Outcome::Pass),
+        outcome: target.or(found.baseline_outcome).unwrap_or(Outcome::Pass),
         runs: base.map(Tally::runs).unwrap_or(0),
         failures: base.map(|t| t.runs() - t.passes()).unwrap_or(0),
     };
@@ -201,11 +201,20 @@ pub fn statement(
             "The failure did not reproduce: the workflow passed {0}/{0} with your flags. Try more --iterations, or your real launcher with --launcher.",
             baseline.runs
         ),
-        VerdictKind::NoFixFound => format!(
-            "{}; none of the {} other configurations tried passed.",
-            capitalise(&fails),
-            configs_tried.saturating_sub(1)
-        ),
+        VerdictKind::NoFixFound => match (&found.reason, configs_tried.saturating_sub(1)) {
+            (Some(reason), _)
+                if reason.contains("confirmation")
+                    || reason.contains("reliably")
+                    || reason.contains("nothing to try") =>
+            {
+                format!("{}; no fix was confirmed: {reason}.", capitalise(&fails))
+            }
+            (_, 0) => format!("{}; there was nothing else to try.", capitalise(&fails)),
+            (_, n) => format!(
+                "{}; none of the {n} other configurations tried passed.",
+                capitalise(&fails)
+            ),
+        },
         VerdictKind::Untestable => format!(
             "Could not test the workflow: {}.",
             found.reason.as_deref().unwrap_or("unknown reason")

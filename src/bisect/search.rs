@@ -136,6 +136,8 @@ pub struct Found {
     pub reason: Option<String>,
     /// The failures were flaky: some configurations both passed and failed.
     pub flaky: bool,
+    /// What the baseline runs ended in first (also when untestable).
+    pub baseline_outcome: Option<Outcome>,
 }
 
 /// The state of one search.
@@ -332,6 +334,19 @@ impl<'a> Search<'a> {
             }
             k => k,
         };
+        let base_key = self.space.baseline().key;
+        let baseline_outcome = self
+            .tallies
+            .iter()
+            .find(|t| t.config.key == base_key)
+            .and_then(|t| {
+                let failed = t
+                    .trials
+                    .iter()
+                    .map(|r| r.outcome)
+                    .find(|o| *o != Outcome::Pass);
+                failed.or(t.trials.first().map(|r| r.outcome))
+            });
         Found {
             kind,
             target: self.target,
@@ -340,6 +355,7 @@ impl<'a> Search<'a> {
             culprit_flags: culprits,
             reason,
             flaky: self.flaky,
+            baseline_outcome,
         }
     }
 
@@ -449,7 +465,18 @@ impl<'a> Search<'a> {
             // Changes that only work together: is there a fix at all, and which is minimal?
             let everything = self.largest_valid(&all);
             if self.evaluate(&self.space.strong(&everything))? != Eval::Pass {
-                return Ok(None);
+                // One change may undo another (`--highvram` turns Dynamic VRAM back off
+                // for a `--disable-dynamic-vram` that fixes it): try each on its own.
+                for d in &all {
+                    if self.evaluate(&self.space.strong(&[*d]))? == Eval::Pass {
+                        found = Some(vec![*d]);
+                        break;
+                    }
+                }
+                if found.is_none() {
+                    return Ok(None);
+                }
+                break;
             }
             let mut minimal = self.minimize(&[], &everything)?;
             minimal.sort_unstable();

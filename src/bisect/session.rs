@@ -100,7 +100,20 @@ fn append(path: &Path, entry: &Entry) -> std::io::Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .read(true)
         .open(path)?;
+    // A line torn by a crash mid-write is skipped when read back; start on a fresh line so
+    // this entry is not glued to it.
+    let len = f.metadata()?.len();
+    if len > 0 {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut last = [0u8; 1];
+        f.seek(SeekFrom::Start(len - 1))?;
+        f.read_exact(&mut last)?;
+        if last[0] != b'\n' {
+            f.write_all(b"\n")?;
+        }
+    }
     let mut line = serde_json::to_string(entry).expect("entry serialises");
     line.push('\n');
     f.write_all(line.as_bytes())?;
@@ -233,6 +246,9 @@ mod tests {
         f.write_all(b"{\"n\":3,\"config\":{\"fla").unwrap();
         let entries = read_journal(&path);
         assert_eq!(entries.len(), 2);
+        // The next entry after a torn line is not lost.
+        append(&path, &entry(3, "c", Outcome::Pass)).unwrap();
+        assert_eq!(read_journal(&path).len(), 3);
         let t = tallies(&[
             entry(1, "a", Outcome::Oom),
             entry(2, "b", Outcome::Pass),

@@ -249,3 +249,29 @@ fn flaky_failures_at_70_percent() {
         "accuracy {accuracy:.3} with {mean_runs:.1} runs on average"
     );
 }
+
+#[test]
+fn a_toggle_that_undoes_another_does_not_hide_the_fix() {
+    // The second toggle cancels the first: the half holding both fails, and so does
+    // everything together; the fix alone must still be found.
+    let sp = space(&[], &SWITCHES[..4]);
+    let (a, b) = (SWITCHES[0].to_string(), SWITCHES[1].to_string());
+    let mut oracle = Scripted::deterministic(Box::new(move |s| has(s, &a) && !has(s, &b)));
+    let (found, _) = bisect(&sp, &mut oracle, Settings::default());
+    assert_eq!(found.kind, VerdictKind::FixedBy);
+    assert_eq!(found.fixing_flags, [SWITCHES[0]]);
+}
+
+#[test]
+fn an_untestable_baseline_is_reported_as_such() {
+    let sp = space(&[], &SWITCHES[..2]);
+    let mut oracle = Scripted::deterministic(Box::new(|_| false));
+    oracle.failure = crate::outcome::Outcome::StartupFailed;
+    let (found, runs) = bisect(&sp, &mut oracle, Settings::default());
+    assert_eq!(found.kind, VerdictKind::Untestable);
+    assert_eq!(
+        found.baseline_outcome,
+        Some(crate::outcome::Outcome::StartupFailed)
+    );
+    assert_eq!(runs, 1);
+}

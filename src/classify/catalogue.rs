@@ -47,7 +47,7 @@ pub const SIGNATURES: &[Signature] = &[
         id: "argparse_rejected",
         outcome: Outcome::FlagRejected,
         phase: Phase::Startup,
-        pattern: r"^main\.py: error: (unrecognized arguments:|argument .*: not allowed with argument|ambiguous option:|argument .*: invalid .* value:|argument .*: invalid choice:|argument .*: expected .*argument|--cache-ram accepts at most two values|--verbose expects)",
+        pattern: r"^main\.py: error: (unrecognized arguments:|argument .*: not allowed with argument|ambiguous option:|argument .*: invalid .* value:|argument .*: invalid choice:|argument .*: expected .*argument|argument .*: ignored explicit argument|--cache-ram accepts at most two values|--verbose expects)",
         title: "ComfyUI refused its flags",
         meaning: "argparse stopped ComfyUI before it loaded anything (exit 2): a flag this version does not know, two flags of one group, or a bad value",
         flags_to_try: &[],
@@ -197,7 +197,7 @@ pub const SIGNATURES: &[Signature] = &[
         id: "hostbuffer_failed",
         outcome: Outcome::HostOom,
         phase: Phase::Prompt,
-        pattern: r"HostBuffer\.\w+ failed|hostbuf_grow",
+        pattern: r"HostBuffer\.\w+ failed|:ERROR:.*hostbuf_grow",
         title: "pinned host buffer failure",
         meaning: "comfy-aimdo could not grow or read its pinned RAM buffer; reported on multi-GPU machines",
         flags_to_try: &[
@@ -211,7 +211,7 @@ pub const SIGNATURES: &[Signature] = &[
         id: "cpu_allocator",
         outcome: Outcome::HostOom,
         phase: Phase::Prompt,
-        pattern: r"DefaultCPUAllocator: (can't allocate memory|not enough memory)|unable to mmap .*Cannot allocate memory",
+        pattern: r"DefaultCPUAllocator: (can't allocate memory|not enough memory)|unable to mmap .*Cannot allocate memory|Unable to allocate [0-9.]+ [KMGTP]i?B for an array|^MemoryError\s*$",
         title: "out of system RAM",
         meaning: "a node could not allocate system RAM; ComfyUI does not treat this as an OOM",
         flags_to_try: &["--disable-pinned-memory", "--cache-none", "--cache-ram=4"],
@@ -379,6 +379,15 @@ mod tests {
                 "main.py: error: argument --reserve-vram: expected one argument",
                 "argparse_rejected",
             ),
+            (
+                "main.py: error: argument --highvram: ignored explicit argument 'True'",
+                "argparse_rejected",
+            ),
+            (
+                "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 37.3 GiB for an array with shape (5000, 1000000) and data type float64",
+                "cpu_allocator",
+            ),
+            ("MemoryError", "cpu_allocator"),
             (
                 "ModuleNotFoundError: No module named 'comfy_aimdo'",
                 "missing_comfy_aimdo",

@@ -303,8 +303,11 @@ pub fn classify_startup(exit: ExitInfo, log: &[String]) -> Verdict {
         "ComfyUI exited before it was ready ({})",
         exit.describe()
     ));
+    // The last signature is the one closest to the death: an early, harmless
+    // ModuleNotFoundError from a custom node must not explain a later crash.
     if let Some((id, _, line)) = startup
         .iter()
+        .rev()
         .find(|(_, o, _)| *o == Outcome::StartupFailed)
     {
         v.signatures.push(id);

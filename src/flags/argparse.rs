@@ -141,6 +141,7 @@ pub fn parse(set: &FlagSet, args: &[impl AsRef<str>], version: Option<&Version>)
     }
 
     let mut errors_in_order: Vec<String> = Vec::new();
+    let mut errors_before_help = 0usize;
     let mut i = 0;
     while i < args.len() {
         match &classes[i] {
@@ -193,8 +194,9 @@ pub fn parse(set: &FlagSet, args: &[impl AsRef<str>], version: Option<&Version>)
                     values.extend(args[i..i + take].iter().map(|s| s.to_string()));
                     i += take;
                 }
-                if flag == "--help" {
+                if flag == "--help" && !out.help_requested {
                     out.help_requested = true;
+                    errors_before_help = errors_in_order.len();
                 }
                 if let Some(message) = check_values(spec, kind, &values) {
                     errors_in_order.push(message.clone());
@@ -249,7 +251,7 @@ pub fn parse(set: &FlagSet, args: &[impl AsRef<str>], version: Option<&Version>)
         }
     }
 
-    if out.error.is_none() && out.help_requested {
+    if out.error.is_none() && out.help_requested && errors_before_help == 0 {
         // `--help` exits 0 as soon as argparse reaches it; errors before it still win.
         return out;
     }
@@ -550,6 +552,12 @@ mod tests {
         let p = new(&["--help", "--bogus"]);
         assert!(p.help_requested);
         assert!(p.error.is_none());
+        // An error argparse meets before --help still wins.
+        let p = new(&["--reserve-vram", "abc", "--help"]);
+        assert_eq!(
+            p.error.as_deref(),
+            Some("argument --reserve-vram: invalid float value: 'abc'")
+        );
     }
 
     #[test]

@@ -102,10 +102,9 @@ impl Live {
                 self.streams_closed += 1;
                 None
             }
-            Ok(Msg::Ws(WsMessage::Event(e))) => {
-                self.last_activity = Instant::now();
-                Some(e)
-            }
+            // Websocket activity counts for the stall watchdog only when it is about the
+            // prompt (the caller decides): extensions broadcast status frames every second.
+            Ok(Msg::Ws(WsMessage::Event(e))) => Some(e),
             Ok(Msg::Ws(WsMessage::Closed(why))) => {
                 self.ws_closed = Some(why);
                 None
@@ -127,9 +126,7 @@ impl Live {
 pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunRecord> {
     let dir = &opts.run_dir;
     // Two sessions on one GPU take turns: each would otherwise measure the other's memory.
-    let key = crate::gpulock::key(&opts.comfy_flags, &opts.env);
     let lock = crate::gpulock::acquire(
-        &key,
         &mut |holder| {
             reporter.event(&RunEvent::WaitingForGpu {
                 holder: holder.to_string(),
@@ -282,11 +279,7 @@ fn execute_inner(
             ("PYTHONIOENCODING".into(), "utf-8".into()),
         ];
         env.extend(opts.env.iter().cloned());
-        let log_name = if attempt == 1 {
-            "comfyui.log".to_string()
-        } else {
-            format!("comfyui.attempt{attempt}.log")
-        };
+        let log_name = "comfyui.log".to_string();
         let spec = process::Spec {
             program: opts.python.path.as_os_str(),
             args: &argv,
@@ -340,6 +333,11 @@ fn execute_inner(
                 let port_taken = v.signatures.contains(&"port_in_use");
                 let (exit_rec, _) = child.terminate(opts.grace);
                 if port_taken && attempt < 3 {
+                    // The next attempt writes comfyui.log; keep this one beside it.
+                    let _ = std::fs::rename(
+                        dir.join("comfyui.log"),
+                        dir.join(format!("comfyui.attempt{attempt}.log")),
+                    );
                     continue;
                 }
                 let mut rec = finish_early(
@@ -544,6 +542,23 @@ fn execute_inner(
     Ok(record)
 }
 
+/// Whether a websocket event says something about this prompt's progress.
+fn about_prompt(ev: &WsEvent, prompt_id: &str) -> bool {
+    let ours = |p: &Option<String>| p.as_deref().is_none_or(|p| p == prompt_id);
+    match ev {
+        WsEvent::Status { .. } | WsEvent::Other { .. } => false,
+        WsEvent::Executing { prompt_id: p, .. }
+        | WsEvent::Progress { prompt_id: p, .. }
+        | WsEvent::ProgressState { prompt_id: p }
+        | WsEvent::Executed { prompt_id: p, .. } => ours(p),
+        WsEvent::ExecutionStart { prompt_id: p }
+        | WsEvent::ExecutionCached { prompt_id: p, .. }
+        | WsEvent::ExecutionSuccess { prompt_id: p }
+        | WsEvent::ExecutionError { prompt_id: p, .. }
+        | WsEvent::ExecutionInterrupted { prompt_id: p, .. } => p == prompt_id,
+    }
+}
+
 /// One prompt's iteration record, ComfyUI's exit if it died, and whether the run must stop.
 struct PromptResult {
     iteration: Iteration,
@@ -663,6 +678,27 @@ fn run_prompt(
         it
     };
     let prompt_id = match client.submit(&prompt, client_id) {
+        Ok(Submitted::Queued {
+            prompt_id,
+            node_errors,
+        }) if node_errors.as_object().is_some_and(|m| !m.is_empty()) => {
+            // A 200 with node errors: ComfyUI dropped the outputs that failed validation and
+            // runs only the rest (§12.11). That is not the user's workflow; do not call it a
+            // pass or a failure of the flags.
+            let _ = client.interrupt();
+            let body = serde_json::json!({ "node_errors": node_errors });
+            write_json(&opts.run_dir.join(format!("rejected-{n}.json")), &body);
+            obs.rejected = Some(rejection_lines(&body));
+            let mut v = classify::classify_prompt(&obs);
+            v.explanation = Some(format!(
+                "ComfyUI accepted prompt {prompt_id} but dropped the outputs that failed validation: fix the workflow so every output validates"
+            ));
+            return PromptResult {
+                iteration: it_base(&v, Some(prompt_id), vec![]),
+                exit: None,
+                stop: true,
+            };
+        }
         Ok(Submitted::Queued { prompt_id, .. }) => prompt_id,
         Ok(Submitted::Rejected { body }) => {
             write_json(&opts.run_dir.join(format!("rejected-{n}.json")), &body);
@@ -723,6 +759,7 @@ fn run_prompt(
         if let (Some(floor), Some(s)) = (ram_floor, sampler)
             && Instant::now() >= next_ram_check
             && obs.stopped_for_ram.is_none()
+            && obs.end.is_none()
         {
             next_ram_check = Instant::now() + Duration::from_millis(200);
             if let Some(available) = s
@@ -745,6 +782,9 @@ fn run_prompt(
         }
         if let Some(ev) = live.pump() {
             timing.last_event = Some(Instant::now());
+            if about_prompt(&ev, &prompt_id) {
+                live.last_activity = Instant::now();
+            }
             match ev {
                 WsEvent::Executing {
                     prompt_id: Some(p),
