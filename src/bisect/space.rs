@@ -213,7 +213,17 @@ impl Space {
             return None;
         }
         let effective = decide::decide(&parsed, &self.ctx);
-        let no_ops: Vec<&str> = effective.no_op.iter().map(|n| n.flag.as_str()).collect();
+        // Merge only where the flags alone decide: `--lowvram` is a no-op under Dynamic VRAM,
+        // but the hardware can turn Dynamic VRAM off (AMD below ROCm 7.14, PyTorch < 2.8, a
+        // broken comfy-aimdo) unless `--enable-dynamic-vram` forces it; `--cuda-malloc` is
+        // the default except on cards ComfyUI blacklists. Those configurations run.
+        let forced_dynamic = parsed.has("--enable-dynamic-vram");
+        let no_ops: Vec<&str> = effective
+            .no_op
+            .iter()
+            .map(|n| n.flag.as_str())
+            .filter(|f| !(*f == "--cuda-malloc" || (*f == "--lowvram" && !forced_dynamic)))
+            .collect();
         let mut key_parts: Vec<String> = parsed
             .given
             .iter()
@@ -387,6 +397,14 @@ mod tests {
         assert!(sp.config(&[(0, 0)]).is_none());
         // With --highvram removed it is fine.
         assert!(sp.config(&[(0, 0), (1, 0)]).is_some());
+    }
+
+    #[test]
+    fn hardware_dependent_no_ops_are_not_merged() {
+        // --lowvram does nothing under Dynamic VRAM, but the hardware may have it off.
+        let sp = space(&["--lowvram"], &[]);
+        let without = sp.config(&[(0, 0)]).unwrap();
+        assert_ne!(without.key, sp.baseline().key);
     }
 
     #[test]
