@@ -438,7 +438,8 @@ fn an_existing_run_folder_is_never_overwritten() {
 
 // --- signals: Ctrl-C and SIGTERM end cleanly and leave nothing -------------------------
 
-fn signal_during_hang(signal: i32, presses: u32) -> (i32, Value) {
+/// Starts `run` on a prompt that hangs after `Requested to load`, and waits until it does.
+fn start_hanging_run() -> (FakeComfy, tempfile::TempDir, std::process::Child) {
     let install = FakeComfy::new("0.38.1", rule("hang"));
     let tmp = tempfile::tempdir().unwrap();
     let out = out_dir(tmp.path(), "run");
@@ -451,28 +452,18 @@ fn signal_during_hang(signal: i32, presses: u32) -> (i32, Value) {
             install.path_str(),
             "--workflow",
             wf.to_str().unwrap(),
-            "--output",
-            &out,
-            "--stall-timeout",
-            "1m",
         ])
+        .args(["--output", &out, "--stall-timeout", "1m"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until the prompt is hanging (the log says Requested to load).
-    let log = tmp.path().join("run/comfyui.log");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains("Requested to load")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the prompt never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    support::wait_for_text(&tmp.path().join("run/comfyui.log"), "Requested to load");
+    (install, tmp, child)
+}
+
+fn signal_during_hang(signal: i32, presses: u32) -> (i32, Value) {
+    let (install, tmp, child) = start_hanging_run();
     for _ in 0..presses {
         unsafe {
             libc::kill(child.id() as i32, signal);
@@ -513,39 +504,7 @@ fn sigterm_to_the_tool_tears_comfyui_down() {
 
 #[test]
 fn sigkill_of_the_tool_takes_comfyui_with_it() {
-    let install = FakeComfy::new("0.38.1", rule("hang"));
-    let tmp = tempfile::tempdir().unwrap();
-    let out = out_dir(tmp.path(), "run");
-    let wf = fixture(SD15);
-    let mut child = support::vrambisect()
-        .args([
-            "run",
-            "--json",
-            "--comfyui",
-            install.path_str(),
-            "--workflow",
-            wf.to_str().unwrap(),
-            "--output",
-            &out,
-            "--stall-timeout",
-            "1m",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let log = tmp.path().join("run/comfyui.log");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains("Requested to load")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the prompt never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let (install, _tmp, mut child) = start_hanging_run();
     assert!(!install.processes().is_empty(), "ComfyUI is running");
     child.kill().unwrap(); // SIGKILL: no cleanup code of the tool runs
     child.wait().unwrap();

@@ -58,3 +58,19 @@ pub fn json(args: &[&str]) -> (i32, serde_json::Value, Output) {
 pub fn out_dir(tmp: &Path, name: &str) -> String {
     tmp.join(name).to_str().unwrap().to_string()
 }
+
+/// Waits (at most 30 s) until the file at `path` contains `needle`.
+pub fn wait_for_text(path: &Path, needle: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .contains(needle)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never said {needle:?}",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
