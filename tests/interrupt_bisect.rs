@@ -1,0 +1,129 @@
+//! Interrupting a bisect at many points — while ComfyUI starts, mid-prompt, during teardown —
+//! with SIGINT, SIGTERM and SIGKILL of the tool: no ComfyUI is left behind, and `--resume`
+//! finishes with exactly the runs an uninterrupted bisect makes (none repeated, none lost).
+
+mod support;
+
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+use support::comfy::FakeComfy;
+use support::fixture;
+
+fn scenario() -> Value {
+    // Slow enough to be caught at each point: a start-up of ~0.3 s, ~0.2 s per node.
+    json!({
+        "timing": {"startup_delay": 0.3, "node_time": 0.2},
+        "rules": [{"when": {"state": {"dynamic_vram": true}}, "effect": "oom"}]
+    })
+}
+
+/// The configurations run, in order, as the journal has them.
+fn journal_keys(session: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(session.join("journal.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|e| e["config"]["key"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn bisect_args<'a>(install: &'a FakeComfy, wf: &'a str, session: &'a str) -> Vec<&'a str> {
+    vec![
+        "bisect",
+        "--json",
+        "--comfyui",
+        install.path_str(),
+        "--workflow",
+        wf,
+        "--output",
+        session,
+    ]
+}
+
+#[test]
+fn interrupted_anywhere_then_resumed_gives_exactly_the_uninterrupted_runs() {
+    let wf = fixture("workflows/sd15_txt2img.json");
+    let wf = wf.to_str().unwrap();
+
+    // The reference: the same bisect, never interrupted.
+    let install = FakeComfy::new("0.38.1", scenario());
+    let tmp = tempfile::tempdir().unwrap();
+    let reference = tmp.path().join("reference");
+    let out = support::vrambisect()
+        .args(bisect_args(&install, wf, reference.to_str().unwrap()))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let expected = journal_keys(&reference);
+    assert!(expected.len() >= 3);
+
+    // Where to strike: while ComfyUI starts (0.15 s in), mid-prompt of the first run
+    // (0.9 s), around the first teardown and the second start (1.6 s), later (2.6 s).
+    let points = [150u64, 900, 1600, 2600];
+    let signals = [libc::SIGINT, libc::SIGTERM, libc::SIGKILL];
+    for (i, (delay, signal)) in points
+        .iter()
+        .flat_map(|d| signals.iter().map(move |s| (*d, *s)))
+        .enumerate()
+    {
+        // Only a third of the grid, rotating, keeps the test fast; every point and every
+        // signal is still covered.
+        if i % 3 != 0 && i % 4 != 1 {
+            continue;
+        }
+        let install = FakeComfy::new("0.38.1", scenario());
+        let session = tmp.path().join(format!("s-{delay}-{signal}"));
+        let child = support::vrambisect()
+            .args(bisect_args(&install, wf, session.to_str().unwrap()))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay));
+        unsafe {
+            libc::kill(child.id() as i32, signal);
+        }
+        let mut child = child;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while child.try_wait().unwrap().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "vrambisect did not stop after signal {signal} at {delay} ms"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        install.assert_nothing_left();
+        let before = journal_keys(&session);
+        assert!(
+            expected.starts_with(&before),
+            "signal {signal} at {delay} ms: journal {before:?} is not a prefix of {expected:?}"
+        );
+
+        if !session.join("session.json").exists() {
+            continue; // stopped before the session folder existed: nothing to resume
+        }
+        let (code, doc, out) = support::json(&["bisect", "--resume", session.to_str().unwrap()]);
+        install.assert_nothing_left();
+        assert_eq!(
+            code,
+            0,
+            "signal {signal} at {delay} ms: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            doc["verdict"]["fixing_flags"],
+            json!(["--disable-dynamic-vram"])
+        );
+        assert_eq!(
+            journal_keys(&session),
+            expected,
+            "signal {signal} at {delay} ms"
+        );
+        assert_eq!(doc["runs_total"].as_u64().unwrap() as usize, expected.len());
+    }
+}
