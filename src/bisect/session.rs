@@ -75,6 +75,11 @@ pub fn read_journal(path: &Path) -> Vec<Entry> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Vec::new();
     };
+    parse_journal(&text)
+}
+
+/// The complete entries of a journal's text.
+pub fn parse_journal(text: &str) -> Vec<Entry> {
     text.lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
