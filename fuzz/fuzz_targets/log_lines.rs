@@ -11,7 +11,17 @@ fuzz_target!(|data: &[u8]| {
         facts.observe(l);
     }
     facts.finish();
-    let _ = classify::classify_startup(ExitInfo { code: Some(2), signal: None }, &lines);
-    let obs = PromptObservation { end: Some(PromptEnd::Success), log: lines, ..Default::default() };
+    let _ = classify::classify_startup(
+        ExitInfo {
+            code: Some(2),
+            signal: None,
+        },
+        &lines,
+    );
+    let obs = PromptObservation {
+        end: Some(PromptEnd::Success),
+        log: lines,
+        ..Default::default()
+    };
     let _ = classify::classify_prompt(&obs);
 });
