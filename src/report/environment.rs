@@ -983,54 +983,27 @@ pub fn capture(inp: &Inputs) -> Environment {
             "the torch version names no CUDA build",
         ),
     ]);
-    let comfy_aimdo = Item::first([
-        opt(
-            record.and_then(|r| stats_package(r, "comfy-aimdo")),
-            &src_stats,
-            "",
-        ),
-        opt(
-            record.and_then(|r| r.effective.comfy_aimdo_version.clone()),
-            &src_log,
-            "",
-        ),
-        py_item(
-            &|f| f.package("comfy-aimdo").map(str::to_string),
-            "comfy-aimdo",
-        ),
-    ]);
-    let comfy_kitchen = Item::first([
-        opt(
-            record.and_then(|r| stats_package(r, "comfy-kitchen")),
-            &src_stats,
-            "",
-        ),
-        opt(
-            log.and_then(|l| log_value(l, "comfy-kitchen version:")),
-            &src_log,
-            "",
-        ),
-        py_item(
-            &|f| f.package("comfy-kitchen").map(str::to_string),
-            "comfy-kitchen",
-        ),
-    ]);
-    let comfyui_frontend = Item::first([
-        opt(
-            record.and_then(|r| stats_package(r, "comfyui-frontend-package")),
-            &src_stats,
-            "",
-        ),
-        opt(
-            log.and_then(|l| log_value(l, "ComfyUI frontend version:")),
-            &src_log,
-            "",
-        ),
-        py_item(
-            &|f| f.package("comfyui-frontend-package").map(str::to_string),
-            "comfyui-frontend-package",
-        ),
-    ]);
+    // A Python package's version: /system_stats, then the startup log, then the install's
+    // own Python.
+    let package = |name: &str, logged: Option<String>| {
+        Item::first([
+            opt(record.and_then(|r| stats_package(r, name)), &src_stats, ""),
+            opt(logged, &src_log, ""),
+            py_item(&|f| f.package(name).map(str::to_string), name),
+        ])
+    };
+    let comfy_aimdo = package(
+        "comfy-aimdo",
+        record.and_then(|r| r.effective.comfy_aimdo_version.clone()),
+    );
+    let comfy_kitchen = package(
+        "comfy-kitchen",
+        log.and_then(|l| log_value(l, "comfy-kitchen version:")),
+    );
+    let comfyui_frontend = package(
+        "comfyui-frontend-package",
+        log.and_then(|l| log_value(l, "ComfyUI frontend version:")),
+    );
 
     let launcher = match &inp.launcher {
         Some((line, src)) => Item::found(line.clone(), src.clone()),
