@@ -4,29 +4,14 @@ mod support;
 
 use serde_json::{Value, json};
 use support::comfy::FakeComfy;
-use support::{fixture, out_dir};
+use support::fixture;
 
 const SD15: &str = "workflows/sd15_txt2img.json";
 
 fn bisect(install: &FakeComfy, workflow: &str, extra: &[&str]) -> (i32, Value, tempfile::TempDir) {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = out_dir(tmp.path(), "session");
-    let wf = fixture(workflow);
-    let mut args = vec![
-        "bisect",
-        "--comfyui",
-        install.path_str(),
-        "--workflow",
-        wf.to_str().unwrap(),
-        "--output",
-        &out,
-        "--stall-timeout",
-        "2s",
-    ];
+    let mut args = vec!["--stall-timeout", "2s"];
     args.extend_from_slice(extra);
-    let (code, doc, _) = support::json(&args);
-    install.assert_nothing_left();
-    (code, doc, tmp)
+    support::on_install("bisect", install, workflow, "session", &args)
 }
 
 fn when_dynamic(effect: &str) -> Value {

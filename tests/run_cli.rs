@@ -10,19 +10,9 @@ use support::{fixture, out_dir};
 const SD15: &str = "workflows/sd15_txt2img.json";
 const EMPTY: &str = "workflows/empty_invert_save.json";
 
-/// Runs `vrambisect run` on `install` with `workflow` and extra arguments.
+/// Runs `vrambisect run` on `install` with `workflow`, short test timeouts, and `extra`.
 fn run(install: &FakeComfy, workflow: &str, extra: &[&str]) -> (i32, Value, tempfile::TempDir) {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = out_dir(tmp.path(), "run");
-    let wf = fixture(workflow);
     let mut args = vec![
-        "run",
-        "--comfyui",
-        install.path_str(),
-        "--workflow",
-        wf.to_str().unwrap(),
-        "--output",
-        &out,
         "--stall-timeout",
         "3s",
         "--timeout",
@@ -31,9 +21,7 @@ fn run(install: &FakeComfy, workflow: &str, extra: &[&str]) -> (i32, Value, temp
         "30s",
     ];
     args.extend_from_slice(extra);
-    let (code, doc, _) = support::json(&args);
-    install.assert_nothing_left();
-    (code, doc, tmp)
+    support::on_install("run", install, workflow, "run", &args)
 }
 
 fn rule(effect: &str) -> Value {

@@ -74,3 +74,30 @@ pub fn wait_for_text(path: &Path, needle: &str) {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// Runs `vrambisect COMMAND` with `--json` on `install` and the fixture `workflow`, its
+/// output in `<temp>/OUT`, then `args`; checks that no ComfyUI process is left.
+pub fn on_install(
+    command: &str,
+    install: &comfy::FakeComfy,
+    workflow: &str,
+    out: &str,
+    args: &[&str],
+) -> (i32, serde_json::Value, tempfile::TempDir) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = out_dir(tmp.path(), out);
+    let wf = fixture(workflow);
+    let mut all = vec![
+        command,
+        "--comfyui",
+        install.path_str(),
+        "--workflow",
+        wf.to_str().unwrap(),
+        "--output",
+        &out,
+    ];
+    all.extend_from_slice(args);
+    let (code, doc, _) = json(&all);
+    install.assert_nothing_left();
+    (code, doc, tmp)
+}
