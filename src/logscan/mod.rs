@@ -15,6 +15,7 @@
 
 pub mod advice;
 pub mod input;
+pub mod joins;
 pub mod lines;
 pub mod prefilter;
 pub mod reader;
@@ -319,6 +320,47 @@ To see the GUI go to: http://127.0.0.1:8188
             r.prompts[0].evidence.last().unwrap(),
             " 10%|█         | 2/20 [00:02<00:18,  1.02s/it]"
         );
+    }
+
+    /// Every input the fuzzer found (`fuzz/regressions/`) and lines whose needle is joined
+    /// only when the line is normalised: the fast path must see them as reading every line does.
+    #[test]
+    fn needles_joined_by_normalising_are_not_missed() {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
+        let mut logs: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
+            .collect();
+        assert!(
+            !logs.is_empty(),
+            "no regression inputs in {}",
+            dir.display()
+        );
+        let head = "Total VRAM 8151 MB, total RAM 16088 MB\nTo see the GUI go to: http://127.0.0.1:8188\ngot prompt\n";
+        let long_bar = " 5%|▌ | 1/20\r".repeat(200_000);
+        for (name, body) in [
+            ("escape", "Request\x1bed to load WAN21\n".to_string()),
+            ("csi", "Reque\x1b[1msted to load WAN21\x1b[0m\n".to_string()),
+            (
+                "glued",
+                "Reque2025-01-16T20:49:52.176503 - sted to load WAN21\n".to_string(),
+            ),
+            // An over-long line takes the other path through the reader.
+            ("long", format!("{long_bar}Request\x1bed to load WAN21\n")),
+            ("last", "Request\x1bed to load WAN21".to_string()),
+        ] {
+            let text = format!("{head}{body}");
+            let r = scan_bytes(name, text.as_bytes(), Mode::Prefilter).unwrap();
+            assert_eq!(r.prompts[0].models, ["WAN21"], "{name}");
+            logs.push((name.to_string(), text.into_bytes()));
+        }
+        for (name, bytes) in logs {
+            let fast = json(&scan_bytes(&name, &bytes, Mode::Prefilter).unwrap());
+            let slow = json(&scan_bytes(&name, &bytes, Mode::EveryLine).unwrap());
+            assert_eq!(fast, slow, "{name}");
+        }
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! is cut down as it streams to its last visible segment, at most [`MAX_LINE`] bytes. The
 //! lines just before any point stay reachable ([`Before`]) without keeping the whole log.
 
-use regex::bytes::Regex;
+use super::prefilter::Prefilter;
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::io::{self, Read};
 
@@ -35,6 +36,12 @@ pub trait Sink {
     fn every_line(&self) -> bool;
     /// One raw line (no `\n`), its 1-based number, and access to the lines before it.
     fn line(&mut self, raw: &[u8], number: u64, before: &Before<'_>);
+    /// The text this sink matches for a raw line. The pre-filter looks at it for the lines
+    /// where removing escape codes or glued timestamps may join a needle together
+    /// ([`super::joins`]); everywhere else the raw line holds the same needles.
+    fn text<'r>(&self, raw: &'r [u8]) -> Cow<'r, str> {
+        String::from_utf8_lossy(raw)
+    }
 }
 
 /// The lines before a point in the log.
@@ -217,9 +224,36 @@ fn read_some(reader: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
+/// Where a regex next hits at or after the point it was searched from. Kept while the scan
+/// walks through the lines before that hit, so the same bytes are not searched again.
+#[derive(Clone, Copy)]
+struct Next {
+    from: usize,
+    at: Option<usize>,
+}
+
+impl Next {
+    /// The end of the first hit at or after `pos` (a line start).
+    fn find(
+        slot: &mut Option<Next>,
+        pos: usize,
+        search: impl FnOnce() -> Option<usize>,
+    ) -> Option<usize> {
+        if let Some(n) = *slot
+            && pos >= n.from
+            && n.at.is_none_or(|at| at >= pos)
+        {
+            return n.at;
+        }
+        let at = search();
+        *slot = Some(Next { from: pos, at });
+        at
+    }
+}
+
 /// The scanner's state between buffers.
 struct Scan<'s> {
-    prefilter: &'s Regex,
+    prefilter: &'s Prefilter,
     mode: Mode,
     sink: &'s mut dyn Sink,
     carry: VecDeque<Vec<u8>>,
@@ -231,10 +265,15 @@ impl Scan<'_> {
         self.mode == Mode::EveryLine || self.sink.every_line()
     }
 
+    /// Whether a line without a needle in its raw bytes has one in the text the sink sees.
+    fn joined_needle(&self, line: &[u8]) -> bool {
+        self.prefilter.joins.may_join(line) && self.prefilter.hits(self.sink.text(line).as_bytes())
+    }
+
     /// A line that does not sit in a buffer region (over-long, or the last one).
     fn single(&mut self, line: &[u8]) {
         self.lines += 1;
-        if self.wants_all() || self.prefilter.is_match(line) {
+        if self.wants_all() || self.prefilter.hits(line) || self.joined_needle(line) {
             let before = Before {
                 region: &[],
                 carry: &self.carry,
@@ -268,6 +307,7 @@ impl Scan<'_> {
     /// Complete lines (`region` ends with `\n`).
     fn region(&mut self, region: &[u8]) {
         let mut pos = 0;
+        let (mut hits, mut glues) = (None, None);
         while pos < region.len() {
             let (start, end) = if self.wants_all() {
                 let end = pos + find_newline(&region[pos..]).unwrap_or(0);
@@ -275,19 +315,36 @@ impl Scan<'_> {
             } else {
                 // Only where a needle ends matters (needles hold no newline, so it is on the
                 // hit line): the shortest match spares the search for where it starts.
-                match self.prefilter.shortest_match_at(region, pos) {
-                    None => {
-                        self.lines += count_newlines(&region[pos..]);
-                        break;
-                    }
-                    Some(hit_end) => {
-                        let start =
-                            rfind_newline(&region[pos..hit_end]).map_or(pos, |i| pos + i + 1);
-                        self.lines += count_newlines(&region[pos..start]);
-                        let end = hit_end + find_newline(&region[hit_end..]).unwrap_or(0);
-                        (start, end)
-                    }
+                let hit = Next::find(&mut hits, pos, || self.prefilter.hit_at(region, pos));
+                let start_of =
+                    |at: usize| rfind_newline(&region[pos..at]).map_or(pos, |i| pos + i + 1);
+                // Before the hit line: a line where normalising may join a needle together
+                // (an escape code; a glued timestamp). The escape search stops at the hit line,
+                // so a log with colour codes on every line is not searched twice.
+                let hit_start = hit.map(start_of);
+                let limit = hit_start.unwrap_or(region.len());
+                let escape = memchr::memchr(0x1b, &region[pos..limit]).map(|i| pos + i + 1);
+                let glue = Next::find(&mut glues, pos, || {
+                    self.prefilter.joins.glue_at(region, pos)
+                })
+                .filter(|&g| g < limit);
+                let joiner = escape.into_iter().chain(glue).min();
+                let Some(at) = joiner.or(hit) else {
+                    self.lines += count_newlines(&region[pos..]);
+                    break;
+                };
+                let start = match (joiner, hit_start) {
+                    (None, Some(s)) => s,
+                    _ => start_of(at),
+                };
+                let end = at + find_newline(&region[at..]).unwrap_or(0);
+                self.lines += count_newlines(&region[pos..start]);
+                if joiner.is_some() && !self.joined_needle(&region[start..end]) {
+                    self.lines += 1;
+                    pos = end + 1;
+                    continue;
                 }
+                (start, end)
             };
             self.lines += 1;
             let before = Before {
@@ -306,7 +363,7 @@ impl Scan<'_> {
 /// of the log (for a sink that must look at how it ends).
 pub fn scan(
     reader: &mut dyn Read,
-    prefilter: &Regex,
+    prefilter: &Prefilter,
     mode: Mode,
     sink: &mut dyn Sink,
 ) -> io::Result<(Stats, Vec<String>)> {
@@ -397,7 +454,11 @@ mod tests {
     }
 
     fn run(data: &[u8], mode: Mode) -> (Record, Stats, Vec<String>) {
-        let re = Regex::new("HIT|ALL").unwrap();
+        let needle = |t: &str| super::super::prefilter::Needle {
+            text: t.to_string(),
+            case_insensitive: false,
+        };
+        let re = Prefilter::new(&[needle("HIT"), needle("ALL")]);
         let mut rec = Record::default();
         let (stats, tail) = scan(&mut io::Cursor::new(data.to_vec()), &re, mode, &mut rec).unwrap();
         (rec, stats, tail)

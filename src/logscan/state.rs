@@ -260,12 +260,20 @@ impl Sink for State {
     }
 
     fn line(&mut self, raw: &[u8], number: u64, before: &Before<'_>) {
+        let text = self.text(raw);
+        self.observe(&text, number, before);
+    }
+
+    fn text<'r>(&self, raw: &'r [u8]) -> Cow<'r, str> {
         // Only the last segment of a tqdm bar is what a terminal shows (and what `normalize`
         // keeps): decode just that.
         let decoded = String::from_utf8_lossy(visible(raw));
         let normalized = normalize(&decoded);
-        let text = unglue(&normalized.text);
-        self.observe(&text, number, before);
+        let unglued = match unglue(&normalized.text) {
+            Cow::Owned(s) => Some(s),
+            Cow::Borrowed(_) => None,
+        };
+        Cow::Owned(unglued.unwrap_or(normalized.text))
     }
 }
 
@@ -277,9 +285,7 @@ fn unglue(text: &str) -> Cow<'_, str> {
     if !text.contains(" - ") {
         return Cow::Borrowed(text);
     }
-    let re = RE.get_or_init(|| {
-        Regex::new(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+ - ").expect("timestamp regex")
-    });
+    let re = RE.get_or_init(|| Regex::new(super::joins::GLUED).expect("timestamp regex"));
     let out = re.replace_all(text, "");
     match out {
         Cow::Borrowed(_) => Cow::Borrowed(text),
