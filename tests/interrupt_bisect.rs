@@ -127,3 +127,57 @@ fn interrupted_anywhere_then_resumed_gives_exactly_the_uninterrupted_runs() {
         assert_eq!(doc["runs_total"].as_u64().unwrap() as usize, expected.len());
     }
 }
+
+/// A journal whose last line was torn mid-write (what a crash or a power loss leaves; a
+/// signal cannot cut a one-line append short): `--resume` runs that configuration again,
+/// and the session ends with exactly the uninterrupted bisect's runs.
+#[test]
+fn a_journal_torn_mid_write_is_resumed_without_losing_a_run() {
+    let wf = fixture("workflows/sd15_txt2img.json");
+    let wf = wf.to_str().unwrap();
+    let install = FakeComfy::new("0.38.1", scenario());
+    let tmp = tempfile::tempdir().unwrap();
+    let session = tmp.path().join("session");
+    let session_str = session.to_str().unwrap();
+    let out = support::vrambisect()
+        .args(bisect_args(&install, wf, session_str))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let expected = journal_keys(&session);
+    assert!(expected.len() >= 3);
+
+    for torn in [expected.len() - 1, 1] {
+        // Keep `torn` whole entries, then half of the next one.
+        let path = session.join("journal.jsonl");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let whole: String = lines[..torn].iter().map(|l| format!("{l}\n")).collect();
+        let half = &lines[torn][..lines[torn].len() / 2];
+        std::fs::write(&path, format!("{whole}{half}")).unwrap();
+        assert_eq!(journal_keys(&session), expected[..torn]);
+
+        let (code, doc, out) = support::json(&["bisect", "--resume", session_str]);
+        install.assert_nothing_left();
+        assert_eq!(code, 0, "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            doc["verdict"]["fixing_flags"],
+            json!(["--disable-dynamic-vram"])
+        );
+        // The torn entry's run was made again and recorded on a line of its own.
+        assert_eq!(
+            journal_keys(&session),
+            expected,
+            "torn after {torn} entries"
+        );
+        assert_eq!(doc["runs_total"].as_u64().unwrap() as usize, expected.len());
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains(&format!("{half}\n")),
+            "the torn line is kept apart"
+        );
+        // One folder per run: the torn run's folder was replaced, not added to.
+        let folders = std::fs::read_dir(session.join("runs")).unwrap().count();
+        assert_eq!(folders, expected.len());
+    }
+}
