@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 /// Bounds on how often the tree's membership is re-read. Finding it costs a few µs per thread
 /// of the tree on Linux (the `children` files), and about 9 µs per process on the machine
 /// where every process must be listed (a few ms on a busy desktop): far more than reading the
-/// members' memory. So the period adapts to keep it under 0.25% of a core: a search that took
-/// 1 ms is repeated every 400 ms. A child started between two searches is missed until the
-/// next one; ComfyUI rarely starts processes.
-pub const RESCAN_MIN: Duration = Duration::from_millis(100);
+/// members' memory. So the period adapts to keep it under 0.1% of a core: a search that took
+/// 1 ms is repeated every second. A child started between two searches is missed until the
+/// next one (at most a quarter of a second for a small tree); ComfyUI rarely starts processes.
+pub const RESCAN_MIN: Duration = Duration::from_millis(250);
 pub const RESCAN_MAX: Duration = Duration::from_secs(2);
-const RESCAN_COST_FACTOR: u32 = 400;
+const RESCAN_COST_FACTOR: u32 = 1000;
 
 /// How long to wait before listing again after a listing that took `cost`.
 pub fn rescan_period(cost: Duration) -> Duration {
@@ -466,8 +466,8 @@ mod tests {
     fn listing_period_follows_its_cost() {
         let cases = [
             (Duration::from_micros(50), RESCAN_MIN),
-            (Duration::from_millis(1), Duration::from_millis(400)),
-            (Duration::from_millis(3), Duration::from_millis(1200)),
+            (Duration::from_micros(400), Duration::from_millis(400)),
+            (Duration::from_millis(1), Duration::from_secs(1)),
             (Duration::from_millis(25), RESCAN_MAX),
         ];
         for (cost, want) in cases {
