@@ -21,7 +21,13 @@ pub struct MemInfo {
 pub fn parse_meminfo(text: &str) -> Option<MemInfo> {
     let mut m = MemInfo::default();
     let (mut total, mut available, mut free, mut cached) = (None, None, 0, 0);
+    // The kernel writes about 50 lines; the six read here come first (SwapFree is about the
+    // 16th), so reading stops once all were seen.
+    let mut wanted = 6;
     for line in text.lines() {
+        if wanted == 0 {
+            break;
+        }
         let Some((key, rest)) = line.split_once(':') else {
             continue;
         };
@@ -40,8 +46,9 @@ pub fn parse_meminfo(text: &str) -> Option<MemInfo> {
             "Cached" => cached = bytes,
             "SwapTotal" => m.swap_total = bytes,
             "SwapFree" => m.swap_free = bytes,
-            _ => {}
+            _ => continue,
         }
+        wanted -= 1;
     }
     m.total = total?;
     m.available = available.unwrap_or(free + cached);

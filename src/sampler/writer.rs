@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Longest time a written sample may sit in memory before it reaches the file.
-pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
+pub const FLUSH_EVERY: Duration = Duration::from_millis(250);
 
 /// What the JSON-lines file's first line says besides the columns.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -40,7 +40,22 @@ pub struct Writers {
 
 /// `t_ms` with microsecond precision: `1234.567`.
 fn push_t_ms(line: &mut String, t_us: u64) {
-    let _ = write!(line, "{}.{:03}", t_us / 1000, t_us % 1000);
+    let mut b = itoa::Buffer::new();
+    line.push_str(b.format(t_us / 1000));
+    let frac = t_us % 1000;
+    line.push('.');
+    for zero in [100, 10] {
+        if frac < zero {
+            line.push('0');
+        }
+    }
+    line.push_str(b.format(frac));
+}
+
+/// An integer cell, without the formatting machinery (this runs for every value of every
+/// sample).
+fn push_int(line: &mut String, v: i64) {
+    line.push_str(itoa::Buffer::new().format(v));
 }
 
 /// A CSV cell, quoted when it must be.
@@ -125,7 +140,7 @@ impl Writers {
             for v in row {
                 self.line.push(',');
                 if let Some(v) = v {
-                    let _ = write!(self.line, "{v}");
+                    push_int(&mut self.line, *v);
                 }
             }
             self.line.push_str(",\n");
@@ -144,7 +159,7 @@ impl Writers {
                     }
                     first = false;
                     self.line.push_str(key);
-                    let _ = write!(self.line, "{v}");
+                    push_int(&mut self.line, *v);
                 }
             }
             self.line.push_str("}}\n");
@@ -206,6 +221,22 @@ impl Writers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_in_milliseconds_with_three_decimals() {
+        for (t_us, want) in [
+            (0, "0.000"),
+            (5, "0.005"),
+            (50, "0.050"),
+            (1050, "1.050"),
+            (1_234_567, "1234.567"),
+            (u64::MAX, "18446744073709551.615"),
+        ] {
+            let mut s = String::new();
+            push_t_ms(&mut s, t_us);
+            assert_eq!(s, want);
+        }
+    }
     use crate::sampler::probe::Unit;
 
     #[test]
