@@ -185,47 +185,69 @@ pub struct SampleArgs {
 #[derive(Debug, Args)]
 pub struct BisectArgs {
     /// The ComfyUI folder (holding main.py).
-    #[arg(long, value_name = "DIR", required_unless_present = "resume")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present = "resume",
+        conflicts_with = "resume"
+    )]
     pub comfyui: Option<PathBuf>,
     /// The workflow, in API format (Workflow → Export (API) in ComfyUI).
-    #[arg(long, value_name = "FILE", required_unless_present = "resume")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "resume",
+        conflicts_with = "resume"
+    )]
     pub workflow: Option<PathBuf>,
     /// A flag to try, or a flag with a value (`--toggle --reserve-vram=2`); repeat it. Several
     /// values of one flag are alternatives, searched for the least that works. Default:
     /// --disable-dynamic-vram, --disable-pinned-memory, --disable-async-offload,
     /// --disable-nvml-pressure (those this install has), and --cache-none with --iterations 2+.
-    #[arg(long, value_name = "FLAG[=VALUE]", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        value_name = "FLAG[=VALUE]",
+        allow_hyphen_values = true,
+        conflicts_with = "resume"
+    )]
     pub toggle: Vec<String>,
     /// adaptive: as few runs as the information allows; matrix: every valid combination;
     /// each: one toggle at a time.
-    #[arg(long, value_enum, default_value = "adaptive")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "adaptive",
+        conflicts_with = "resume"
+    )]
     pub strategy: crate::bisect::search::Strategy,
     /// Run each configuration this many times (use 3 for flaky failures).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100), conflicts_with = "resume")]
     pub repeat: u32,
     /// Prompts per run (failures that only appear on the second prompt need 2).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000), conflicts_with = "resume")]
     pub iterations: u32,
     /// The session folder (default: vrambisect-sessions/bisect-<time>-<id>).
     #[arg(long, value_name = "DIR", conflicts_with = "resume")]
     pub output: Option<PathBuf>,
     /// Continue an interrupted bisect from its session folder (no finished run is repeated).
+    /// The session keeps its own install, workflow, flags, toggles, repeats and timeouts; only
+    /// --max-runs and --min-available-ram may be given with it.
     #[arg(long, value_name = "DIR")]
     pub resume: Option<PathBuf>,
     /// Read the base flags (and environment) from this launcher (.bat or .sh).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "resume")]
     pub launcher: Option<PathBuf>,
     /// The Python that runs ComfyUI.
-    #[arg(long, value_name = "PY")]
+    #[arg(long, value_name = "PY", conflicts_with = "resume")]
     pub python: Option<PathBuf>,
     /// Give up on a prompt after this long.
-    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = crate::duration::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = crate::duration::parse_duration, conflicts_with = "resume")]
     pub timeout: std::time::Duration,
     /// Call it a hang after this long without websocket or log activity.
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = crate::duration::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = crate::duration::parse_duration, conflicts_with = "resume")]
     pub stall_timeout: std::time::Duration,
     /// Give up if ComfyUI is not ready after this long.
-    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = crate::duration::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = crate::duration::parse_duration, conflicts_with = "resume")]
     pub startup_timeout: std::time::Duration,
     /// The most ComfyUI runs the bisect may take (default 64; with --resume, raises the
     /// budget of a session that ran out of it).
@@ -239,7 +261,12 @@ pub struct BisectArgs {
     #[arg(long, value_name = "PATH", env = "VRAMBISECT_NVML_LIB", hide = true)]
     pub nvml_lib: Option<PathBuf>,
     /// Your ComfyUI flags: part of the question (removing one may be the fix).
-    #[arg(last = true, value_name = "BASE_FLAGS", allow_hyphen_values = true)]
+    #[arg(
+        last = true,
+        value_name = "BASE_FLAGS",
+        allow_hyphen_values = true,
+        conflicts_with = "resume"
+    )]
     pub base: Vec<String>,
 }
 

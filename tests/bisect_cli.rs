@@ -302,4 +302,28 @@ fn bad_input_before_any_run() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("session.json"));
+
+    // A resumed session keeps its own settings: one given with --resume is refused, not
+    // silently ignored. A new run budget is allowed.
+    for extra in [
+        &["--repeat", "3"][..],
+        &["--toggle", "--lowvram"],
+        &["--workflow", "w.json"],
+        &["--stall-timeout", "1m"],
+        &["--", "--lowvram"],
+    ] {
+        let out = support::vrambisect()
+            .args(["bisect", "--resume", "/no/such/session"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains("cannot be used with"), "{extra:?}: {err}");
+    }
+    let out = support::vrambisect()
+        .args(["bisect", "--resume", "/no/such/session", "--max-runs", "80"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("session.json"));
 }
