@@ -14,8 +14,9 @@ use regex::bytes::Regex;
 use std::collections::HashSet;
 
 /// A timestamp that ComfyUI-Manager glues inside a line (`unglue` in [`super::state`]
-/// removes it with this pattern).
-pub(super) const GLUED: &str = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+ - ";
+/// removes it with this pattern). ASCII digits only: `\d` would also take other scripts'
+/// digits, which the literal search in [`Joins::glue_at`] does not.
+pub(super) const GLUED: &str = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]+ - ";
 
 /// How many bytes on each side of a junction are compared with the needles.
 const SIDE: usize = 2;
@@ -237,7 +238,7 @@ mod tests {
     /// The hand-written search for a glued timestamp finds what the regex it stands for finds.
     #[test]
     fn glue_search_is_the_regex() {
-        let re = Regex::new(&format!(r"[^\n]{GLUED}[^\r\n]")).unwrap();
+        let re = Regex::new(&format!(r"(?-u:[^\n]){GLUED}(?-u:[^\r\n])")).unwrap();
         let joins = Joins::new(&[]);
         let stamp = "2025-01-16T20:49:52.176503";
         let fixed = [
@@ -248,6 +249,10 @@ mod tests {
             format!("x\n{stamp} - y{stamp} - z"),
             format!("1{stamp} - ."),
             "a2025-01-16T20:49:52. - b a2025-01-16T20:49:5.1 - b".to_string(),
+            // Other scripts' digits are not a timestamp (U+0661, a fullwidth 2).
+            "Reque2025-01-16T20:49:52.\u{661} - sted".to_string(),
+            "Reque\u{ff12}025-01-16T20:49:52.1 - sted".to_string(),
+            "\u{e9}2025-01-16T20:49:52.1 - \u{e9}".to_string(),
         ];
         let check = |hay: &[u8]| {
             for start in 0..=hay.len() {
@@ -272,6 +277,8 @@ mod tests {
             "T",
             ":",
             ".",
+            "\u{661}",
+            "\u{e9}",
         ]);
         proptest!(ProptestConfig::with_cases(2000), |(parts in prop::collection::vec(piece, 0..16))| {
             check(parts.concat().as_bytes());

@@ -347,13 +347,23 @@ To see the GUI go to: http://127.0.0.1:8188
                 "glued",
                 "Reque2025-01-16T20:49:52.176503 - sted to load WAN21\n".to_string(),
             ),
+            // A timestamp in other digits is not removed, so nothing is joined.
+            (
+                "not-a-stamp",
+                "Reque2025-01-16T20:49:52.\u{661} - sted to load WAN21\n".to_string(),
+            ),
             // An over-long line takes the other path through the reader.
             ("long", format!("{long_bar}Request\x1bed to load WAN21\n")),
             ("last", "Request\x1bed to load WAN21".to_string()),
         ] {
             let text = format!("{head}{body}");
             let r = scan_bytes(name, text.as_bytes(), Mode::Prefilter).unwrap();
-            assert_eq!(r.prompts[0].models, ["WAN21"], "{name}");
+            let want: &[&str] = if name == "not-a-stamp" {
+                &[]
+            } else {
+                &["WAN21"]
+            };
+            assert_eq!(r.prompts[0].models, want, "{name}");
             logs.push((name.to_string(), text.into_bytes()));
         }
         for (name, bytes) in logs {

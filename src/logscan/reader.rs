@@ -308,6 +308,7 @@ impl Scan<'_> {
     fn region(&mut self, region: &[u8]) {
         let mut pos = 0;
         let (mut hits, mut glues) = (None, None);
+        let mut hit_line: Option<(usize, usize)> = None;
         while pos < region.len() {
             let (start, end) = if self.wants_all() {
                 let end = pos + find_newline(&region[pos..]).unwrap_or(0);
@@ -321,7 +322,17 @@ impl Scan<'_> {
                 // Before the hit line: a line where normalising may join a needle together
                 // (an escape code; a glued timestamp). The escape search stops at the hit line,
                 // so a log with colour codes on every line is not searched twice.
-                let hit_start = hit.map(start_of);
+                // Where the hit's line starts, kept with the hit: many joiner lines before one
+                // long hit line must not each search back through it.
+                let hit_start = match (hit, hit_line) {
+                    (Some(h), Some((at, start))) if at == h => Some(start),
+                    (Some(h), _) => {
+                        let start = start_of(h);
+                        hit_line = Some((h, start));
+                        Some(start)
+                    }
+                    (None, _) => None,
+                };
                 let limit = hit_start.unwrap_or(region.len());
                 let escape = memchr::memchr(0x1b, &region[pos..limit]).map(|i| pos + i + 1);
                 let glue = Next::find(&mut glues, pos, || {
