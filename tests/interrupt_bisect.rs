@@ -107,25 +107,27 @@ fn interrupted_anywhere_then_resumed_gives_exactly_the_uninterrupted_runs() {
         if !session.join("session.json").exists() {
             continue; // stopped before the session folder existed: nothing to resume
         }
-        let (code, doc, out) = support::json(&["bisect", "--resume", session.to_str().unwrap()]);
-        install.assert_nothing_left();
-        assert_eq!(
-            code,
-            0,
-            "signal {signal} at {delay} ms: {}",
-            String::from_utf8_lossy(&out.stderr)
+        resume_gives(
+            &install,
+            &session,
+            &expected,
+            &format!("signal {signal} at {delay} ms"),
         );
-        assert_eq!(
-            doc["verdict"]["fixing_flags"],
-            json!(["--disable-dynamic-vram"])
-        );
-        assert_eq!(
-            journal_keys(&session),
-            expected,
-            "signal {signal} at {delay} ms"
-        );
-        assert_eq!(doc["runs_total"].as_u64().unwrap() as usize, expected.len());
     }
+}
+
+/// `--resume` finishes the session with the verdict and exactly the `expected` runs, and
+/// leaves no ComfyUI behind.
+fn resume_gives(install: &FakeComfy, session: &std::path::Path, expected: &[String], when: &str) {
+    let (code, doc, out) = support::json(&["bisect", "--resume", session.to_str().unwrap()]);
+    install.assert_nothing_left();
+    assert_eq!(code, 0, "{when}: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        doc["verdict"]["fixing_flags"],
+        json!(["--disable-dynamic-vram"])
+    );
+    assert_eq!(journal_keys(session), expected, "{when}");
+    assert_eq!(doc["runs_total"].as_u64().unwrap() as usize, expected.len());
 }
 
 /// A journal whose last line was torn mid-write (what a crash or a power loss leaves; a
@@ -157,20 +159,13 @@ fn a_journal_torn_mid_write_is_resumed_without_losing_a_run() {
         std::fs::write(&path, format!("{whole}{half}")).unwrap();
         assert_eq!(journal_keys(&session), expected[..torn]);
 
-        let (code, doc, out) = support::json(&["bisect", "--resume", session_str]);
-        install.assert_nothing_left();
-        assert_eq!(code, 0, "{}", String::from_utf8_lossy(&out.stderr));
-        assert_eq!(
-            doc["verdict"]["fixing_flags"],
-            json!(["--disable-dynamic-vram"])
+        // The torn entry's run is made again and recorded on a line of its own.
+        resume_gives(
+            &install,
+            &session,
+            &expected,
+            &format!("torn after {torn} entries"),
         );
-        // The torn entry's run was made again and recorded on a line of its own.
-        assert_eq!(
-            journal_keys(&session),
-            expected,
-            "torn after {torn} entries"
-        );
-        assert_eq!(doc["runs_total"].as_u64().unwrap() as usize, expected.len());
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(
             text.contains(&format!("{half}\n")),
