@@ -1120,34 +1120,36 @@ fn mib(b: u64) -> String {
     format!("{} MiB", b >> 20)
 }
 
+/// One row: the item's value as `show` writes it, or a dash and why it is missing.
+fn item_row(item: &str, it: &Item, show: &dyn Fn(&Value) -> String) -> Row {
+    let (value, source) = match it {
+        Item::Found { value, source } => (show(value), source.clone()),
+        Item::Missing { missing } => ("—".to_string(), format!("missing: {missing}")),
+    };
+    Row {
+        item: item.into(),
+        value,
+        source,
+    }
+}
+
 /// The environment as rows for people (ISSUE.md, `doctor`).
 pub fn rows(env: &Environment) -> Vec<Row> {
     let mut out = Vec::new();
-    let mut push = |item: &str, it: &Item, show: &dyn Fn(&Value) -> String| {
-        let (value, source) = match it {
-            Item::Found { value, source } => (show(value), source.clone()),
-            Item::Missing { missing } => ("—".to_string(), format!("missing: {missing}")),
-        };
-        out.push(Row {
-            item: item.into(),
-            value,
-            source,
-        });
-    };
     let text = |v: &Value| match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
     let bytes = |v: &Value| v.as_u64().map(gib).unwrap_or_else(|| v.to_string());
-    push("OS", &env.os, &text);
-    push("Kernel", &env.kernel, &text);
-    push("CPU", &env.cpu, &text);
-    push("RAM", &env.ram_bytes, &bytes);
-    push("Swap", &env.swap_bytes, &|v| match v.as_u64() {
+    out.push(item_row("OS", &env.os, &text));
+    out.push(item_row("Kernel", &env.kernel, &text));
+    out.push(item_row("CPU", &env.cpu, &text));
+    out.push(item_row("RAM", &env.ram_bytes, &bytes));
+    out.push(item_row("Swap", &env.swap_bytes, &|v| match v.as_u64() {
         Some(0) => "none".into(),
         Some(b) => gib(b),
         None => v.to_string(),
-    });
+    }));
     match &env.gpus {
         Item::Found { value, source } => {
             for g in value.as_array().into_iter().flatten() {
@@ -1190,68 +1192,61 @@ pub fn rows(env: &Environment) -> Vec<Row> {
             source: format!("missing: {missing}"),
         }),
     }
-    let mut push = |item: &str, it: &Item, show: &dyn Fn(&Value) -> String| {
-        let (value, source) = match it {
-            Item::Found { value, source } => (show(value), source.clone()),
-            Item::Missing { missing } => ("—".to_string(), format!("missing: {missing}")),
-        };
-        out.push(Row {
-            item: item.into(),
-            value,
-            source,
-        });
-    };
-    push("NVIDIA driver", &env.nvidia_driver, &text);
-    push("CUDA (driver supports)", &env.cuda_driver, &text);
-    push(
+    out.push(item_row("NVIDIA driver", &env.nvidia_driver, &text));
+    out.push(item_row("CUDA (driver supports)", &env.cuda_driver, &text));
+    out.push(item_row(
         "VRAM held by other processes (peak)",
         &env.other_processes_vram_bytes,
         &|v| v.as_u64().map(mib).unwrap_or_else(|| v.to_string()),
-    );
-    push("GPU processes now", &env.gpu_processes_now, &|v| {
-        let list: Vec<String> = v
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|p| {
-                format!(
-                    "{}pid {} on GPU {}: {}",
-                    p.get("name")
-                        .and_then(Value::as_str)
-                        .map(|n| format!("{n}, "))
-                        .unwrap_or_default(),
-                    p.get("pid").map(text).unwrap_or_default(),
-                    p.get("gpu").map(text).unwrap_or_default(),
-                    p.get("used_bytes")
-                        .and_then(Value::as_u64)
-                        .map(mib)
-                        .unwrap_or_else(|| "n/a".into())
-                )
-            })
-            .collect();
-        if list.is_empty() {
-            "none".into()
-        } else {
-            list.join("; ")
-        }
-    });
-    push("ComfyUI version", &env.comfyui_version, &text);
-    push("ComfyUI git", &env.comfyui_git, &|v| {
+    ));
+    out.push(item_row(
+        "GPU processes now",
+        &env.gpu_processes_now,
+        &|v| {
+            let list: Vec<String> = v
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| {
+                    format!(
+                        "{}pid {} on GPU {}: {}",
+                        p.get("name")
+                            .and_then(Value::as_str)
+                            .map(|n| format!("{n}, "))
+                            .unwrap_or_default(),
+                        p.get("pid").map(text).unwrap_or_default(),
+                        p.get("gpu").map(text).unwrap_or_default(),
+                        p.get("used_bytes")
+                            .and_then(Value::as_u64)
+                            .map(mib)
+                            .unwrap_or_else(|| "n/a".into())
+                    )
+                })
+                .collect();
+            if list.is_empty() {
+                "none".into()
+            } else {
+                list.join("; ")
+            }
+        },
+    ));
+    out.push(item_row("ComfyUI version", &env.comfyui_version, &text));
+    out.push(item_row("ComfyUI git", &env.comfyui_git, &|v| {
         let commit = v.get("commit").and_then(Value::as_str).unwrap_or("?");
         match v.get("branch").and_then(Value::as_str) {
             Some(b) => format!("{commit} ({b})"),
             None => format!("{commit} (detached)"),
         }
-    });
-    push("ComfyUI folder", &env.comfyui_folder, &text);
-    push("Python", &env.python, &text);
-    push("Python executable", &env.python_executable, &text);
-    push("PyTorch", &env.torch, &text);
-    push("PyTorch CUDA build", &env.torch_cuda, &text);
-    push("comfy-aimdo", &env.comfy_aimdo, &text);
-    push("comfy-kitchen", &env.comfy_kitchen, &text);
-    push("ComfyUI frontend", &env.comfyui_frontend, &text);
-    push("Custom nodes", &env.custom_nodes, &|v| {
+    }));
+    out.push(item_row("ComfyUI folder", &env.comfyui_folder, &text));
+    out.push(item_row("Python", &env.python, &text));
+    out.push(item_row("Python executable", &env.python_executable, &text));
+    out.push(item_row("PyTorch", &env.torch, &text));
+    out.push(item_row("PyTorch CUDA build", &env.torch_cuda, &text));
+    out.push(item_row("comfy-aimdo", &env.comfy_aimdo, &text));
+    out.push(item_row("comfy-kitchen", &env.comfy_kitchen, &text));
+    out.push(item_row("ComfyUI frontend", &env.comfyui_frontend, &text));
+    out.push(item_row("Custom nodes", &env.custom_nodes, &|v| {
         let list: Vec<String> = v
             .as_array()
             .into_iter()
@@ -1269,10 +1264,10 @@ pub fn rows(env: &Environment) -> Vec<Row> {
         } else {
             format!("{}: {}", list.len(), list.join(", "))
         }
-    });
-    push("Launcher", &env.launcher, &text);
-    push("Command", &env.command, &text);
-    push("Environment variables", &env.env, &|v| {
+    }));
+    out.push(item_row("Launcher", &env.launcher, &text));
+    out.push(item_row("Command", &env.command, &text));
+    out.push(item_row("Environment variables", &env.env, &|v| {
         let list: Vec<String> = v
             .as_object()
             .into_iter()
@@ -1284,7 +1279,7 @@ pub fn rows(env: &Environment) -> Vec<Row> {
         } else {
             list.join(" ")
         }
-    });
+    }));
     out
 }
 
