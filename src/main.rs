@@ -4,8 +4,9 @@ use clap::Parser;
 
 fn main() {
     let cli = vrambisect::cli::Cli::parse();
-    let stdout = std::io::stdout();
-    let stderr = std::io::stderr();
-    let code = vrambisect::app::run(cli, &mut stdout.lock(), &mut stderr.lock());
+    // Neither stream is locked for the whole command: the progress display draws to stderr
+    // from its own thread, and a lock held here would block it (and every draw after it)
+    // for as long as the command runs.
+    let code = vrambisect::app::run(cli, &mut std::io::stdout(), &mut std::io::stderr());
     std::process::exit(code);
 }

@@ -67,3 +67,17 @@ pub fn write_json(
     serde_json::to_writer_pretty(&mut *out, value)?;
     writeln!(out)
 }
+
+/// A table for the terminal or a pipe. It wraps to the terminal's width only when that width
+/// is known and usable: a terminal that reports no size (a pseudo-terminal nobody sized, some
+/// CI consoles) says 0 columns, and wrapping to that writes one character per line.
+pub fn table() -> comfy_table::Table {
+    use comfy_table::ContentArrangement;
+    let mut table = comfy_table::Table::new();
+    let arrangement = match table.width() {
+        Some(w) if w >= 40 => ContentArrangement::Dynamic,
+        _ => ContentArrangement::Disabled,
+    };
+    table.set_content_arrangement(arrangement);
+    table
+}

@@ -4,7 +4,7 @@ use super::search::{Found, Strategy, Tally, VerdictKind};
 use super::space::{Skipped, Space};
 use crate::outcome::Outcome;
 use crate::output::Style;
-use comfy_table::{Cell, ContentArrangement, Table};
+use comfy_table::Cell;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -242,8 +242,7 @@ fn gib(bytes: Option<u64>) -> String {
 
 /// Prints the matrix, the verdict and the line to use.
 pub fn render(r: &BisectResult, style: &Style, out: &mut dyn Write) -> io::Result<()> {
-    let mut table = Table::new();
-    table.set_content_arrangement(ContentArrangement::Dynamic);
+    let mut table = crate::output::table();
     table.set_header(vec![
         "configuration",
         "outcome",

@@ -4,6 +4,7 @@
 
 pub mod comfy;
 pub mod gpu;
+pub mod pty;
 pub mod sampling;
 
 use std::path::{Path, PathBuf};

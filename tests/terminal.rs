@@ -1,0 +1,94 @@
+//! vrambisect in a real (pseudo-)terminal, as a person runs it: the README's main command
+//! finishes and shows its verdict, and Ctrl-C typed at the terminal ends a bisect cleanly.
+//! Pipes hide what a terminal shows (a progress thread that draws to stderr, a table that
+//! wraps to the terminal's width), so these run the binary on a pty.
+
+mod support;
+
+use std::time::Duration;
+use support::comfy::FakeComfy;
+use support::pty::Pty;
+
+/// The stand-in as the README's main command finds it (its bundled scenario: Dynamic VRAM
+/// runs out of memory), copied to a temporary folder.
+fn readme_install() -> FakeComfy {
+    let scenario: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(support::fixture("fake-comfyui/scenario.json")).unwrap(),
+    )
+    .unwrap();
+    FakeComfy::new("0.38.1", scenario)
+}
+
+fn readme_bisect(install: &FakeComfy, session: &std::path::Path) -> std::process::Command {
+    let mut cmd = support::vrambisect();
+    cmd.env_remove("NO_COLOR")
+        .env("TERM", "xterm-256color")
+        .args([
+            "bisect",
+            "--comfyui",
+            install.path_str(),
+            "--workflow",
+            support::fixture("workflows/sd15_txt2img.json")
+                .to_str()
+                .unwrap(),
+            "--output",
+            session.to_str().unwrap(),
+        ]);
+    cmd
+}
+
+fn readme_bisect_finishes_on(cols: u16, rows: u16) -> String {
+    let install = readme_install();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut pty = Pty::spawn(readme_bisect(&install, &tmp.path().join("s")), cols, rows);
+    let code = pty.exit_code(Duration::from_secs(60));
+    let screen = pty.text();
+    assert_eq!(code, 0, "{screen}");
+    assert!(screen.contains("FIXED BY"), "{screen}");
+    assert!(screen.contains("--disable-dynamic-vram"), "{screen}");
+    install.assert_nothing_left();
+    screen
+}
+
+#[test]
+fn the_readme_bisect_finishes_in_a_sized_terminal() {
+    let screen = readme_bisect_finishes_on(120, 40);
+    // The table fits the terminal: its configuration column is not wrapped.
+    assert!(
+        screen
+            .lines()
+            .any(|l| l.contains("| --disable-dynamic-vram ") && l.chars().count() <= 120),
+        "{screen}"
+    );
+}
+
+#[test]
+fn the_readme_bisect_finishes_in_a_terminal_that_reports_no_size() {
+    let screen = readme_bisect_finishes_on(0, 0);
+    // A width of 0 is "unknown", not "wrap everything to one character".
+    assert!(
+        screen.contains("| --disable-dynamic-vram "),
+        "the table was wrapped to nothing:\n{screen}"
+    );
+}
+
+#[test]
+fn ctrl_c_at_the_terminal_ends_a_bisect_cleanly() {
+    // Every prompt hangs, so the bisect is mid-run when Ctrl-C comes.
+    let install = FakeComfy::new(
+        "0.38.1",
+        serde_json::json!({"rules": [{"name": "hang", "effect": "hang", "node": "KSampler"}]}),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = readme_bisect(&install, &tmp.path().join("s"));
+    cmd.args(["--stall-timeout", "5m"]);
+    let mut pty = Pty::spawn(cmd, 100, 30);
+    support::wait_for_text(
+        &tmp.path().join("s/runs/001/comfyui.log"),
+        "Requested to load",
+    );
+    pty.type_keys(b"\x03");
+    let code = pty.exit_code(Duration::from_secs(20));
+    assert_eq!(code, 130, "{}", pty.text());
+    install.assert_nothing_left();
+}
