@@ -5,7 +5,7 @@ use crate::flags::help::{self, FlagSet};
 use crate::version::{self, Version};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A ComfyUI folder (the one holding `main.py`).
 #[derive(Debug, Clone, Serialize)]
@@ -112,15 +112,11 @@ impl Install {
         let shown = format!("{} main.py --help", python.path.display());
         // A bare name (`python3`) is looked up on PATH; duct would read a Path as `./python3`.
         let program = python.path.as_os_str().to_owned();
-        let handle = duct::cmd(program, ["main.py", "--help"])
+        let expr = duct::cmd(program, ["main.py", "--help"])
             .dir(&self.dir)
             .env("COLUMNS", "100")
-            .env("PYTHONIOENCODING", "utf-8")
-            .stdin_null()
-            .stdout_capture()
-            .stderr_capture()
-            .unchecked()
-            .start()
+            .env("PYTHONIOENCODING", "utf-8");
+        let output = crate::process::output_with_timeout(expr, TIMEOUT)
             .map_err(|e| {
                 let why = if e.kind() == std::io::ErrorKind::NotFound {
                     "not found".to_string()
@@ -133,39 +129,18 @@ impl Install {
                     python.how
                 ))
                 .hint("pass --python with the Python that runs ComfyUI")
+            })?
+            .ok_or_else(|| {
+                Error::environment(format!(
+                    "'{shown}' did not finish in {} s",
+                    TIMEOUT.as_secs()
+                ))
+                .hint("check that this Python and ComfyUI folder work")
             })?;
-        let started = Instant::now();
-        let output = loop {
-            match handle.try_wait() {
-                Ok(Some(output)) => break output.clone(),
-                Ok(None) if started.elapsed() > TIMEOUT => {
-                    let _ = handle.kill();
-                    return Err(Error::environment(format!(
-                        "'{shown}' did not finish in {} s",
-                        TIMEOUT.as_secs()
-                    ))
-                    .hint("check that this Python and ComfyUI folder work"));
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => {
-                    return Err(Error::environment(format!("'{shown}' failed: {e}")));
-                }
-            }
-        };
         if !output.status.success() {
             let stderr = String::from_utf8_lossy(&output.stderr);
-            let last = stderr
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("no output")
-                .trim()
-                .to_string();
-            let code = output
-                .status
-                .code()
-                .map(|c| format!("exit {c}"))
-                .unwrap_or_else(|| "killed by a signal".into());
+            let last = crate::process::last_line(&output.stderr);
+            let code = crate::process::ExitStatus::from(&output.status).describe();
             return Err(
                 Error::environment(format!("'{shown}' failed ({code}): {last}"))
                     .hint(startup_hint(&stderr)),

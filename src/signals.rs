@@ -50,3 +50,8 @@ pub fn requested() -> Stop {
         Stop::No
     }
 }
+
+/// Whether every grace period must end now (a second Ctrl-C).
+pub fn kill_now() -> bool {
+    requested() == Stop::Now
+}

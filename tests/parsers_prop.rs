@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use vrambisect::bisect::session::read_journal;
-use vrambisect::classify::{self, ExitInfo, PromptEnd, PromptObservation, normalize::normalize};
+use vrambisect::classify::{self, ExitStatus, PromptEnd, PromptObservation, normalize::normalize};
 use vrambisect::comfy::{end_from_history, events::decode};
 use vrambisect::flags::{argparse, help, profile};
 use vrambisect::launcher::{parse_bat, parse_sh};
@@ -113,7 +113,7 @@ proptest! {
         facts.observe(&n.text);
         facts.finish();
         let lines = vec![n.text.clone(), line.clone()];
-        let _ = classify::classify_startup(ExitInfo { code: Some(1), signal: None }, &lines);
+        let _ = classify::classify_startup(ExitStatus { code: Some(1), signal: None }, &lines);
         let obs = PromptObservation { end: Some(PromptEnd::Success), log: lines, ..Default::default() };
         let _ = classify::classify_prompt(&obs);
     }

@@ -9,35 +9,7 @@ use crate::outcome::Outcome;
 use catalogue::{Phase, first_match, match_line};
 use serde::Serialize;
 
-/// How ComfyUI's process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct ExitInfo {
-    pub code: Option<i32>,
-    pub signal: Option<i32>,
-}
-
-impl ExitInfo {
-    /// "exit 2", "SIGKILL".
-    pub fn describe(&self) -> String {
-        match (self.code, self.signal) {
-            (_, Some(sig)) => signal_name(sig),
-            (Some(code), None) => format!("exit {code}"),
-            (None, None) => "an unknown status".into(),
-        }
-    }
-}
-
-/// The POSIX name of a signal number.
-pub fn signal_name(sig: i32) -> String {
-    match sig {
-        2 => "SIGINT".into(),
-        6 => "SIGABRT".into(),
-        9 => "SIGKILL".into(),
-        11 => "SIGSEGV".into(),
-        15 => "SIGTERM".into(),
-        n => format!("signal {n}"),
-    }
-}
+pub use crate::process::ExitStatus;
 
 /// How the websocket said a prompt ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -65,7 +37,7 @@ pub struct PromptObservation {
     pub stalled: bool,
     pub timed_out: bool,
     /// ComfyUI died while the prompt ran.
-    pub exit: Option<ExitInfo>,
+    pub exit: Option<ExitStatus>,
     /// The user pressed Ctrl-C.
     pub interrupted_by_user: bool,
     /// The HTTP 400 answer to the prompt, summarised as lines.
@@ -285,7 +257,7 @@ pub fn classify_prompt(obs: &PromptObservation) -> Verdict {
 }
 
 /// Classifies a ComfyUI that exited before it was ready.
-pub fn classify_startup(exit: ExitInfo, log: &[String]) -> Verdict {
+pub fn classify_startup(exit: ExitStatus, log: &[String]) -> Verdict {
     let startup: Vec<(&'static str, Outcome, String)> = log
         .iter()
         .filter_map(|l| first_match(l, Phase::Startup).map(|s| (s.id, s.outcome, l.clone())))
@@ -465,7 +437,7 @@ mod tests {
     #[test]
     fn deaths_hangs_and_timeouts() {
         let killed = PromptObservation {
-            exit: Some(ExitInfo {
+            exit: Some(ExitStatus {
                 code: None,
                 signal: Some(9),
             }),
@@ -481,7 +453,7 @@ mod tests {
         assert_eq!(classify_prompt(&oom_killed).outcome, Outcome::HostOom);
 
         let aborted = PromptObservation {
-            exit: Some(ExitInfo {
+            exit: Some(ExitStatus {
                 code: None,
                 signal: Some(6),
             }),
@@ -544,7 +516,7 @@ mod tests {
             "main.py: error: unrecognized arguments: --disable-dynamic-vram",
         ]);
         let v = classify_startup(
-            ExitInfo {
+            ExitStatus {
                 code: Some(2),
                 signal: None,
             },
@@ -564,7 +536,7 @@ mod tests {
             "ModuleNotFoundError: No module named 'comfy_aimdo'",
         ]);
         let v = classify_startup(
-            ExitInfo {
+            ExitStatus {
                 code: Some(1),
                 signal: None,
             },
@@ -583,7 +555,7 @@ mod tests {
         );
 
         let v = classify_startup(
-            ExitInfo {
+            ExitStatus {
                 code: Some(1),
                 signal: None,
             },

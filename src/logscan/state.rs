@@ -12,7 +12,7 @@ use super::lines::{self, Kind, LaunchArgs};
 use super::reader::{Before, Sink, visible};
 use crate::classify::catalogue::{self, Phase, Signature};
 use crate::classify::normalize::normalize;
-use crate::classify::{self, ExitInfo, PromptEnd, PromptObservation, Verdict};
+use crate::classify::{self, ExitStatus, PromptEnd, PromptObservation, Verdict};
 use crate::outcome::Outcome;
 use crate::startup::StartupFacts;
 use regex::Regex;
@@ -817,11 +817,11 @@ impl State {
                 } else if let Some(how) = p.dead {
                     // The log cannot show an exit status; the kill or crash line stands for it.
                     obs.exit = Some(match how {
-                        "fatal" => ExitInfo {
+                        "fatal" => ExitStatus {
                             code: None,
                             signal: Some(6),
                         },
-                        _ => ExitInfo {
+                        _ => ExitStatus {
                             code: Some(137),
                             signal: Some(9),
                         },
@@ -852,7 +852,7 @@ impl State {
                 } else {
                     match end {
                         End::Restart => {
-                            obs.exit = Some(ExitInfo {
+                            obs.exit = Some(ExitStatus {
                                 code: None,
                                 signal: None,
                             });
@@ -1007,7 +1007,7 @@ impl State {
                         log.push(t);
                     }
                 }
-                let exit = ExitInfo {
+                let exit = ExitStatus {
                     code: s.argparse.then_some(2),
                     signal: None,
                 };

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The `format` field of `environment.json`.
 pub const FORMAT: &str = "vrambisect environment v1";
@@ -633,45 +633,30 @@ pub fn parse_probe(stdout: &str) -> Result<PyFacts, String> {
 /// Runs [`PYTHON_PROBE`] with the install's Python in its folder (20 s at most).
 pub fn ask_python(python: &Python, dir: &Path) -> Result<PyFacts, String> {
     const TIMEOUT: Duration = Duration::from_secs(20);
-    let handle = duct::cmd(python.path.as_os_str().to_owned(), ["-c", PYTHON_PROBE])
+    let expr = duct::cmd(python.path.as_os_str().to_owned(), ["-c", PYTHON_PROBE])
         .dir(dir)
-        .env("PYTHONIOENCODING", "utf-8")
-        .stdin_null()
-        .stdout_capture()
-        .stderr_capture()
-        .unchecked()
-        .start()
+        .env("PYTHONIOENCODING", "utf-8");
+    let output = crate::process::output_with_timeout(expr, TIMEOUT)
         .map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 format!("{} ({}) was not found", python.path.display(), python.how)
             } else {
                 format!("cannot run {}: {e}", python.path.display())
             }
+        })?
+        .ok_or_else(|| {
+            format!(
+                "{} did not answer in {} s",
+                python.path.display(),
+                TIMEOUT.as_secs()
+            )
         })?;
-    let started = Instant::now();
-    let output = loop {
-        match handle.try_wait() {
-            Ok(Some(o)) => break o.clone(),
-            Ok(None) if started.elapsed() > TIMEOUT => {
-                let _ = handle.kill();
-                return Err(format!(
-                    "{} did not answer in {} s",
-                    python.path.display(),
-                    TIMEOUT.as_secs()
-                ));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(e) => return Err(format!("{} failed: {e}", python.path.display())),
-        }
-    };
     if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let last = stderr
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("no output");
-        return Err(format!("{} failed: {}", python.path.display(), last.trim()));
+        return Err(format!(
+            "{} failed: {}",
+            python.path.display(),
+            crate::process::last_line(&output.stderr)
+        ));
     }
     parse_probe(&String::from_utf8_lossy(&output.stdout))
 }

@@ -1,11 +1,9 @@
 //! The run engine: one ComfyUI process, N prompts, one record.
 
-use super::record::{
-    Effective, ExitRecord, Iteration, Overhead, Peaks, RunRecord, Teardown, overall,
-};
+use super::record::{Effective, Iteration, Overhead, Peaks, RunRecord, Teardown, overall};
 use super::{Reporter, RunEvent, RunOptions};
 use crate::classify::normalize::normalize;
-use crate::classify::{self, ExitInfo, PromptEnd, PromptObservation, Verdict};
+use crate::classify::{self, ExitStatus, PromptEnd, PromptObservation, Verdict};
 use crate::comfy::events::WsEvent;
 use crate::comfy::ws::{self, WsMessage};
 use crate::comfy::{Client, Submitted, rejection_lines};
@@ -279,41 +277,40 @@ fn execute_inner(
             ("PYTHONIOENCODING".into(), "utf-8".into()),
         ];
         env.extend(opts.env.iter().cloned());
-        let log_name = "comfyui.log".to_string();
         let spec = process::Spec {
             program: opts.python.path.as_os_str(),
             args: &argv,
             dir: &opts.install.dir,
             env: &env,
-            log: &dir.join(log_name),
         };
-        let child = match process::spawn(&spec, tx.clone()) {
-            Ok(c) => {
-                if let Some(s) = sampler {
-                    s.set_root_pid(c.pid);
-                    s.mark("launch");
+        let child =
+            match process::Child::spawn_captured(&spec, &dir.join("comfyui.log"), tx.clone()) {
+                Ok(c) => {
+                    if let Some(s) = sampler {
+                        s.set_root_pid(c.pid);
+                        s.mark("launch");
+                    }
+                    c
                 }
-                c
-            }
-            Err(e) => {
-                let why = if e.kind() == std::io::ErrorKind::NotFound {
-                    "not found".to_string()
-                } else {
-                    e.to_string()
-                };
-                let v = Verdict {
-                    outcome: Outcome::StartupFailed,
-                    evidence: vec![format!(
-                        "cannot run Python '{}' ({}): {why}",
-                        opts.python.path.display(),
-                        opts.python.how
-                    )],
-                    signatures: vec![],
-                    explanation: Some("pass --python with the Python that runs ComfyUI".into()),
-                };
-                return Ok(finish_early(opts, started_at, clock, argv, port, v, None));
-            }
-        };
+                Err(e) => {
+                    let why = if e.kind() == std::io::ErrorKind::NotFound {
+                        "not found".to_string()
+                    } else {
+                        e.to_string()
+                    };
+                    let v = Verdict {
+                        outcome: Outcome::StartupFailed,
+                        evidence: vec![format!(
+                            "cannot run Python '{}' ({}): {why}",
+                            opts.python.path.display(),
+                            opts.python.how
+                        )],
+                        signatures: vec![],
+                        explanation: Some("pass --python with the Python that runs ComfyUI".into()),
+                    };
+                    return Ok(finish_early(opts, started_at, clock, argv, port, v, None));
+                }
+            };
         let mut live = Live {
             rx,
             tx,
@@ -331,7 +328,7 @@ fn execute_inner(
                 live.drain();
                 let v = classify::classify_startup(exit, &live.startup_lines);
                 let port_taken = v.signatures.contains(&"port_in_use");
-                let (exit_rec, _) = child.terminate(opts.grace);
+                let stopped = child.terminate(opts.grace);
                 if port_taken && attempt < 3 {
                     // The next attempt writes comfyui.log; keep this one beside it.
                     let _ = std::fs::rename(
@@ -340,23 +337,12 @@ fn execute_inner(
                     );
                     continue;
                 }
-                let mut rec = finish_early(
-                    opts,
-                    started_at,
-                    clock,
-                    argv,
-                    port,
-                    v,
-                    exit_rec.map(|e| ExitInfo {
-                        code: e.code,
-                        signal: e.signal,
-                    }),
-                );
+                let mut rec = finish_early(opts, started_at, clock, argv, port, v, stopped.exit);
                 rec.effective = Effective::from(&live.startup);
                 return Ok(rec);
             }
             Ready::TimedOut => {
-                let (exit, killed) = child.terminate(opts.grace);
+                let stopped = child.terminate(opts.grace);
                 let v = Verdict {
                     outcome: Outcome::StartupFailed,
                     evidence: tail(&live.startup_lines, 5),
@@ -367,18 +353,11 @@ fn execute_inner(
                     )),
                 };
                 let mut rec = finish_early(opts, started_at, clock, argv, port, v, None);
-                rec.teardown = Teardown {
-                    killed,
-                    group_empty: true,
-                    exit: exit.map(|e| ExitRecord {
-                        code: e.code,
-                        signal: e.signal,
-                    }),
-                };
+                rec.teardown = stopped;
                 return Ok(rec);
             }
             Ready::Interrupted => {
-                let (exit, killed) = child.terminate(opts.grace);
+                let stopped = child.terminate(opts.grace);
                 let v = Verdict {
                     outcome: Outcome::Interrupted,
                     evidence: vec![],
@@ -386,14 +365,7 @@ fn execute_inner(
                     explanation: Some("stopped with Ctrl-C while ComfyUI was starting".into()),
                 };
                 let mut rec = finish_early(opts, started_at, clock, argv, port, v, None);
-                rec.teardown = Teardown {
-                    killed,
-                    group_empty: true,
-                    exit: exit.map(|e| ExitRecord {
-                        code: e.code,
-                        signal: e.signal,
-                    }),
-                };
+                rec.teardown = stopped;
                 return Ok(rec);
             }
         }
@@ -436,7 +408,7 @@ fn execute_inner(
 
     let mut iterations: Vec<Iteration> = Vec::new();
     let mut interrupted = false;
-    let mut process_exit: Option<ExitInfo> = None;
+    let mut process_exit: Option<ExitStatus> = None;
     let mut overhead = Overhead::default();
     for n in 1..=opts.iterations.max(1) {
         let mut timing = PromptTiming::default();
@@ -490,20 +462,11 @@ fn execute_inner(
     } else {
         opts.grace
     };
-    let pgid = child.pid;
-    let (exit, killed) = child.terminate(grace);
+    let teardown = child.terminate(grace);
     if let Some(t) = ws_thread {
         let _ = t.join();
     }
     overhead.teardown_ms = ms(stopping.elapsed());
-    let teardown = Teardown {
-        killed,
-        group_empty: !process::group_alive(pgid),
-        exit: exit.map(|e| ExitRecord {
-            code: e.code,
-            signal: e.signal,
-        }),
-    };
 
     let deciding = overall(&iterations).cloned();
     let outcome = match (&deciding, interrupted) {
@@ -562,7 +525,7 @@ fn about_prompt(ev: &WsEvent, prompt_id: &str) -> bool {
 /// One prompt's iteration record, ComfyUI's exit if it died, and whether the run must stop.
 struct PromptResult {
     iteration: Iteration,
-    exit: Option<ExitInfo>,
+    exit: Option<ExitStatus>,
     stop: bool,
 }
 
@@ -591,7 +554,7 @@ fn ms(d: Duration) -> f64 {
 
 enum Ready {
     Yes,
-    Died(ExitInfo),
+    Died(ExitStatus),
     TimedOut,
     Interrupted,
 }
@@ -609,10 +572,7 @@ fn wait_ready(
     loop {
         live.pump();
         if let Some(exit) = child.try_wait() {
-            return Ready::Died(ExitInfo {
-                code: exit.code,
-                signal: exit.signal,
-            });
+            return Ready::Died(exit);
         }
         match signals::requested() {
             Stop::No => {}
@@ -749,7 +709,7 @@ fn run_prompt(
     let mut done_at: Option<Instant> = None;
     let mut finished = false;
     let mut interrupt_sent: Option<Instant> = None;
-    let mut exit: Option<ExitInfo> = None;
+    let mut exit: Option<ExitStatus> = None;
     let ram_floor = ram_threshold(opts, sampler);
     let mut next_history_poll = Instant::now();
     let mut next_ram_check = Instant::now();
@@ -777,7 +737,7 @@ fn run_prompt(
                     available >> 20,
                     floor >> 20
                 ));
-                child.signal_group(libc::SIGKILL);
+                child.kill_group();
             }
         }
         if let Some(ev) = live.pump() {
@@ -868,10 +828,7 @@ fn run_prompt(
         }
         if let Some(e) = child.try_wait() {
             live.drain();
-            let info = ExitInfo {
-                code: e.code,
-                signal: e.signal,
-            };
+            let info = e;
             // Killed while RAM ran out: the kernel's OOM killer, not a crash of its own.
             obs.ram_exhausted = sampler
                 .and_then(|s| s.snapshot().get("ram.available").map(|r| r.min))
@@ -948,7 +905,7 @@ fn finish_early(
     argv: Vec<String>,
     port: u16,
     v: Verdict,
-    exit: Option<ExitInfo>,
+    exit: Option<ExitStatus>,
 ) -> RunRecord {
     RunRecord {
         outcome: v.outcome,
@@ -968,7 +925,7 @@ fn finish_early(
         teardown: Teardown {
             killed: false,
             group_empty: true,
-            exit: exit.map(ExitRecord::from),
+            exit,
         },
         warnings: Vec::new(),
         system_stats: None,

@@ -1,6 +1,6 @@
 //! The run record: what `run --json` prints and what `bisect` and `report` read back.
 
-use crate::classify::{ExitInfo, Verdict};
+use crate::classify::Verdict;
 use crate::outcome::Outcome;
 use crate::startup::StartupFacts;
 use crate::workflow::CacheBust;
@@ -89,31 +89,8 @@ pub struct Overhead {
     pub teardown_ms: f64,
 }
 
-/// How ComfyUI was stopped.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Teardown {
-    /// SIGKILL was needed after the grace period.
-    pub killed: bool,
-    /// No process of ComfyUI's group was left.
-    pub group_empty: bool,
-    pub exit: Option<ExitRecord>,
-}
-
-/// An exit status, serialisable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExitRecord {
-    pub code: Option<i32>,
-    pub signal: Option<i32>,
-}
-
-impl From<ExitInfo> for ExitRecord {
-    fn from(e: ExitInfo) -> Self {
-        ExitRecord {
-            code: e.code,
-            signal: e.signal,
-        }
-    }
-}
+/// How ComfyUI was stopped (the process layer's own record of a teardown).
+pub use crate::process::Teardown;
 
 /// Everything about one run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

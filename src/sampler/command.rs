@@ -5,18 +5,18 @@ use super::{Sampler, SamplerConfig, SeriesStats, Summary, probe::Unit};
 use crate::duration::format_duration;
 use crate::error::{Error, Result, exit};
 use crate::output::Style;
+use crate::process::{self, ExitStatus};
 use crate::signals::{self, Stop};
 use serde::Serialize;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
 /// How often the main loop looks at the command, the signals and the clock.
 const POLL: Duration = Duration::from_millis(20);
 /// How often the live status line is redrawn.
 const REDRAW: Duration = Duration::from_millis(250);
-/// How long a command gets between SIGTERM and SIGKILL.
+/// How long a command gets between SIGTERM and SIGKILL (a second Ctrl-C cuts it short).
 const GRACE: Duration = Duration::from_secs(5);
 /// Below this, sampling costs more than it tells.
 const MIN_INTERVAL: Duration = Duration::from_millis(1);
@@ -87,54 +87,18 @@ pub fn output_paths(file: &Path) -> (PathBuf, PathBuf) {
     }
 }
 
-/// The exit status a shell would report: the code, or 128 + the signal.
-pub fn shell_status(code: Option<i32>, signal: Option<i32>) -> i32 {
-    match (code, signal) {
-        (Some(c), _) => c,
-        (None, Some(s)) => 128 + s,
-        (None, None) => exit::FAILED,
-    }
-}
-
-fn exit_parts(status: &ExitStatus) -> (Option<i32>, Option<i32>) {
-    use std::os::unix::process::ExitStatusExt;
-    (status.code(), status.signal())
-}
-
-/// Whether `pid` is a live process (a zombie waiting for its parent is not).
-fn alive(pid: u32) -> bool {
-    // 0 and negative pids mean process groups to kill(2).
-    let Some(p) = libc::pid_t::try_from(pid).ok().filter(|&p| p > 0) else {
-        return false;
-    };
-    let r = unsafe { libc::kill(p, 0) };
-    if r != 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EPERM) {
-        return false;
-    }
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].split_ascii_whitespace().next())
-            .is_none_or(|state| state != "Z" && state != "X"),
-        // No /proc (not Linux): kill(0) said it exists.
-        Err(_) => !Path::new("/proc/self").exists(),
-    }
-}
-
 /// Starts `argv` in its own process group, so Ctrl-C and the end of sampling reach all of
 /// it and nothing else.
-fn spawn(argv: &[String], json: bool) -> Result<Child> {
-    use std::os::unix::process::CommandExt;
-    let mut cmd = std::process::Command::new(&argv[0]);
-    cmd.args(&argv[1..]).process_group(0);
-    if json {
-        // `--json` promises one document on stdout: the command's output goes to stderr.
-        use std::os::fd::AsFd;
-        if let Ok(fd) = io::stderr().as_fd().try_clone_to_owned() {
-            cmd.stdout(fd);
-        }
-    }
-    cmd.spawn().map_err(|e| {
+fn spawn(argv: &[String], json: bool) -> Result<process::Child> {
+    let dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let spec = process::Spec {
+        program: std::ffi::OsStr::new(&argv[0]),
+        args: &argv[1..],
+        dir: &dir,
+        env: &[],
+    };
+    // `--json` promises one document on stdout: the command's output goes to stderr.
+    process::Child::spawn_inherited(&spec, json).map_err(|e| {
         let why = match e.kind() {
             io::ErrorKind::NotFound => "command not found".to_string(),
             io::ErrorKind::PermissionDenied => "permission denied".to_string(),
@@ -142,23 +106,6 @@ fn spawn(argv: &[String], json: bool) -> Result<Child> {
         };
         Error::usage(format!("cannot run {}: {why}", argv[0]))
     })
-}
-
-/// SIGTERM to the group, up to [`GRACE`] (cut short by a second Ctrl-C), then SIGKILL.
-fn stop_group(child: &mut Child) -> Option<ExitStatus> {
-    let pgid = child.id();
-    unsafe { libc::killpg(pgid as libc::pid_t, libc::SIGTERM) };
-    let deadline = Instant::now() + GRACE;
-    let mut status = None;
-    while Instant::now() < deadline && signals::requested() != Stop::Now {
-        status = status.or_else(|| child.try_wait().ok().flatten());
-        if status.is_some() && !crate::process::group_alive(pgid) {
-            return status;
-        }
-        std::thread::sleep(POLL);
-    }
-    unsafe { libc::killpg(pgid as libc::pid_t, libc::SIGKILL) };
-    status.or_else(|| child.wait().ok())
 }
 
 /// Runs `vrambisect sample`. Notes (unavailable probes) and the live line go to `err`.
@@ -174,7 +121,7 @@ pub fn sample(req: &Request, err: &mut dyn Write) -> Result<Outcome> {
         return Err(Error::usage("--duration must be above zero"));
     }
     if let Some(pid) = req.pid
-        && !alive(pid)
+        && !process::sys::pid_alive(pid)
     {
         return Err(Error::usage(format!("no process with pid {pid}"))
             .hint("give the pid of a running process, e.g. ComfyUI's python"));
@@ -206,7 +153,7 @@ pub fn sample(req: &Request, err: &mut dyn Write) -> Result<Outcome> {
     } else {
         match spawn(&req.command, req.json) {
             Ok(c) => {
-                sampler.set_root_pid(c.id());
+                sampler.set_root_pid(c.pid);
                 Some(c)
             }
             Err(e) => {
@@ -217,32 +164,33 @@ pub fn sample(req: &Request, err: &mut dyn Write) -> Result<Outcome> {
     };
     let started = Instant::now();
     let mut last_draw: Option<Instant> = None;
+    let child_pid = child.as_ref().map(|c| c.pid);
     let mut stopped_by_us = false;
-    let mut status = None;
+    let mut status: Option<ExitStatus> = None;
+    // Stops the command's whole group: SIGTERM, the grace period, SIGKILL.
+    let mut stop = |child: &mut Option<process::Child>| {
+        if let Some(c) = child.take() {
+            status = c.terminate(GRACE).exit;
+            stopped_by_us = true;
+        }
+    };
     let stopped_by = loop {
         if signals::requested() != Stop::No {
-            if let Some(c) = child.as_mut() {
-                status = stop_group(c);
-                stopped_by_us = true;
-            }
+            stop(&mut child);
             break StoppedBy::Interrupted;
         }
-        if let Some(c) = child.as_mut()
-            && let Ok(Some(s)) = c.try_wait()
-        {
+        if let Some(s) = child.as_ref().and_then(|c| c.try_wait()) {
+            child = None;
             status = Some(s);
             break StoppedBy::CommandExited;
         }
         if let Some(pid) = req.pid
-            && !alive(pid)
+            && !process::sys::pid_alive(pid)
         {
             break StoppedBy::PidExited;
         }
         if req.duration.is_some_and(|d| started.elapsed() >= d) {
-            if let Some(c) = child.as_mut() {
-                status = stop_group(c);
-                stopped_by_us = true;
-            }
+            stop(&mut child);
             break StoppedBy::Duration;
         }
         if req.live && last_draw.is_none_or(|t| t.elapsed() >= REDRAW) {
@@ -262,15 +210,13 @@ pub fn sample(req: &Request, err: &mut dyn Write) -> Result<Outcome> {
     for u in summary.unavailable.iter().skip(opening.len()) {
         let _ = writeln!(err, "note: {}: {}", u.probe, u.reason);
     }
-    let command = child.as_ref().map(|c| {
-        let (exit_code, signal) = status.as_ref().map(exit_parts).unwrap_or((None, None));
-        CommandReport {
-            argv: req.command.clone(),
-            pid: c.id(),
-            exit_code,
-            signal,
-            stopped_by_us,
-        }
+    drop(child);
+    let command = child_pid.map(|pid| CommandReport {
+        argv: req.command.clone(),
+        pid,
+        exit_code: status.and_then(|s| s.code),
+        signal: status.and_then(|s| s.signal),
+        stopped_by_us,
     });
     // Ctrl-C is how open-ended sampling (no duration, nothing to follow) is meant to end;
     // anywhere else it cut short something that would have ended by itself.
@@ -278,7 +224,7 @@ pub fn sample(req: &Request, err: &mut dyn Write) -> Result<Outcome> {
     let exit_code = match (&command, stopped_by) {
         (_, StoppedBy::Interrupted) if open_ended => exit::OK,
         (_, StoppedBy::Interrupted) => exit::INTERRUPTED,
-        (Some(c), _) => shell_status(c.exit_code, c.signal),
+        (Some(_), _) => status.map_or(exit::FAILED, |s| s.shell_code()),
         (None, _) => exit::OK,
     };
     Ok(Outcome {
@@ -506,14 +452,6 @@ mod tests {
                 "{given}"
             );
         }
-    }
-
-    #[test]
-    fn exit_statuses_as_a_shell_reports_them() {
-        assert_eq!(shell_status(Some(7), None), 7);
-        assert_eq!(shell_status(None, Some(15)), 143);
-        assert_eq!(shell_status(None, Some(9)), 137);
-        assert_eq!(shell_status(None, None), exit::FAILED);
     }
 
     #[test]

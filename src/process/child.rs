@@ -1,6 +1,10 @@
-//! Child process control: ComfyUI in its own process group, its output read line by line,
-//! and a teardown that leaves nothing behind (SIGTERM to the group, a grace period, SIGKILL).
+//! A child in its own process group: started with its output read line by line (ComfyUI)
+//! or passed through (the command `sample` follows), and a teardown that leaves nothing
+//! behind (SIGTERM to the group, a grace period, SIGKILL, every wait bounded).
 
+use super::ExitStatus;
+use super::sys::{self, Signal};
+use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -39,21 +43,15 @@ pub struct Child {
     readers: Vec<std::thread::JoinHandle<()>>,
 }
 
-/// How the child ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Exit {
-    pub code: Option<i32>,
-    pub signal: Option<i32>,
-}
-
-impl Exit {
-    fn from_status(status: &std::process::ExitStatus) -> Exit {
-        use std::os::unix::process::ExitStatusExt;
-        Exit {
-            code: status.code(),
-            signal: status.signal(),
-        }
-    }
+/// How a child was stopped.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Teardown {
+    /// SIGKILL was needed after the grace period.
+    pub killed: bool,
+    /// No process of the child's group was left.
+    pub group_empty: bool,
+    /// How the child itself ended (unknown when it outlived every wait).
+    pub exit: Option<ExitStatus>,
 }
 
 /// What to start.
@@ -62,62 +60,160 @@ pub struct Spec<'a> {
     pub args: &'a [String],
     pub dir: &'a Path,
     pub env: &'a [(String, String)],
-    /// Both streams, merged, as printed.
-    pub log: &'a Path,
 }
 
-/// Starts the child in a new process group; every output line goes to `log` and to `tx`.
-///
-/// On Linux the child also gets SIGKILL if this tool dies without cleaning up
-/// (`PR_SET_PDEATHSIG`), so a killed vrambisect cannot leave ComfyUI holding the GPU.
-pub fn spawn<M>(spec: &Spec, tx: Sender<M>) -> std::io::Result<Child>
-where
-    M: From<OutputLine> + From<StreamClosed> + Send + 'static,
-{
-    let (out_r, out_w) = os_pipe::pipe()?;
-    let (err_r, err_w) = os_pipe::pipe()?;
-    let log = Arc::new(Mutex::new(File::create(spec.log)?));
-    let mut expr = duct::cmd(spec.program, spec.args)
-        .dir(spec.dir)
-        .stdin_null()
-        .stdout_file(out_w)
-        .stderr_file(err_w)
-        .unchecked()
-        .before_spawn(|cmd| {
-            use std::os::unix::process::CommandExt;
-            cmd.process_group(0);
-            #[cfg(target_os = "linux")]
-            unsafe {
-                let parent = libc::getpid();
-                cmd.pre_exec(move || {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                    // The parent may have died between fork and prctl.
-                    if libc::getppid() != parent {
-                        libc::_exit(1);
-                    }
-                    Ok(())
-                });
-            }
-            Ok(())
-        });
-    for (k, v) in spec.env {
-        expr = expr.env(k, v);
+impl Spec<'_> {
+    fn expression(&self, die_with_parent: bool) -> duct::Expression {
+        let mut expr = duct::cmd(self.program, self.args)
+            .dir(self.dir)
+            .unchecked()
+            .before_spawn(move |cmd| {
+                sys::new_group(cmd, die_with_parent);
+                Ok(())
+            });
+        for (k, v) in self.env {
+            expr = expr.env(k, v);
+        }
+        expr
     }
-    let handle = expr.start()?;
-    // The expression held the pipes' write ends; dropping it lets readers see EOF.
-    drop(expr);
-    let pid = handle.pids().first().copied().unwrap_or(0);
-    let started = Instant::now();
-    let readers = vec![
-        reader(out_r, Stream::Stdout, started, log.clone(), tx.clone()),
-        reader(err_r, Stream::Stderr, started, log, tx),
-    ];
-    Ok(Child {
-        handle,
-        pid,
-        started,
-        readers,
-    })
+}
+
+impl Child {
+    /// Starts the child in a new process group; every output line goes to `log` (both
+    /// streams, merged, as printed) and to `tx`. The child dies with this tool.
+    pub fn spawn_captured<M>(spec: &Spec, log: &Path, tx: Sender<M>) -> std::io::Result<Child>
+    where
+        M: From<OutputLine> + From<StreamClosed> + Send + 'static,
+    {
+        let (out_r, out_w) = os_pipe::pipe()?;
+        let (err_r, err_w) = os_pipe::pipe()?;
+        let log = Arc::new(Mutex::new(File::create(log)?));
+        let expr = spec
+            .expression(true)
+            .stdin_null()
+            .stdout_file(out_w)
+            .stderr_file(err_w);
+        let handle = expr.start()?;
+        // The expression held the pipes' write ends; dropping it lets readers see EOF.
+        drop(expr);
+        let mut child = Child::from_handle(handle);
+        child.readers = vec![
+            reader(
+                out_r,
+                Stream::Stdout,
+                child.started,
+                log.clone(),
+                tx.clone(),
+            ),
+            reader(err_r, Stream::Stderr, child.started, log, tx),
+        ];
+        Ok(child)
+    }
+
+    /// Starts the child in a new process group with this tool's terminal; its stdout goes to
+    /// this tool's stderr when `stdout_to_stderr` (so stdout keeps one JSON document).
+    pub fn spawn_inherited(spec: &Spec, stdout_to_stderr: bool) -> std::io::Result<Child> {
+        let mut expr = spec.expression(false);
+        if stdout_to_stderr {
+            expr = expr.stdout_to_stderr();
+        }
+        Ok(Child::from_handle(expr.start()?))
+    }
+
+    fn from_handle(handle: duct::Handle) -> Child {
+        let pid = handle.pids().first().copied().unwrap_or(0);
+        Child {
+            handle,
+            pid,
+            started: Instant::now(),
+            readers: Vec::new(),
+        }
+    }
+
+    /// The exit status, if the child has ended.
+    pub fn try_wait(&self) -> Option<ExitStatus> {
+        match self.handle.try_wait() {
+            Ok(Some(out)) => Some(ExitStatus::from(&out.status)),
+            _ => None,
+        }
+    }
+
+    /// Polls for the leader's exit until `deadline`.
+    fn wait_until(&self, deadline: Instant) -> Option<ExitStatus> {
+        loop {
+            if let Some(e) = self.try_wait() {
+                return Some(e);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Sends SIGKILL to the whole group (ComfyUI is about to exhaust the machine's RAM).
+    pub fn kill_group(&self) {
+        sys::signal_group(self.pid, Signal::Kill);
+    }
+
+    /// Whether any process of the group is still alive.
+    pub fn group_alive(&self) -> bool {
+        sys::group_alive(self.pid)
+    }
+
+    /// SIGTERM to the group, up to `grace` for it to exit (cut short by a second Ctrl-C),
+    /// then SIGKILL; waits until the whole group is gone (bounded).
+    pub fn terminate(mut self, grace: Duration) -> Teardown {
+        let mut killed = false;
+        let mut exit = self.try_wait();
+        if exit.is_none() || self.group_alive() {
+            sys::signal_group(self.pid, Signal::Terminate);
+            let deadline = Instant::now() + grace;
+            while Instant::now() < deadline && !crate::signals::kill_now() {
+                exit = exit.or_else(|| self.try_wait());
+                if exit.is_some() && !self.group_alive() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if exit.is_none() || self.group_alive() {
+                sys::signal_group(self.pid, Signal::Kill);
+                killed = true;
+                // Bounded: a process stuck in the GPU driver (uninterruptible sleep) may not
+                // die at once, and the tool must not hang with it.
+                exit = exit.or_else(|| self.wait_until(Instant::now() + Duration::from_secs(10)));
+                sys::wait_group_gone(self.pid, Duration::from_secs(5));
+            }
+        }
+        // A helper that escaped the group can keep the output pipes open; the readers then
+        // never see the end. Wait for them briefly, then leave them behind (they end with
+        // the pipes, or with the tool).
+        let deadline = Instant::now() + Duration::from_secs(2);
+        for r in self.readers.drain(..) {
+            while !r.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if r.is_finished() {
+                let _ = r.join();
+            }
+        }
+        Teardown {
+            killed,
+            group_empty: !self.group_alive(),
+            exit,
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        // Whatever path dropped us (a panic included), the group must not outlive the run.
+        if self.group_alive() {
+            sys::signal_group(self.pid, Signal::Kill);
+            let _ = self.wait_until(Instant::now() + Duration::from_secs(5));
+            sys::wait_group_gone(self.pid, Duration::from_secs(5));
+        }
+    }
 }
 
 fn reader<M>(
@@ -159,115 +255,6 @@ where
     })
 }
 
-impl Child {
-    /// The exit status, if the child has ended.
-    pub fn try_wait(&self) -> Option<Exit> {
-        match self.handle.try_wait() {
-            Ok(Some(out)) => Some(Exit::from_status(&out.status)),
-            _ => None,
-        }
-    }
-
-    /// Polls for the leader's exit until `deadline`.
-    fn wait_until(&self, deadline: Instant) -> Option<Exit> {
-        loop {
-            if let Some(e) = self.try_wait() {
-                return Some(e);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Sends `sig` to the whole group.
-    pub fn signal_group(&self, sig: i32) {
-        if self.pid > 0 {
-            unsafe {
-                libc::killpg(self.pid as libc::pid_t, sig);
-            }
-        }
-    }
-
-    /// Whether any process of the group is still alive.
-    pub fn group_alive(&self) -> bool {
-        group_alive(self.pid)
-    }
-
-    /// SIGTERM to the group, up to `grace` for it to exit, then SIGKILL; waits until the
-    /// whole group is gone (bounded). Returns how the leader ended and whether SIGKILL was
-    /// needed.
-    pub fn terminate(mut self, grace: Duration) -> (Option<Exit>, bool) {
-        let mut killed = false;
-        let mut exit = self.try_wait();
-        if exit.is_none() || self.group_alive() {
-            self.signal_group(libc::SIGTERM);
-            let deadline = Instant::now() + grace;
-            while Instant::now() < deadline {
-                exit = exit.or_else(|| self.try_wait());
-                if exit.is_some() && !self.group_alive() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if exit.is_none() || self.group_alive() {
-                self.signal_group(libc::SIGKILL);
-                killed = true;
-                // Bounded: a process stuck in the GPU driver (uninterruptible sleep) may not
-                // die at once, and the tool must not hang with it.
-                exit = exit.or_else(|| self.wait_until(Instant::now() + Duration::from_secs(10)));
-                let deadline = Instant::now() + Duration::from_secs(5);
-                while self.group_alive() && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
-        }
-        // A helper that escaped the group can keep the output pipes open; the readers then
-        // never see the end. Wait for them briefly, then leave them behind (they end with
-        // the pipes, or with the tool).
-        let deadline = Instant::now() + Duration::from_secs(2);
-        for r in self.readers.drain(..) {
-            while !r.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if r.is_finished() {
-                let _ = r.join();
-            }
-        }
-        (exit, killed)
-    }
-
-    /// Kills the group at once (a second Ctrl-C).
-    pub fn kill_now(self) -> Option<Exit> {
-        self.signal_group(libc::SIGKILL);
-        self.terminate(Duration::from_millis(0)).0
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        // Whatever path dropped us (a panic included), the group must not outlive the run.
-        if self.group_alive() {
-            self.signal_group(libc::SIGKILL);
-            let _ = self.wait_until(Instant::now() + Duration::from_secs(5));
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while self.group_alive() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-    }
-}
-
-/// Whether any process with process group id `pgid` exists (zombies not yet reaped count).
-pub fn group_alive(pgid: u32) -> bool {
-    if pgid == 0 {
-        return false;
-    }
-    let r = unsafe { libc::killpg(pgid as libc::pid_t, 0) };
-    r == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,9 +285,8 @@ mod tests {
             args: &args,
             dir,
             env: &[("VB_TEST".into(), "yes".into())],
-            log: &log,
         };
-        (spawn(&spec, tx).unwrap(), rx)
+        (Child::spawn_captured(&spec, &log, tx).unwrap(), rx)
     }
 
     #[test]
@@ -318,9 +304,10 @@ mod tests {
         assert!(lines.contains(&(Stream::Stdout, "one".into())));
         assert!(lines.contains(&(Stream::Stderr, "two".into())));
         assert!(lines.contains(&(Stream::Stdout, "yes".into())));
-        let (exit, killed) = child.terminate(Duration::from_secs(1));
-        assert_eq!(exit.unwrap().code, Some(0));
-        assert!(!killed);
+        let stopped = child.terminate(Duration::from_secs(1));
+        assert_eq!(stopped.exit.unwrap().code, Some(0));
+        assert!(!stopped.killed);
+        assert!(stopped.group_empty);
         let log = std::fs::read_to_string(tmp.path().join("out.log")).unwrap();
         assert_eq!(log.lines().count(), 3);
     }
@@ -341,8 +328,9 @@ mod tests {
             .parse()
             .unwrap();
         let pgid = child.pid;
-        let (_exit, _) = child.terminate(Duration::from_secs(2));
-        assert!(!group_alive(pgid));
+        let stopped = child.terminate(Duration::from_secs(2));
+        assert!(stopped.group_empty);
+        assert!(!sys::group_alive(pgid));
         assert_ne!(
             unsafe { libc::kill(grandchild, 0) },
             0,
@@ -366,10 +354,10 @@ mod tests {
             }
         }
         let pgid = child.pid;
-        let (exit, killed) = child.terminate(Duration::from_millis(300));
-        assert!(killed);
-        assert_eq!(exit.unwrap().signal, Some(libc::SIGKILL));
-        assert!(!group_alive(pgid));
+        let stopped = child.terminate(Duration::from_millis(300));
+        assert!(stopped.killed);
+        assert_eq!(stopped.exit.unwrap().signal, Some(libc::SIGKILL));
+        assert!(!sys::group_alive(pgid));
     }
 
     #[test]
@@ -410,6 +398,6 @@ mod tests {
         let (child, _rx) = sh("sleep 30", tmp.path());
         let pgid = child.pid;
         drop(child);
-        assert!(!group_alive(pgid));
+        assert!(!sys::group_alive(pgid));
     }
 }
