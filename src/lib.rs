@@ -26,5 +26,6 @@ pub mod sampler;
 pub mod signals;
 pub mod size;
 pub mod startup;
+pub mod text;
 pub mod version;
 pub mod workflow;

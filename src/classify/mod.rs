@@ -296,13 +296,7 @@ pub fn classify_startup(exit: ExitStatus, log: &[String]) -> Verdict {
     v
 }
 
-fn tail(lines: &[String], n: usize) -> Vec<String> {
-    let non_empty: Vec<&String> = lines.iter().filter(|l| !l.trim().is_empty()).collect();
-    non_empty[non_empty.len().saturating_sub(n)..]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-}
+use crate::text::last_lines as tail;
 
 /// The last lines of the last traceback (or of the log, when there is none).
 fn tail_traceback(log: &[String]) -> Vec<String> {

@@ -1,124 +1,32 @@
 //! The run engine: one ComfyUI process, N prompts, one record.
+//!
+//! [`launch`](super::launch) starts ComfyUI; each prompt is submitted here and followed by a
+//! [`PromptWatch`], the pure state machine that decides when and how it ended; this module
+//! only carries messages between ComfyUI and the watch, does the I/O the watch asks for,
+//! tears ComfyUI down and builds the [`RunRecord`] in one place ([`assemble`]).
 
+use super::folder::{self, write_json};
+use super::launch::{self, HOST, Heard, NotReady, Server};
 use super::record::{Effective, Iteration, Overhead, Peaks, RunRecord, Teardown, overall};
+use super::watch::{Action, Input, Limits, PromptWatch, Watched};
 use super::{Reporter, RunEvent, RunOptions};
-use crate::classify::normalize::normalize;
-use crate::classify::{self, ExitStatus, PromptEnd, PromptObservation, Verdict};
-use crate::comfy::events::WsEvent;
-use crate::comfy::ws::{self, WsMessage};
+use crate::classify::{ExitStatus, Verdict};
+use crate::comfy::ws;
 use crate::comfy::{Client, Submitted, rejection_lines};
 use crate::error::Result;
 use crate::flags::{argparse, decide};
 use crate::outcome::Outcome;
-use crate::process::{self, OutputLine, StreamClosed};
 use crate::sampler::{Sampler, SamplerConfig, Summary, ram_not_returned};
 use crate::signals::{self, Stop};
-use crate::startup::StartupFacts;
 use crate::workflow::CacheBust;
 use std::collections::VecDeque;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime};
 
-/// Everything the engine's threads send it.
-enum Msg {
-    Line(OutputLine),
-    Closed,
-    Ws(WsMessage),
-}
-
-impl From<OutputLine> for Msg {
-    fn from(l: OutputLine) -> Self {
-        Msg::Line(l)
-    }
-}
-impl From<StreamClosed> for Msg {
-    fn from(_: StreamClosed) -> Self {
-        Msg::Closed
-    }
-}
-impl From<WsMessage> for Msg {
-    fn from(m: WsMessage) -> Self {
-        Msg::Ws(m)
-    }
-}
-
-/// How long one poll of the event channel waits.
-const TICK: Duration = Duration::from_millis(50);
-/// The most log lines kept for classifying one prompt (a tqdm-heavy log is long).
-const WINDOW_LINES: usize = 20_000;
-const HOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
-
-/// A free TCP port on loopback (the OS picks; a race with another program is handled by
-/// retrying when ComfyUI reports the port in use).
-pub fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind((HOST, 0))?.local_addr()?.port())
-}
-
-/// State shared across the phases of one run.
-struct Live {
-    rx: Receiver<Msg>,
-    /// Kept so the websocket thread can join the same channel.
-    tx: mpsc::Sender<Msg>,
-    startup: StartupFacts,
-    /// Normalised lines since the current window began.
-    window: VecDeque<String>,
-    /// Lines before the server was ready (for startup classification).
-    startup_lines: Vec<String>,
-    ready: bool,
-    streams_closed: u8,
-    last_activity: Instant,
-    ws_closed: Option<String>,
-}
-
-impl Live {
-    fn take_line(&mut self, line: &OutputLine) {
-        let text = normalize(&line.raw).text;
-        if !self.ready {
-            self.startup.observe(&text);
-            if self.startup_lines.len() < WINDOW_LINES {
-                self.startup_lines.push(text.clone());
-            }
-        }
-        if self.window.len() == WINDOW_LINES {
-            self.window.pop_front();
-        }
-        self.window.push_back(text);
-        self.last_activity = Instant::now();
-    }
-
-    /// Receives for up to `TICK`; returns a websocket event when one came.
-    fn pump(&mut self) -> Option<WsEvent> {
-        match self.rx.recv_timeout(TICK) {
-            Ok(Msg::Line(l)) => {
-                self.take_line(&l);
-                None
-            }
-            Ok(Msg::Closed) => {
-                self.streams_closed += 1;
-                None
-            }
-            // Websocket activity counts for the stall watchdog only when it is about the
-            // prompt (the caller decides): extensions broadcast status frames every second.
-            Ok(Msg::Ws(WsMessage::Event(e))) => Some(e),
-            Ok(Msg::Ws(WsMessage::Closed(why))) => {
-                self.ws_closed = Some(why);
-                None
-            }
-            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => None,
-        }
-    }
-
-    /// After the process died: read what is left of its output (bounded).
-    fn drain(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while self.streams_closed < 2 && Instant::now() < deadline {
-            self.pump();
-        }
-    }
-}
+/// Below this much available RAM when ComfyUI dies, the kernel's OOM killer is the suspect.
+const RAM_EXHAUSTED: i64 = 256 << 20;
 
 /// Runs the workflow once (N prompts) and returns the record, also written to the run folder.
 pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunRecord> {
@@ -137,46 +45,142 @@ pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunReco
     let sampler = Sampler::start(SamplerConfig {
         nvml_lib: opts.nvml_lib.clone(),
         cuda: opts.cuda,
-        csv: Some(dir.join("samples.csv")),
-        jsonl: Some(dir.join("samples.jsonl")),
+        csv: Some(dir.join(folder::SAMPLES_CSV)),
+        jsonl: Some(dir.join(folder::SAMPLES_JSONL)),
         ..SamplerConfig::default()
     })
     .ok();
     // Compile the signature catalogue while ComfyUI starts, not after its last message.
     std::thread::spawn(|| crate::classify::catalogue::match_line("").count());
-    let mut record = match &lock {
-        Some(_) => execute_inner(opts, reporter, sampler.as_ref())?,
-        None => {
-            let v = Verdict {
+    let started_at = SystemTime::now();
+    let clock = Instant::now();
+    let mut parts = match &lock {
+        Some(_) => run(opts, reporter, sampler.as_ref(), clock)?,
+        None => Parts::early(
+            Vec::new(),
+            0,
+            Verdict {
                 outcome: Outcome::Interrupted,
                 evidence: vec![],
                 signatures: vec![],
                 explanation: Some("stopped with Ctrl-C while waiting for the GPU".into()),
-            };
-            finish_early(
-                opts,
-                SystemTime::now(),
-                Instant::now(),
-                Vec::new(),
-                0,
-                v,
-                None,
-            )
-        }
+            },
+        ),
     };
-    record.gpu_wait_ms = lock
+    parts.gpu_wait_ms = lock
         .as_ref()
         .map(|l| l.waited.as_millis() as u64)
         .unwrap_or(0);
-    if let Some(sampler) = sampler {
+    let summary = sampler.map(|sampler| {
         settle_gpu(&sampler);
-        let summary = sampler.stop();
-        apply_samples(&mut record, &summary);
-        write_json(&dir.join("samples-summary.json"), &summary);
+        sampler.stop()
+    });
+    let record = assemble(opts, started_at, clock, parts, summary.as_ref());
+    if let Some(summary) = &summary {
+        write_json(&dir.join(folder::SAMPLES_SUMMARY), summary)?;
     }
-    write_json(&dir.join(RunRecord::FILE), &record);
+    write_json(&dir.join(folder::RECORD), &record)?;
     drop(lock);
     Ok(record)
+}
+
+/// What a run found, before it becomes a [`RunRecord`].
+struct Parts {
+    argv: Vec<String>,
+    port: u16,
+    /// The verdict of a run that never got to its prompts.
+    early: Option<Verdict>,
+    startup_ms: Option<u64>,
+    effective: Effective,
+    iterations: Vec<Iteration>,
+    interrupted: bool,
+    teardown: Teardown,
+    system_stats: Option<serde_json::Value>,
+    overhead: Overhead,
+    warnings: Vec<String>,
+    gpu_wait_ms: u64,
+}
+
+impl Parts {
+    /// The verdict of a run that never got to its prompts.
+    fn early(argv: Vec<String>, port: u16, verdict: Verdict) -> Parts {
+        Parts {
+            early: Some(verdict),
+            ..Parts::new(argv, port)
+        }
+    }
+
+    fn new(argv: Vec<String>, port: u16) -> Parts {
+        Parts {
+            argv,
+            port,
+            early: None,
+            startup_ms: None,
+            effective: Effective::default(),
+            iterations: Vec::new(),
+            interrupted: false,
+            teardown: Teardown {
+                killed: false,
+                group_empty: true,
+                exit: None,
+            },
+            system_stats: None,
+            overhead: Overhead::default(),
+            warnings: Vec::new(),
+            gpu_wait_ms: 0,
+        }
+    }
+}
+
+/// The one place a [`RunRecord`] is made.
+fn assemble(
+    opts: &RunOptions,
+    started_at: SystemTime,
+    clock: Instant,
+    parts: Parts,
+    summary: Option<&Summary>,
+) -> RunRecord {
+    let (outcome, evidence, explanation) = match (&parts.early, overall(&parts.iterations)) {
+        (Some(v), _) => (v.outcome, v.evidence.clone(), v.explanation.clone()),
+        (None, deciding) => {
+            let outcome = match deciding {
+                _ if parts.interrupted || parts.iterations.is_empty() => Outcome::Interrupted,
+                Some(it) => it.outcome,
+                None => Outcome::Pass,
+            };
+            (
+                outcome,
+                deciding.map(|d| d.evidence.clone()).unwrap_or_default(),
+                deciding.and_then(|d| d.explanation.clone()),
+            )
+        }
+    };
+    let mut record = RunRecord {
+        outcome,
+        evidence,
+        explanation,
+        argv: parts.argv,
+        flags: opts.comfy_flags.clone(),
+        effective: parts.effective,
+        iterations: parts.iterations,
+        peaks: Peaks::default(),
+        run_dir: opts.run_dir.clone(),
+        workflow: opts.workflow_path.clone(),
+        started_at: folder::rfc3339(started_at),
+        duration_ms: clock.elapsed().as_millis() as u64,
+        startup_ms: parts.startup_ms,
+        port: parts.port,
+        teardown: parts.teardown,
+        warnings: parts.warnings,
+        system_stats: parts.system_stats,
+        overhead: parts.overhead,
+        sampling: Vec::new(),
+        gpu_wait_ms: parts.gpu_wait_ms,
+    };
+    if let Some(summary) = summary {
+        apply_samples(&mut record, summary);
+    }
+    record
 }
 
 /// The RAM threshold below which the run is stopped, from the option and the machine's RAM.
@@ -217,10 +221,12 @@ fn apply_samples(record: &mut RunRecord, summary: &Summary) {
         vram_other_processes_bytes: max("gpu0.others.used"),
     };
     for it in &mut record.iterations {
-        let start = format!("prompt {} start", it.iteration);
-        let end = format!("prompt {} end", it.iteration);
-        it.ram_retained_bytes =
-            ram_not_returned(&summary.marks, &start, &end).map(|r| r.retained_bytes);
+        it.ram_retained_bytes = ram_not_returned(
+            &summary.marks,
+            &prompt_start(it.iteration),
+            &prompt_end(it.iteration),
+        )
+        .map(|r| r.retained_bytes);
     }
     record.sampling = summary
         .unavailable
@@ -229,710 +235,393 @@ fn apply_samples(record: &mut RunRecord, summary: &Summary) {
         .collect();
 }
 
-fn execute_inner(
+/// The sampler's mark at the start of prompt `n`.
+pub fn prompt_start(n: u32) -> String {
+    format!("prompt {n} start")
+}
+
+/// The sampler's mark at the end of prompt `n`.
+pub fn prompt_end(n: u32) -> String {
+    format!("prompt {n} end")
+}
+
+/// Launch, the prompts, teardown.
+fn run(
     opts: &RunOptions,
     reporter: &mut dyn Reporter,
     sampler: Option<&Sampler>,
-) -> Result<RunRecord> {
-    let started_at = SystemTime::now();
-    let clock = Instant::now();
-    let dir = &opts.run_dir;
+    clock: Instant,
+) -> Result<Parts> {
     write_json(
-        &dir.join("workflow.json"),
+        &opts.run_dir.join(folder::WORKFLOW),
         &serde_json::Value::Object(opts.workflow.prompt.clone()),
-    );
-
-    let mut argv_extra: Vec<String> = Vec::new();
-    // Where the install supports it, keep the asset database out of the way: a second
-    // instance on one install otherwise dies with ASSETS_STARTUP_FAILED: in_use (§3.1).
-    if opts.flags.has("--disable-assets")
-        && !opts.comfy_flags.iter().any(|f| f == "--disable-assets")
-    {
-        argv_extra.push("--disable-assets".into());
-    }
-
-    let mut attempt = 0;
-    let (mut live, child, port, argv) = loop {
-        attempt += 1;
-        let port = free_port().map_err(|e| {
-            crate::error::Error::environment(format!("no free port on 127.0.0.1: {e}"))
-        })?;
-        // The user's flags first, the tool's last: argparse keeps the last value, so a
-        // `--port` or `--listen` from a launcher cannot send ComfyUI somewhere the tool does
-        // not look, and `--disable-auto-launch` beats `--windows-standalone-build`.
-        let mut argv: Vec<String> = vec!["main.py".into()];
-        argv.extend(opts.comfy_flags.iter().cloned());
-        argv.extend([
-            "--listen".to_string(),
-            HOST.to_string(),
-            "--port".into(),
-            port.to_string(),
-            "--disable-auto-launch".into(),
-        ]);
-        argv.extend(argv_extra.iter().cloned());
-        reporter.event(&RunEvent::Launching { argv: argv.clone() });
-        let (tx, rx) = mpsc::channel::<Msg>();
-        let mut env: Vec<(String, String)> = vec![
-            ("PYTHONUNBUFFERED".into(), "1".into()),
-            ("PYTHONIOENCODING".into(), "utf-8".into()),
-        ];
-        env.extend(opts.env.iter().cloned());
-        let spec = process::Spec {
-            program: opts.python.path.as_os_str(),
-            args: &argv,
-            dir: &opts.install.dir,
-            env: &env,
-        };
-        let child =
-            match process::Child::spawn_captured(&spec, &dir.join("comfyui.log"), tx.clone()) {
-                Ok(c) => {
-                    if let Some(s) = sampler {
-                        s.set_root_pid(c.pid);
-                        s.mark("launch");
-                    }
-                    c
-                }
-                Err(e) => {
-                    let why = if e.kind() == std::io::ErrorKind::NotFound {
-                        "not found".to_string()
-                    } else {
-                        e.to_string()
-                    };
-                    let v = Verdict {
-                        outcome: Outcome::StartupFailed,
-                        evidence: vec![format!(
-                            "cannot run Python '{}' ({}): {why}",
-                            opts.python.path.display(),
-                            opts.python.how
-                        )],
-                        signatures: vec![],
-                        explanation: Some("pass --python with the Python that runs ComfyUI".into()),
-                    };
-                    return Ok(finish_early(opts, started_at, clock, argv, port, v, None));
-                }
-            };
-        let mut live = Live {
-            rx,
-            tx,
-            startup: StartupFacts::default(),
-            window: VecDeque::new(),
-            startup_lines: Vec::new(),
-            ready: false,
-            streams_closed: 0,
-            last_activity: Instant::now(),
-            ws_closed: None,
-        };
-        match wait_ready(&mut live, &child, port, opts, reporter) {
-            Ready::Yes => break (live, child, port, argv),
-            Ready::Died(exit) => {
-                live.drain();
-                let v = classify::classify_startup(exit, &live.startup_lines);
-                let port_taken = v.signatures.contains(&"port_in_use");
-                let stopped = child.terminate(opts.grace);
-                if port_taken && attempt < 3 {
-                    // The next attempt writes comfyui.log; keep this one beside it.
-                    let _ = std::fs::rename(
-                        dir.join("comfyui.log"),
-                        dir.join(format!("comfyui.attempt{attempt}.log")),
-                    );
-                    continue;
-                }
-                let mut rec = finish_early(opts, started_at, clock, argv, port, v, stopped.exit);
-                rec.effective = Effective::from(&live.startup);
-                return Ok(rec);
-            }
-            Ready::TimedOut => {
-                let stopped = child.terminate(opts.grace);
-                let v = Verdict {
-                    outcome: Outcome::StartupFailed,
-                    evidence: tail(&live.startup_lines, 5),
-                    signatures: vec![],
-                    explanation: Some(format!(
-                        "ComfyUI did not become ready within {} s (raise --startup-timeout for slow disks)",
-                        opts.startup_timeout.as_secs()
-                    )),
-                };
-                let mut rec = finish_early(opts, started_at, clock, argv, port, v, None);
-                rec.teardown = stopped;
-                return Ok(rec);
-            }
-            Ready::Interrupted => {
-                let stopped = child.terminate(opts.grace);
-                let v = Verdict {
-                    outcome: Outcome::Interrupted,
-                    evidence: vec![],
-                    signatures: vec![],
-                    explanation: Some("stopped with Ctrl-C while ComfyUI was starting".into()),
-                };
-                let mut rec = finish_early(opts, started_at, clock, argv, port, v, None);
-                rec.teardown = stopped;
-                return Ok(rec);
-            }
+    )?;
+    let mut server = match launch::launch(opts, reporter, sampler, clock)? {
+        Ok(server) => server,
+        Err(NotReady {
+            argv,
+            port,
+            verdict,
+            teardown,
+            effective,
+        }) => {
+            let mut parts = Parts::early(argv, port, verdict);
+            parts.teardown = teardown;
+            parts.effective = effective;
+            return Ok(parts);
         }
     };
-    let startup_ms = clock.elapsed().as_millis() as u64;
-    let ready_at = Instant::now();
-    live.startup.finish();
-    live.ready = true;
-    live.window.clear();
-    reporter.event(&RunEvent::Ready { startup_ms });
+    reporter.event(&RunEvent::Ready {
+        startup_ms: server.startup_ms,
+    });
     if let Some(s) = sampler {
-        s.set_comfy_url(&format!("http://{HOST}:{port}"));
+        s.set_comfy_url(&format!("http://{HOST}:{}", server.port));
         s.mark("ready");
     }
-
-    let client = Client::new(&HOST.to_string(), port);
+    let client = Client::new(&HOST.to_string(), server.port);
     let client_id = client_id();
     let stop_ws = Arc::new(AtomicBool::new(false));
-    let ws_tx = live.tx.clone();
-    // The websocket may refuse a connection for a moment right after readiness: retry.
-    let mut socket = ws::connect(SocketAddr::from((HOST, port)), &client_id);
-    for _ in 0..4 {
-        if socket.is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-        socket = ws::connect(SocketAddr::from((HOST, port)), &client_id);
-    }
-    let ws_thread = match socket {
-        Ok(socket) => {
-            let stop = stop_ws.clone();
-            Some(std::thread::spawn(move || ws::pump(socket, ws_tx, stop)))
-        }
-        // Without the websocket, prompts are followed through /history (slower, coarser).
-        Err(e) => {
-            live.ws_closed = Some(e);
-            None
-        }
-    };
+    let (ws_thread, mut ws_open) = connect_ws(&server, &client_id, stop_ws.clone());
 
-    let mut iterations: Vec<Iteration> = Vec::new();
-    let mut interrupted = false;
+    let mut parts = Parts::new(server.argv.clone(), server.port);
+    parts.startup_ms = Some(server.startup_ms);
     let mut process_exit: Option<ExitStatus> = None;
-    let mut overhead = Overhead::default();
+    let mut problems = Vec::new();
     for n in 1..=opts.iterations.max(1) {
-        let mut timing = PromptTiming::default();
-        let ctx = PromptCtx {
+        let mut prompt = Prompt {
+            n,
             opts,
             client: &client,
             client_id: &client_id,
-            child: &child,
-            clock,
+            server: &mut server,
             sampler,
+            reporter: &mut *reporter,
+            clock,
+            ws_open: &mut ws_open,
+            submitted: None,
+            last_event: None,
+            problems: &mut problems,
         };
-        let PromptResult {
-            iteration: it,
-            exit,
-            stop: stop_after,
-        } = run_prompt(n, &ctx, &mut live, reporter, &mut timing);
+        let (it, watched_exit, stop) = prompt.run();
+        let (submitted, last_event) = (prompt.submitted, prompt.last_event);
         if n == 1
-            && let Some(t) = timing.submitted
+            && let Some(t) = submitted
         {
-            overhead.ready_to_submitted_ms = ms(t.duration_since(ready_at));
+            parts.overhead.ready_to_submitted_ms = ms(t.duration_since(server.ready_at));
         }
-        overhead.end_to_verdict_ms = timing.last_event.map(|t| ms(t.elapsed())).unwrap_or(0.0);
-        if exit.is_some() {
-            process_exit = exit;
-        }
+        parts.overhead.end_to_verdict_ms = last_event.map(|t| ms(t.elapsed())).unwrap_or(0.0);
+        process_exit = process_exit.or(watched_exit);
         reporter.event(&RunEvent::IterationDone {
             iteration: n,
             outcome: it.outcome,
         });
         let failed = it.outcome != Outcome::Pass;
-        interrupted |= it.outcome == Outcome::Interrupted;
-        iterations.push(it);
-        if failed || stop_after {
+        parts.interrupted |= it.outcome == Outcome::Interrupted;
+        parts.iterations.push(it);
+        if failed || stop {
             break;
         }
     }
 
     reporter.event(&RunEvent::Stopping);
     let stopping = Instant::now();
-    let system_stats = if process_exit.is_none() && signals::requested() != Stop::Now {
-        client.system_stats(Duration::from_secs(5)).ok()
-    } else {
-        None
-    };
-    if let Some(stats) = &system_stats {
-        write_json(&dir.join("system_stats.json"), stats);
+    if process_exit.is_none() && signals::requested() != Stop::Now {
+        parts.system_stats = client.system_stats(Duration::from_secs(5)).ok();
+    }
+    if let Some(stats) = &parts.system_stats
+        && let Err(e) = write_json(&opts.run_dir.join(folder::SYSTEM_STATS), stats)
+    {
+        problems.push(e.message);
     }
     stop_ws.store(true, std::sync::atomic::Ordering::Relaxed);
-    let grace = if signals::requested() == Stop::Now {
+    let grace = if signals::kill_now() {
         Duration::ZERO
     } else {
         opts.grace
     };
-    let teardown = child.terminate(grace);
+    let Server { child, feed, .. } = server;
+    parts.teardown = child.terminate(grace);
     if let Some(t) = ws_thread {
         let _ = t.join();
     }
-    overhead.teardown_ms = ms(stopping.elapsed());
-
-    let deciding = overall(&iterations).cloned();
-    let outcome = match (&deciding, interrupted) {
-        (_, true) => Outcome::Interrupted,
-        (Some(it), _) => it.outcome,
-        (None, _) if iterations.is_empty() => Outcome::Interrupted,
-        (None, _) => Outcome::Pass,
-    };
-    let effective = Effective::from(&live.startup);
-    let warnings = compare_with_prediction(opts, &effective);
-    let record = RunRecord {
-        outcome,
-        evidence: deciding
-            .as_ref()
-            .map(|d| d.evidence.clone())
-            .unwrap_or_default(),
-        explanation: deciding.as_ref().and_then(|d| d.explanation.clone()),
-        argv,
-        flags: opts.comfy_flags.clone(),
-        effective,
-        iterations,
-        peaks: Peaks::default(),
-        run_dir: dir.clone(),
-        workflow: opts.workflow_path.clone(),
-        started_at: super::folder::rfc3339(started_at),
-        duration_ms: clock.elapsed().as_millis() as u64,
-        startup_ms: Some(startup_ms),
-        port,
-        teardown,
-        warnings,
-        system_stats,
-        overhead,
-        sampling: Vec::new(),
-        gpu_wait_ms: 0,
-    };
-    Ok(record)
+    parts.overhead.teardown_ms = ms(stopping.elapsed());
+    parts.effective = Effective::from(&feed.startup);
+    parts.warnings = compare_with_prediction(opts, &parts.effective);
+    parts.warnings.extend(problems);
+    Ok(parts)
 }
 
-/// Whether a websocket event says something about this prompt's progress.
-fn about_prompt(ev: &WsEvent, prompt_id: &str) -> bool {
-    let ours = |p: &Option<String>| p.as_deref().is_none_or(|p| p == prompt_id);
-    match ev {
-        WsEvent::Status { .. } | WsEvent::Other { .. } => false,
-        WsEvent::Executing { prompt_id: p, .. }
-        | WsEvent::Progress { prompt_id: p, .. }
-        | WsEvent::ProgressState { prompt_id: p }
-        | WsEvent::Executed { prompt_id: p, .. } => ours(p),
-        WsEvent::ExecutionStart { prompt_id: p }
-        | WsEvent::ExecutionCached { prompt_id: p, .. }
-        | WsEvent::ExecutionSuccess { prompt_id: p }
-        | WsEvent::ExecutionError { prompt_id: p, .. }
-        | WsEvent::ExecutionInterrupted { prompt_id: p, .. } => p == prompt_id,
+/// Connects the websocket (retrying for a moment right after readiness) and starts the thread
+/// that pumps it into the feed. Without it, prompts are followed through `/history`.
+fn connect_ws(
+    server: &Server,
+    client_id: &str,
+    stop: Arc<AtomicBool>,
+) -> (Option<std::thread::JoinHandle<()>>, bool) {
+    let addr = SocketAddr::from((HOST, server.port));
+    let mut socket = ws::connect(addr, client_id);
+    for _ in 0..4 {
+        if socket.is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+        socket = ws::connect(addr, client_id);
+    }
+    match socket {
+        Ok(socket) => {
+            let tx = server.feed.tx.clone();
+            (
+                Some(std::thread::spawn(move || ws::pump(socket, tx, stop))),
+                true,
+            )
+        }
+        Err(_) => (None, false),
     }
 }
 
-/// One prompt's iteration record, ComfyUI's exit if it died, and whether the run must stop.
-struct PromptResult {
-    iteration: Iteration,
-    exit: Option<ExitStatus>,
-    stop: bool,
+/// How posting a prompt went.
+enum Submission {
+    /// ComfyUI queued it under this id.
+    Queued(String),
+    /// Nothing of it ran: the verdict, and the id if ComfyUI gave one.
+    NothingRan(Box<Watched>, Option<String>),
 }
 
-/// What every prompt of a run shares.
-#[derive(Clone, Copy)]
-struct PromptCtx<'a> {
+/// One prompt of a run: submitted here, followed by a [`PromptWatch`].
+struct Prompt<'a> {
+    n: u32,
     opts: &'a RunOptions,
     client: &'a Client,
     client_id: &'a str,
-    child: &'a process::Child,
-    clock: Instant,
+    server: &'a mut Server,
     sampler: Option<&'a Sampler>,
-}
-
-/// When the moments that bound the tool's own overhead happened in one prompt.
-#[derive(Default)]
-struct PromptTiming {
+    reporter: &'a mut dyn Reporter,
+    clock: Instant,
+    ws_open: &'a mut bool,
+    /// When ComfyUI accepted the prompt.
     submitted: Option<Instant>,
-    /// The last websocket message of the prompt (`executing` with node null, or the end event).
+    /// The last websocket message about it (the start of the tool's own overhead).
     last_event: Option<Instant>,
+    /// Files that could not be written (they become warnings of the record).
+    problems: &'a mut Vec<String>,
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-enum Ready {
-    Yes,
-    Died(ExitStatus),
-    TimedOut,
-    Interrupted,
-}
-
-fn wait_ready(
-    live: &mut Live,
-    child: &process::Child,
-    port: u16,
-    opts: &RunOptions,
-    reporter: &mut dyn Reporter,
-) -> Ready {
-    let client = Client::new(&HOST.to_string(), port);
-    let started = Instant::now();
-    let mut next_poll = started + Duration::from_millis(300);
-    loop {
-        live.pump();
-        if let Some(exit) = child.try_wait() {
-            return Ready::Died(exit);
-        }
-        match signals::requested() {
-            Stop::No => {}
-            _ => {
-                reporter.event(&RunEvent::Interrupting);
-                return Ready::Interrupted;
-            }
-        }
-        let now = Instant::now();
-        if live.startup.ready || now >= next_poll {
-            if client.system_stats(Duration::from_millis(500)).is_ok() {
-                return Ready::Yes;
-            }
-            next_poll = now + Duration::from_millis(250);
-        }
-        if now.duration_since(started) > opts.startup_timeout {
-            return Ready::TimedOut;
+impl Prompt<'_> {
+    fn mark(&self, label: &str) {
+        if let Some(s) = self.sampler {
+            s.mark(label);
         }
     }
-}
 
-/// One prompt: submit, watch, classify. Returns the iteration, ComfyUI's exit if it died,
-/// and whether the run must stop after it.
-#[allow(clippy::too_many_arguments)]
-fn run_prompt(
-    n: u32,
-    ctx: &PromptCtx,
-    live: &mut Live,
-    reporter: &mut dyn Reporter,
-    timing: &mut PromptTiming,
-) -> PromptResult {
-    let PromptCtx {
-        opts,
-        client,
-        client_id,
-        child,
-        clock,
-        sampler,
-    } = *ctx;
-    let mark = |label: String| {
-        if let Some(s) = sampler {
-            s.mark(&label);
+    fn save(&mut self, name: String, value: &serde_json::Value) {
+        if let Err(e) = write_json(&self.opts.run_dir.join(name), value) {
+            self.problems.push(e.message);
         }
-    };
-    let (prompt, bust) = opts.workflow.for_iteration(n);
-    if bust == CacheBust::Free {
-        // No seed to change: empty ComfyUI's cache so the prompt really executes.
-        let _ = client.free();
-        std::thread::sleep(Duration::from_millis(300));
     }
-    live.window.clear();
-    mark(format!("prompt {n} start"));
-    let started_ms = clock.elapsed().as_millis() as u64;
-    let t0 = Instant::now();
-    let mut obs = PromptObservation::default();
-    let it_base = |v: &Verdict, prompt_id: Option<String>, nodes: Vec<String>| {
-        let mut it = Iteration::from_verdict(n, v);
+
+    /// The iteration's record, ComfyUI's exit if it died, and whether the run must stop.
+    fn run(&mut self) -> (Iteration, Option<ExitStatus>, bool) {
+        let n = self.n;
+        let (prompt, bust) = self.opts.workflow.for_iteration(n);
+        if bust == CacheBust::Free {
+            // No seed to change: empty ComfyUI's cache so the prompt really executes.
+            let _ = self.client.free();
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        self.mark(&prompt_start(n));
+        let started_ms = self.clock.elapsed().as_millis() as u64;
+        let t0 = Instant::now();
+        let (watched, prompt_id) = match self.submit(&prompt) {
+            Submission::Queued(prompt_id) => (self.watch(&prompt_id, t0), Some(prompt_id)),
+            Submission::NothingRan(watched, prompt_id) => (*watched, prompt_id),
+        };
+        self.mark(&prompt_end(n));
+        let mut it = Iteration::from_verdict(n, &watched.verdict);
         it.prompt_id = prompt_id;
         it.cache_bust = bust;
         it.started_ms = started_ms;
         it.duration_ms = t0.elapsed().as_millis() as u64;
-        it.nodes_executed = nodes;
-        it
-    };
-    let prompt_id = match client.submit(&prompt, client_id) {
-        Ok(Submitted::Queued {
-            prompt_id,
-            node_errors,
-        }) if node_errors.as_object().is_some_and(|m| !m.is_empty()) => {
-            // A 200 with node errors: ComfyUI dropped the outputs that failed validation and
-            // runs only the rest (§12.11). That is not the user's workflow; do not call it a
-            // pass or a failure of the flags.
-            let _ = client.interrupt();
-            let body = serde_json::json!({ "node_errors": node_errors });
-            write_json(&opts.run_dir.join(format!("rejected-{n}.json")), &body);
-            obs.rejected = Some(rejection_lines(&body));
-            let mut v = classify::classify_prompt(&obs);
-            v.explanation = Some(format!(
-                "ComfyUI accepted prompt {prompt_id} but dropped the outputs that failed validation: fix the workflow so every output validates"
-            ));
-            return PromptResult {
-                iteration: it_base(&v, Some(prompt_id), vec![]),
+        it.nodes_executed = watched.nodes;
+        (it, watched.exit, watched.stop_run)
+    }
+
+    /// Posts the prompt; its id, or the verdict of a prompt that never ran.
+    fn submit(&mut self, prompt: &serde_json::Map<String, serde_json::Value>) -> Submission {
+        let n = self.n;
+        let nothing_ran = |v: Verdict| {
+            Box::new(Watched {
+                verdict: v,
+                nodes: Vec::new(),
                 exit: None,
-                stop: true,
-            };
+                stop_run: true,
+            })
+        };
+        match self.client.submit(prompt, self.client_id) {
+            Ok(Submitted::Queued {
+                prompt_id,
+                node_errors,
+            }) if node_errors.as_object().is_some_and(|m| !m.is_empty()) => {
+                // A 200 with node errors: ComfyUI dropped the outputs that failed validation
+                // and runs only the rest. That is not the user's workflow; do not call it a
+                // pass or a failure of the flags.
+                let _ = self.client.interrupt();
+                let body = serde_json::json!({ "node_errors": node_errors });
+                self.save(folder::rejected(n), &body);
+                let mut watched = PromptWatch::refused(rejection_lines(&body));
+                watched.verdict.explanation = Some(format!(
+                    "ComfyUI accepted prompt {prompt_id} but dropped the outputs that failed validation: fix the workflow so every output validates"
+                ));
+                Submission::NothingRan(Box::new(watched), Some(prompt_id))
+            }
+            Ok(Submitted::Queued { prompt_id, .. }) => {
+                self.submitted = Some(Instant::now());
+                self.reporter.event(&RunEvent::Submitted {
+                    iteration: n,
+                    of: self.opts.iterations,
+                    prompt_id: prompt_id.clone(),
+                });
+                Submission::Queued(prompt_id)
+            }
+            Ok(Submitted::Rejected { body }) => {
+                self.save(folder::rejected(n), &body);
+                Submission::NothingRan(Box::new(PromptWatch::refused(rejection_lines(&body))), None)
+            }
+            Ok(Submitted::ServerError { status, body }) => Submission::NothingRan(
+                nothing_ran(Verdict {
+                    outcome: Outcome::InvalidWorkflow,
+                    evidence: vec![format!(
+                        "HTTP {status} from POST /prompt: {}",
+                        body.lines().last().unwrap_or("")
+                    )],
+                    signatures: vec![],
+                    explanation: Some("ComfyUI could not read the request: the workflow is not in API format, or this is a vrambisect bug".into()),
+                }),
+                None,
+            ),
+            Err(e) => Submission::NothingRan(
+                nothing_ran(Verdict {
+                    outcome: Outcome::Crash,
+                    evidence: vec![format!("POST /prompt failed: {e}")],
+                    signatures: vec![],
+                    explanation: Some("ComfyUI stopped answering HTTP".into()),
+                }),
+                None,
+            ),
         }
-        Ok(Submitted::Queued { prompt_id, .. }) => prompt_id,
-        Ok(Submitted::Rejected { body }) => {
-            write_json(&opts.run_dir.join(format!("rejected-{n}.json")), &body);
-            obs.rejected = Some(rejection_lines(&body));
-            let v = classify::classify_prompt(&obs);
-            return PromptResult {
-                iteration: it_base(&v, None, vec![]),
-                exit: None,
-                stop: true,
-            };
+    }
+
+    /// Carries what ComfyUI says to the watch, and does what the watch asks, until it is over.
+    fn watch(&mut self, prompt_id: &str, t0: Instant) -> Watched {
+        let limits = Limits {
+            timeout: self.opts.timeout,
+            stall: self.opts.stall_timeout,
+            ram_floor: ram_threshold(self.opts, self.sampler),
+        };
+        let mut watch = PromptWatch::new(prompt_id, limits, t0.elapsed(), *self.ws_open);
+        let mut inputs: VecDeque<Input> = VecDeque::new();
+        while !watch.is_done() {
+            match self.server.feed.listen() {
+                Heard::Line(l) => inputs.push_back(Input::Line(l)),
+                Heard::Ws(ev) => {
+                    self.last_event = Some(Instant::now());
+                    inputs.push_back(Input::Ws(ev));
+                }
+                Heard::WsClosed(_) => {
+                    *self.ws_open = false;
+                    inputs.push_back(Input::WsClosed);
+                }
+                Heard::Nothing => {}
+            }
+            if let Some(exit) = self.server.child.try_wait() {
+                inputs.extend(self.server.feed.drain().into_iter().map(Input::Line));
+                // Killed while RAM ran out: the kernel's OOM killer, not a crash of its own.
+                let ram_exhausted = self
+                    .sampler
+                    .and_then(|s| s.snapshot().get("ram.available").map(|r| r.min))
+                    .is_some_and(|min| min < RAM_EXHAUSTED);
+                inputs.push_back(Input::Exited {
+                    exit,
+                    ram_exhausted,
+                });
+            }
+            inputs.push_back(Input::Tick {
+                stop: signals::requested(),
+            });
+            while let Some(input) = inputs.pop_front() {
+                for action in watch.feed(t0.elapsed(), input) {
+                    if let Some(answer) = self.act(action, prompt_id) {
+                        inputs.push_front(answer);
+                    }
+                }
+            }
         }
-        Ok(Submitted::ServerError { status, body }) => {
-            let v = Verdict {
-                outcome: Outcome::InvalidWorkflow,
-                evidence: vec![format!("HTTP {status} from POST /prompt: {}", body.lines().last().unwrap_or(""))],
-                signatures: vec![],
-                explanation: Some("ComfyUI could not read the request: the workflow is not in API format, or this is a vrambisect bug".into()),
-            };
-            return PromptResult {
-                iteration: it_base(&v, None, vec![]),
-                exit: None,
-                stop: true,
-            };
-        }
-        Err(e) => {
-            let v = Verdict {
-                outcome: Outcome::Crash,
-                evidence: vec![format!("POST /prompt failed: {e}")],
-                signatures: vec![],
-                explanation: Some("ComfyUI stopped answering HTTP".into()),
-            };
-            return PromptResult {
-                iteration: it_base(&v, None, vec![]),
-                exit: None,
-                stop: true,
-            };
-        }
-    };
-    timing.submitted = Some(Instant::now());
-    reporter.event(&RunEvent::Submitted {
-        iteration: n,
-        of: opts.iterations,
-        prompt_id: prompt_id.clone(),
-    });
-    live.last_activity = Instant::now();
-    let total = opts.workflow.node_count();
-    let mut nodes: Vec<String> = Vec::new();
-    let mut done_at: Option<Instant> = None;
-    let mut finished = false;
-    let mut interrupt_sent: Option<Instant> = None;
-    let mut exit: Option<ExitStatus> = None;
-    let ram_floor = ram_threshold(opts, sampler);
-    let mut next_history_poll = Instant::now();
-    let mut next_ram_check = Instant::now();
-    loop {
-        // Host memory pressure: stop ComfyUI ourselves before the kernel's OOM killer picks
-        // a process (perhaps the desktop, perhaps this tool).
-        if let (Some(floor), Some(s)) = (ram_floor, sampler)
-            && Instant::now() >= next_ram_check
-            && obs.stopped_for_ram.is_none()
-            && obs.end.is_none()
-        {
-            next_ram_check = Instant::now() + Duration::from_millis(200);
-            if let Some(available) = s
+        watch.finish()
+    }
+
+    /// Does what the watch asked; some actions have an answer for it.
+    fn act(&mut self, action: Action, prompt_id: &str) -> Option<Input> {
+        match action {
+            Action::NodeStarted { node, done } => {
+                let class = self.opts.workflow.class_of(&node).map(str::to_string);
+                self.mark(&format!("node {node} {}", class.as_deref().unwrap_or("?")));
+                self.reporter.event(&RunEvent::Node {
+                    iteration: self.n,
+                    node,
+                    class,
+                    done,
+                    total: self.opts.workflow.node_count(),
+                });
+                None
+            }
+            Action::Step { value, max } => {
+                self.reporter.event(&RunEvent::Step { value, max });
+                None
+            }
+            Action::CheckRam => self
+                .sampler?
                 .snapshot()
                 .get("ram.available")
-                .map(|r| r.last.max(0) as u64)
-                && available < floor
-            {
-                reporter.event(&RunEvent::RamGuard {
+                .map(|r| Input::RamAvailable(r.last.max(0) as u64)),
+            Action::RamLow { available, floor } => {
+                self.reporter.event(&RunEvent::RamGuard {
                     available,
                     threshold: floor,
                 });
-                obs.stopped_for_ram = Some(format!(
-                    "available RAM fell to {} MiB, below the {} MiB threshold (--min-available-ram)",
-                    available >> 20,
-                    floor >> 20
-                ));
-                child.kill_group();
+                None
             }
-        }
-        if let Some(ev) = live.pump() {
-            timing.last_event = Some(Instant::now());
-            if about_prompt(&ev, &prompt_id) {
-                live.last_activity = Instant::now();
+            Action::KillGroup => {
+                self.server.child.kill_group();
+                None
             }
-            match ev {
-                WsEvent::Executing {
-                    prompt_id: Some(p),
-                    node: None,
-                } if p == prompt_id => finished = true,
-                WsEvent::Executing {
-                    prompt_id: p,
-                    node: Some(node),
-                } if p.as_deref().is_none_or(|p| p == prompt_id) => {
-                    if !nodes.contains(&node) {
-                        nodes.push(node.clone());
-                        mark(format!(
-                            "node {node} {}",
-                            opts.workflow.class_of(&node).unwrap_or("?")
-                        ));
-                    }
-                    reporter.event(&RunEvent::Node {
-                        iteration: n,
-                        class: opts.workflow.class_of(&node).map(str::to_string),
-                        node,
-                        done: nodes.len(),
-                        total,
-                    });
+            Action::Interrupting => {
+                self.reporter.event(&RunEvent::Interrupting);
+                None
+            }
+            Action::SendInterrupt => {
+                let _ = self.client.interrupt();
+                None
+            }
+            Action::PollHistory => {
+                let end = self
+                    .client
+                    .history(prompt_id)
+                    .ok()
+                    .and_then(|h| crate::comfy::end_from_history(&h, prompt_id))?;
+                self.last_event = Some(Instant::now());
+                Some(Input::History(end))
+            }
+            Action::SaveHistory => {
+                if let Ok(history) = self.client.history(prompt_id) {
+                    self.save(folder::history(self.n), &history);
                 }
-                WsEvent::Progress {
-                    prompt_id: p,
-                    value,
-                    max,
-                    ..
-                } if p.as_deref().is_none_or(|p| p == prompt_id) => {
-                    reporter.event(&RunEvent::Step { value, max });
-                }
-                WsEvent::ExecutionSuccess { prompt_id: p } if p == prompt_id => {
-                    obs.end = Some(PromptEnd::Success);
-                    done_at = Some(Instant::now());
-                }
-                WsEvent::ExecutionError {
-                    prompt_id: p,
-                    node_id,
-                    node_type,
-                    exception_type,
-                    exception_message,
-                } if p == prompt_id => {
-                    obs.end = Some(PromptEnd::Error {
-                        node_id,
-                        node_type,
-                        exception_type,
-                        exception_message,
-                    });
-                    done_at = Some(Instant::now());
-                }
-                WsEvent::ExecutionInterrupted {
-                    prompt_id: p,
-                    node_id,
-                } if p == prompt_id => {
-                    obs.end = Some(PromptEnd::Interrupted { node_id });
-                    done_at = Some(Instant::now());
-                }
-                _ => {}
+                None
             }
         }
-        // The websocket is gone but ComfyUI is not: history tells how the prompt ended.
-        if live.ws_closed.is_some() && obs.end.is_none() && Instant::now() >= next_history_poll {
-            next_history_poll = Instant::now() + Duration::from_millis(500);
-            if let Some(end) = client
-                .history(&prompt_id)
-                .ok()
-                .and_then(|h| crate::comfy::end_from_history(&h, &prompt_id))
-            {
-                obs.end = Some(end);
-                finished = true;
-                timing.last_event = Some(Instant::now());
-            }
-        }
-        if finished {
-            break;
-        }
-        // History is written before the final `executing`; do not wait forever for it.
-        if done_at.is_some_and(|t| t.elapsed() > Duration::from_secs(5)) {
-            break;
-        }
-        if let Some(e) = child.try_wait() {
-            live.drain();
-            let info = e;
-            // Killed while RAM ran out: the kernel's OOM killer, not a crash of its own.
-            obs.ram_exhausted = sampler
-                .and_then(|s| s.snapshot().get("ram.available").map(|r| r.min))
-                .is_some_and(|min| min < 256 << 20);
-            obs.exit = Some(info);
-            exit = Some(info);
-            break;
-        }
-        match signals::requested() {
-            Stop::Now => {
-                obs.interrupted_by_user = true;
-                break;
-            }
-            Stop::Graceful => {
-                if interrupt_sent.is_none() {
-                    reporter.event(&RunEvent::Interrupting);
-                    let _ = client.interrupt();
-                    interrupt_sent = Some(Instant::now());
-                }
-                obs.interrupted_by_user = true;
-                if interrupt_sent.is_some_and(|t| t.elapsed() > Duration::from_secs(10)) {
-                    break;
-                }
-            }
-            Stop::No => {}
-        }
-        if obs.end.is_none() {
-            if live.last_activity.elapsed() > opts.stall_timeout {
-                obs.stalled = true;
-                break;
-            }
-            if t0.elapsed() > opts.timeout {
-                obs.timed_out = true;
-                break;
-            }
-        }
-    }
-    if obs.end.is_some()
-        && exit.is_none()
-        && let Ok(history) = client.history(&prompt_id)
-    {
-        write_json(&opts.run_dir.join(format!("history-{n}.json")), &history);
-    }
-    if obs.end.is_some() && exit.is_none() {
-        // The websocket can be ahead of stderr: ComfyUI's own lines about this prompt (the
-        // traceback, `Got an OOM…`) may still be in the pipe. It always ends a prompt with
-        // `Prompt executed in …`, so read until that line (bounded).
-        let deadline = Instant::now() + Duration::from_millis(1500);
-        while !live
-            .window
-            .iter()
-            .any(|l| l.starts_with("Prompt executed in"))
-            && Instant::now() < deadline
-        {
-            live.pump();
-        }
-    }
-    mark(format!("prompt {n} end"));
-    obs.log = live.window.iter().cloned().collect();
-    let v = classify::classify_prompt(&obs);
-    let stop = obs.interrupted_by_user || exit.is_some() || obs.stalled || obs.timed_out;
-    PromptResult {
-        iteration: it_base(&v, Some(prompt_id), nodes),
-        exit,
-        stop,
     }
 }
 
-/// The record of a run that never got to its prompts.
-fn finish_early(
-    opts: &RunOptions,
-    started_at: SystemTime,
-    clock: Instant,
-    argv: Vec<String>,
-    port: u16,
-    v: Verdict,
-    exit: Option<ExitStatus>,
-) -> RunRecord {
-    RunRecord {
-        outcome: v.outcome,
-        evidence: v.evidence,
-        explanation: v.explanation,
-        argv,
-        flags: opts.comfy_flags.clone(),
-        effective: Effective::default(),
-        iterations: Vec::new(),
-        peaks: Peaks::default(),
-        run_dir: opts.run_dir.clone(),
-        workflow: opts.workflow_path.clone(),
-        started_at: super::folder::rfc3339(started_at),
-        duration_ms: clock.elapsed().as_millis() as u64,
-        startup_ms: None,
-        port,
-        teardown: Teardown {
-            killed: false,
-            group_empty: true,
-            exit,
-        },
-        warnings: Vec::new(),
-        system_stats: None,
-        overhead: Overhead::default(),
-        sampling: Vec::new(),
-        gpu_wait_ms: 0,
-    }
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 /// Where the log disagrees with what `explain` predicts for these flags.
@@ -987,18 +676,4 @@ fn client_id() -> String {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     format!("vrambisect-{:x}-{:x}", std::process::id(), nanos)
-}
-
-fn tail(lines: &[String], n: usize) -> Vec<String> {
-    let non_empty: Vec<&String> = lines.iter().filter(|l| !l.trim().is_empty()).collect();
-    non_empty[non_empty.len().saturating_sub(n)..]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-}
-
-fn write_json(path: &std::path::Path, value: &impl serde::Serialize) {
-    if let Ok(text) = serde_json::to_string_pretty(value) {
-        let _ = std::fs::write(path, text + "\n");
-    }
 }

@@ -1,8 +1,45 @@
-//! Run folders: where a run keeps its logs, samples and record.
+//! Run folders: where a run keeps its logs, samples and record. The file names are defined
+//! here and nowhere else; `report` and `bisect` read a run folder through these names.
 
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+/// ComfyUI's output, both streams merged, as printed.
+pub const COMFYUI_LOG: &str = "comfyui.log";
+/// The run's record ([`super::RunRecord`]).
+pub const RECORD: &str = "record.json";
+/// The workflow as submitted (API format).
+pub const WORKFLOW: &str = "workflow.json";
+/// Memory samples, one row per sample, with event marks.
+pub const SAMPLES_CSV: &str = "samples.csv";
+/// The same samples as JSON lines.
+pub const SAMPLES_JSONL: &str = "samples.jsonl";
+/// The sampler's summary (peaks, minima, marks).
+pub const SAMPLES_SUMMARY: &str = "samples-summary.json";
+/// `GET /system_stats`, fetched before ComfyUI was stopped.
+pub const SYSTEM_STATS: &str = "system_stats.json";
+
+/// ComfyUI's `/history` entry of prompt `n`.
+pub fn history(n: u32) -> String {
+    format!("history-{n}.json")
+}
+
+/// ComfyUI's answer when it refused prompt `n`.
+pub fn rejected(n: u32) -> String {
+    format!("rejected-{n}.json")
+}
+
+/// Writes `value` as pretty JSON to `path`; a failed write is an error that names the file
+/// (a run whose record is missing must not look like one that happened).
+pub fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| Error::environment(format!("cannot encode {}: {e}", path.display())))?;
+    std::fs::write(path, text + "\n").map_err(|e| Error {
+        kind: crate::error::ErrorKind::Environment,
+        ..crate::error::io_error("write", path, &e)
+    })
+}
 
 /// Creates `dir` for a new run; refuses a folder that already holds files (nothing is ever
 /// overwritten).

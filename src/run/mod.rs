@@ -3,8 +3,10 @@
 
 pub mod engine;
 pub mod folder;
+pub mod launch;
 pub mod record;
 pub mod render;
+pub mod watch;
 
 pub use engine::execute;
 pub use record::RunRecord;

@@ -1,0 +1,414 @@
+//! One prompt, watched: a pure state machine fed what happens while the prompt runs
+//! (websocket events, ComfyUI's log lines, its exit, the clock, the user's Ctrl-C, the RAM
+//! guard's readings). It answers with what the engine must do (show a node, send
+//! `/interrupt`, kill the group, ask `/history`) and, once done, with the prompt's verdict.
+//!
+//! It owns no process, socket or clock: every input carries the time since the prompt was
+//! submitted, so its tests replay a prompt in microseconds, with no ComfyUI.
+
+use crate::classify::{self, ExitStatus, PromptEnd, PromptObservation, Verdict};
+use crate::comfy::events::WsEvent;
+use crate::signals::Stop;
+use std::time::Duration;
+
+/// After the end event, how long to wait for the final `executing` (history is written
+/// before it; a server that never sends it must not hold the run).
+const END_GRACE: Duration = Duration::from_secs(5);
+/// After the end, how long to wait for ComfyUI's own `Prompt executed in …` line: the
+/// websocket can be ahead of stderr, where the traceback and `Got an OOM…` still are.
+const LOG_GRACE: Duration = Duration::from_millis(1500);
+/// After `/interrupt`, how long ComfyUI gets to end the prompt itself.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(10);
+/// How often `/history` is asked once the websocket is gone.
+const HISTORY_POLL: Duration = Duration::from_millis(500);
+/// How often the RAM guard reads available memory.
+const RAM_CHECK: Duration = Duration::from_millis(200);
+/// The most log lines kept for classifying one prompt (a tqdm-heavy log is long).
+const WINDOW_LINES: usize = 20_000;
+
+/// The limits one prompt runs under.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// The whole prompt (`--timeout`).
+    pub timeout: Duration,
+    /// Silence of the prompt's websocket events and of the log (`--stall-timeout`).
+    pub stall: Duration,
+    /// Stop ComfyUI when available RAM falls below this many bytes.
+    pub ram_floor: Option<u64>,
+}
+
+/// What happened, as the engine saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// A websocket message (about this prompt or not: the watcher decides).
+    Ws(WsEvent),
+    /// The websocket is gone; from now on the prompt is followed through `/history`.
+    WsClosed,
+    /// A log line, normalised (see `classify::normalize`).
+    Line(String),
+    /// `/history` says how the prompt ended.
+    History(PromptEnd),
+    /// Available system RAM, in answer to [`Action::CheckRam`].
+    RamAvailable(u64),
+    /// ComfyUI's process ended; `ram_exhausted` when system RAM was nearly gone then.
+    Exited {
+        exit: ExitStatus,
+        ram_exhausted: bool,
+    },
+    /// Time passed; `stop` is what the user's signals ask for now.
+    Tick { stop: Stop },
+}
+
+/// What the engine must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// The prompt reached a node for the first time (`done` nodes so far).
+    NodeStarted { node: String, done: usize },
+    /// A sampler step.
+    Step { value: f64, max: f64 },
+    /// Read available RAM and answer with [`Input::RamAvailable`].
+    CheckRam,
+    /// Available RAM is below the floor: tell the user; [`Action::KillGroup`] follows.
+    RamLow { available: u64, floor: u64 },
+    /// Kill ComfyUI's whole process group now.
+    KillGroup,
+    /// Tell the user that the run is ending cleanly (a first Ctrl-C).
+    Interrupting,
+    /// `POST /interrupt`.
+    SendInterrupt,
+    /// `GET /history/{id}` and answer with [`Input::History`] if it knows the end.
+    PollHistory,
+    /// The prompt has ended with ComfyUI alive: keep its `/history` entry.
+    SaveHistory,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The prompt runs.
+    Running,
+    /// It has ended; the log's last lines about it are still coming (since `at`).
+    Trailing {
+        since: Duration,
+    },
+    Done,
+}
+
+/// One prompt's watch.
+#[derive(Debug)]
+pub struct PromptWatch {
+    prompt_id: String,
+    limits: Limits,
+    phase: Phase,
+    obs: PromptObservation,
+    /// The log lines written since the prompt was submitted (at most [`WINDOW_LINES`]).
+    window: std::collections::VecDeque<String>,
+    nodes: Vec<String>,
+    last_activity: Duration,
+    /// When the websocket said the prompt ended (success, error, interrupted).
+    ended_at: Option<Duration>,
+    interrupt_sent: Option<Duration>,
+    ws_open: bool,
+    next_history_poll: Duration,
+    next_ram_check: Duration,
+}
+
+/// The watch's result.
+#[derive(Debug, Clone)]
+pub struct Watched {
+    pub verdict: Verdict,
+    /// Nodes that started executing, in order.
+    pub nodes: Vec<String>,
+    /// ComfyUI's exit, when it died during the prompt.
+    pub exit: Option<ExitStatus>,
+    /// Whether the run must stop after this prompt (Ctrl-C, ComfyUI dead, hang, timeout).
+    pub stop_run: bool,
+}
+
+impl PromptWatch {
+    /// Starts watching `prompt_id`, submitted at `at`; `ws_open` is false when the
+    /// websocket is already gone.
+    pub fn new(prompt_id: &str, limits: Limits, at: Duration, ws_open: bool) -> PromptWatch {
+        PromptWatch {
+            prompt_id: prompt_id.to_string(),
+            limits,
+            phase: Phase::Running,
+            obs: PromptObservation::default(),
+            window: Default::default(),
+            nodes: Vec::new(),
+            last_activity: at,
+            ended_at: None,
+            interrupt_sent: None,
+            ws_open,
+            next_history_poll: at,
+            next_ram_check: at,
+        }
+    }
+
+    /// The verdict on a prompt ComfyUI refused (HTTP 400, or node errors on a 200): nothing
+    /// of it ran. `lines` summarise the answer.
+    pub fn refused(lines: Vec<String>) -> Watched {
+        let obs = PromptObservation {
+            rejected: Some(lines),
+            ..Default::default()
+        };
+        Watched {
+            verdict: classify::classify_prompt(&obs),
+            nodes: Vec::new(),
+            exit: None,
+            stop_run: true,
+        }
+    }
+
+    /// Whether the watch is over (call [`PromptWatch::finish`]).
+    pub fn is_done(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    /// Takes in what happened at `at` (time since submission); returns what to do.
+    pub fn feed(&mut self, at: Duration, input: Input) -> Vec<Action> {
+        let mut actions = Vec::new();
+        match input {
+            Input::Line(line) => self.line(at, line),
+            Input::Ws(ev) => self.ws(at, ev, &mut actions),
+            Input::WsClosed => self.ws_open = false,
+            Input::History(end) => {
+                if self.obs.end.is_none() && self.phase == Phase::Running {
+                    self.obs.end = Some(end);
+                    self.end_running(at, &mut actions);
+                }
+            }
+            Input::RamAvailable(available) => self.ram(available, &mut actions),
+            Input::Exited {
+                exit,
+                ram_exhausted,
+            } => {
+                if self.phase == Phase::Running {
+                    self.obs.exit = Some(exit);
+                    self.obs.ram_exhausted = ram_exhausted;
+                }
+                // Dead: no more log is coming.
+                self.phase = Phase::Done;
+            }
+            Input::Tick { stop } => self.tick(at, stop, &mut actions),
+        }
+        actions
+    }
+
+    fn line(&mut self, at: Duration, line: String) {
+        if self.phase == Phase::Done {
+            return;
+        }
+        let executed = line.starts_with("Prompt executed in");
+        if self.window.len() == WINDOW_LINES {
+            self.window.pop_front();
+        }
+        self.window.push_back(line);
+        self.last_activity = at;
+        if executed && matches!(self.phase, Phase::Trailing { .. }) {
+            self.phase = Phase::Done;
+        }
+    }
+
+    fn ws(&mut self, at: Duration, ev: WsEvent, actions: &mut Vec<Action>) {
+        if self.phase != Phase::Running {
+            return;
+        }
+        if self.about_prompt(&ev) {
+            self.last_activity = at;
+        }
+        let ours = |p: &Option<String>| p.as_deref().is_none_or(|p| p == self.prompt_id);
+        match ev {
+            WsEvent::Executing {
+                prompt_id: Some(p),
+                node: None,
+            } if p == self.prompt_id => self.end_running(at, actions),
+            WsEvent::Executing {
+                prompt_id,
+                node: Some(node),
+            } if ours(&prompt_id) && !self.nodes.contains(&node) => {
+                self.nodes.push(node.clone());
+                actions.push(Action::NodeStarted {
+                    node,
+                    done: self.nodes.len(),
+                });
+            }
+            WsEvent::Progress {
+                prompt_id,
+                value,
+                max,
+                ..
+            } if ours(&prompt_id) => actions.push(Action::Step { value, max }),
+            WsEvent::ExecutionSuccess { prompt_id } if prompt_id == self.prompt_id => {
+                self.ended(at, PromptEnd::Success)
+            }
+            WsEvent::ExecutionError {
+                prompt_id,
+                node_id,
+                node_type,
+                exception_type,
+                exception_message,
+            } if prompt_id == self.prompt_id => self.ended(
+                at,
+                PromptEnd::Error {
+                    node_id,
+                    node_type,
+                    exception_type,
+                    exception_message,
+                },
+            ),
+            WsEvent::ExecutionInterrupted { prompt_id, node_id } if prompt_id == self.prompt_id => {
+                self.ended(at, PromptEnd::Interrupted { node_id })
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether a websocket event says something about this prompt's progress (extensions
+    /// broadcast status frames every second: they are no sign of life of the prompt).
+    fn about_prompt(&self, ev: &WsEvent) -> bool {
+        let ours = |p: &Option<String>| p.as_deref().is_none_or(|p| p == self.prompt_id);
+        match ev {
+            WsEvent::Status { .. } | WsEvent::Other { .. } => false,
+            WsEvent::Executing { prompt_id: p, .. }
+            | WsEvent::Progress { prompt_id: p, .. }
+            | WsEvent::ProgressState { prompt_id: p }
+            | WsEvent::Executed { prompt_id: p, .. } => ours(p),
+            WsEvent::ExecutionStart { prompt_id: p }
+            | WsEvent::ExecutionCached { prompt_id: p, .. }
+            | WsEvent::ExecutionSuccess { prompt_id: p }
+            | WsEvent::ExecutionError { prompt_id: p, .. }
+            | WsEvent::ExecutionInterrupted { prompt_id: p, .. } => *p == self.prompt_id,
+        }
+    }
+
+    /// The websocket's end event; the final `executing` (or [`END_GRACE`]) ends the watch.
+    fn ended(&mut self, at: Duration, end: PromptEnd) {
+        self.obs.end = Some(end);
+        self.ended_at = Some(at);
+    }
+
+    fn ram(&mut self, available: u64, actions: &mut Vec<Action>) {
+        let Some(floor) = self.limits.ram_floor else {
+            return;
+        };
+        if available >= floor || self.obs.stopped_for_ram.is_some() || self.obs.end.is_some() {
+            return;
+        }
+        actions.push(Action::RamLow { available, floor });
+        self.obs.stopped_for_ram = Some(format!(
+            "available RAM fell to {} MiB, below the {} MiB threshold (--min-available-ram)",
+            available >> 20,
+            floor >> 20
+        ));
+        actions.push(Action::KillGroup);
+    }
+
+    fn tick(&mut self, at: Duration, stop: Stop, actions: &mut Vec<Action>) {
+        match self.phase {
+            Phase::Done => return,
+            Phase::Trailing { since } => {
+                if at.saturating_sub(since) >= LOG_GRACE {
+                    self.phase = Phase::Done;
+                }
+                return;
+            }
+            Phase::Running => {}
+        }
+        // Host memory pressure: stop ComfyUI before the kernel's OOM killer picks a process
+        // (perhaps the desktop, perhaps this tool).
+        if self.limits.ram_floor.is_some()
+            && at >= self.next_ram_check
+            && self.obs.stopped_for_ram.is_none()
+            && self.obs.end.is_none()
+        {
+            self.next_ram_check = at + RAM_CHECK;
+            actions.push(Action::CheckRam);
+        }
+        // The websocket is gone but ComfyUI is not: history tells how the prompt ended.
+        if !self.ws_open && self.obs.end.is_none() && at >= self.next_history_poll {
+            self.next_history_poll = at + HISTORY_POLL;
+            actions.push(Action::PollHistory);
+        }
+        if self
+            .ended_at
+            .is_some_and(|t| at.saturating_sub(t) > END_GRACE)
+        {
+            self.end_running(at, actions);
+            return;
+        }
+        match stop {
+            Stop::Now => {
+                self.obs.interrupted_by_user = true;
+                self.phase = Phase::Done;
+                return;
+            }
+            Stop::Graceful => {
+                if self.interrupt_sent.is_none() {
+                    actions.push(Action::Interrupting);
+                    actions.push(Action::SendInterrupt);
+                    self.interrupt_sent = Some(at);
+                }
+                self.obs.interrupted_by_user = true;
+                if self
+                    .interrupt_sent
+                    .is_some_and(|t| at.saturating_sub(t) > INTERRUPT_GRACE)
+                {
+                    self.phase = Phase::Done;
+                    return;
+                }
+            }
+            Stop::No => {}
+        }
+        if self.obs.end.is_none() {
+            if at.saturating_sub(self.last_activity) > self.limits.stall {
+                self.obs.stalled = true;
+                self.phase = Phase::Done;
+            } else if at > self.limits.timeout {
+                self.obs.timed_out = true;
+                self.phase = Phase::Done;
+            }
+        }
+    }
+
+    /// The prompt is over while ComfyUI lives: keep its history, then read the log's last
+    /// lines about it.
+    fn end_running(&mut self, at: Duration, actions: &mut Vec<Action>) {
+        if self.phase != Phase::Running {
+            return;
+        }
+        if self.obs.end.is_none() {
+            // `executing` with node null but no end event: the history knows how it ended.
+            self.phase = Phase::Done;
+            return;
+        }
+        actions.push(Action::SaveHistory);
+        self.phase = if self
+            .window
+            .iter()
+            .any(|l| l.starts_with("Prompt executed in"))
+        {
+            Phase::Done
+        } else {
+            Phase::Trailing { since: at }
+        };
+    }
+
+    /// The verdict, from everything seen.
+    pub fn finish(mut self) -> Watched {
+        self.obs.log = self.window.into_iter().collect();
+        let exit = self.obs.exit;
+        let stop_run = self.obs.interrupted_by_user
+            || exit.is_some()
+            || self.obs.stalled
+            || self.obs.timed_out;
+        Watched {
+            verdict: classify::classify_prompt(&self.obs),
+            nodes: self.nodes,
+            exit,
+            stop_run,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
