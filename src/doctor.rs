@@ -110,9 +110,7 @@ pub struct Request {
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 
-fn gib(b: u64) -> String {
-    format!("{:.1} GiB", b as f64 / GIB as f64)
-}
+use crate::text::gib;
 
 /// Free bytes for an unprivileged user on the file system holding `path`.
 #[cfg(unix)]

@@ -81,3 +81,47 @@ pub fn table() -> comfy_table::Table {
     table.set_content_arrangement(arrangement);
     table
 }
+
+/// The one live status line on stderr (progress bar and spinner) and the lines printed
+/// above it. Drawn from indicatif's own thread; nothing here holds a lock across a run, so a
+/// draw can never wait for the command. Hidden when stderr is not a terminal, where the lines
+/// that must be seen anyway go straight to stderr.
+pub struct StatusLine {
+    pub bar: indicatif::ProgressBar,
+    visible: bool,
+}
+
+impl StatusLine {
+    /// A status line drawn with `template` (indicatif's syntax), `length` steps long when it
+    /// counts something.
+    pub fn new(visible: bool, template: &str, length: Option<u64>) -> StatusLine {
+        use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+        let bar = if visible {
+            ProgressBar::with_draw_target(length, ProgressDrawTarget::stderr())
+        } else {
+            ProgressBar::hidden()
+        };
+        bar.set_style(
+            ProgressStyle::with_template(template)
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        bar.enable_steady_tick(std::time::Duration::from_millis(150));
+        StatusLine { bar, visible }
+    }
+
+    /// A line that must reach the user even without a terminal (waiting, stopping, a run's
+    /// result): above the status line on a terminal, plainly on stderr elsewhere.
+    pub fn say(&self, msg: String) {
+        if self.visible {
+            self.bar.println(msg);
+        } else {
+            eprintln!("{msg}");
+        }
+    }
+}
+
+impl Drop for StatusLine {
+    fn drop(&mut self) {
+        self.bar.finish_and_clear();
+    }
+}

@@ -9,10 +9,10 @@ use crate::error::{Error, Result, exit};
 use crate::flags::decide::{Context, Platform};
 use crate::install::Install;
 use crate::launcher::{self, Launch};
+use crate::output::StatusLine;
 use crate::run::{self, Reporter, RunEvent, RunOptions};
 use crate::signals::{self, Stop};
 use crate::workflow::Workflow;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -215,102 +215,63 @@ fn launcher_line(
         .and_then(|p| launcher::read_file(p, &[]).ok());
     let python = python.path.display().to_string();
     move |flags: &[String]| {
-        let quoted: Vec<String> = flags.iter().map(|f| quote(f)).collect();
-        match &launch {
-            Some(l) => {
-                let mut parts: Vec<String> = Vec::new();
-                parts.extend(l.python.iter().map(|p| quote(p)));
-                parts.extend(l.python_args.iter().map(|a| quote(a)));
-                parts.extend(l.script.iter().map(|s| quote(s)));
-                parts.extend(quoted);
-                parts.join(" ")
-            }
-            None => format!("{} main.py {}", quote(&python), quoted.join(" "))
-                .trim_end()
-                .to_string(),
-        }
-    }
-}
-
-fn quote(s: &str) -> String {
-    if s.is_empty() || s.contains([' ', '\t', '"', '\'']) {
-        format!("\"{}\"", s.replace('"', "\\\""))
-    } else {
-        s.to_string()
+        let mut parts: Vec<String> = match &launch {
+            Some(l) => l
+                .python
+                .iter()
+                .chain(&l.python_args)
+                .chain(&l.script)
+                .cloned()
+                .collect(),
+            None => vec![python.clone(), "main.py".into()],
+        };
+        parts.extend(flags.iter().cloned());
+        crate::text::command_line(&parts)
     }
 }
 
 /// The bisect's progress: runs done of planned, the current configuration, ETA.
 struct BisectProgress {
-    bar: ProgressBar,
+    line: StatusLine,
     current: String,
-    visible: bool,
 }
 
 impl BisectProgress {
     fn new(visible: bool, planned: u64, done: u64) -> BisectProgress {
-        let bar = if visible {
-            ProgressBar::with_draw_target(Some(planned.max(done + 1)), ProgressDrawTarget::stderr())
-        } else {
-            ProgressBar::hidden()
-        };
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{bar:20} run {pos}/{len} · {elapsed_precise} (ETA {eta}) {msg}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        bar.set_position(done);
-        bar.enable_steady_tick(Duration::from_millis(200));
-        BisectProgress {
-            bar,
-            current: String::new(),
+        let line = StatusLine::new(
             visible,
-        }
-    }
-
-    /// A line that must reach the user even without a terminal (waiting, stopping).
-    fn say(&self, msg: String) {
-        if self.visible {
-            self.bar.println(msg);
-        } else {
-            eprintln!("{msg}");
+            "{bar:20} run {pos}/{len} · {elapsed_precise} (ETA {eta}) {msg}",
+            Some(planned.max(done + 1)),
+        );
+        line.bar.set_position(done);
+        BisectProgress {
+            line,
+            current: String::new(),
         }
     }
 }
 
 impl Reporter for BisectProgress {
     fn event(&mut self, event: &RunEvent) {
-        let detail = match event {
-            RunEvent::Launching { .. } => "starting ComfyUI".to_string(),
-            RunEvent::Ready { .. } => "ComfyUI ready".into(),
-            RunEvent::Submitted { iteration, of, .. } => format!("prompt {iteration}/{of}"),
-            RunEvent::Node {
-                class, done, total, ..
-            } => format!("node {done}/{total} {}", class.as_deref().unwrap_or("")),
-            RunEvent::Step { value, max } => format!("step {}/{}", *value as u64, *max as u64),
-            RunEvent::IterationDone { .. } | RunEvent::Stopping => "stopping ComfyUI".into(),
-            RunEvent::WaitingForGpu { holder } => {
-                self.say(format!(
-                    "waiting for the GPU: {holder} is running a workflow on it"
-                ));
-                return;
-            }
-            RunEvent::RamGuard { available, .. } => {
-                self.say(format!(
-                    "available RAM is down to {} MiB: stopping ComfyUI before the OOM killer does",
-                    available >> 20
-                ));
-                return;
-            }
-            RunEvent::Interrupting => {
-                self.say(
-                    "interrupting: the current run ends cleanly; resume later with --resume".into(),
-                );
-                return;
-            }
-        };
-        self.bar.set_message(format!("{} · {detail}", self.current));
+        if let Some(phase) = event.phase() {
+            self.line
+                .bar
+                .set_message(format!("{} · {phase}", self.current));
+            return;
+        }
+        match event {
+            RunEvent::WaitingForGpu { holder } => self.line.say(format!(
+                "waiting for the GPU: {holder} is running a workflow on it"
+            )),
+            RunEvent::RamGuard { available, .. } => self.line.say(format!(
+                "available RAM is down to {} MiB: stopping ComfyUI before the OOM killer does",
+                available >> 20
+            )),
+            RunEvent::Interrupting => self.line.say(
+                "interrupting: the current run ends cleanly; resume later with --resume".into(),
+            ),
+            _ => {}
+        }
     }
 }
 
@@ -319,8 +280,8 @@ impl SessionReporter for BisectProgress {
         match event {
             SessionEvent::RunStarting { n, describe, .. } => {
                 self.current = describe.clone();
-                if u64::from(*n) > self.bar.length().unwrap_or(0) {
-                    self.bar.set_length(u64::from(*n));
+                if u64::from(*n) > self.line.bar.length().unwrap_or(0) {
+                    self.line.bar.set_length(u64::from(*n));
                 }
             }
             SessionEvent::RunFinished {
@@ -328,20 +289,14 @@ impl SessionReporter for BisectProgress {
                 outcome,
                 duration_ms,
             } => {
-                self.say(format!(
+                self.line.say(format!(
                     "run {n}: {:<40} {} ({:.1} s)",
                     self.current,
                     outcome,
                     *duration_ms as f64 / 1000.0
                 ));
-                self.bar.inc(1);
+                self.line.bar.inc(1);
             }
         }
-    }
-}
-
-impl Drop for BisectProgress {
-    fn drop(&mut self) {
-        self.bar.finish_and_clear();
     }
 }

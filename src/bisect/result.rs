@@ -35,6 +35,16 @@ pub struct Verdict {
     pub flaky: bool,
 }
 
+impl Verdict {
+    /// The flags the verdict names: the fix, or the culprit.
+    pub fn named_flags(&self) -> Vec<&String> {
+        self.fixing_flags
+            .iter()
+            .chain(&self.culprit_flags)
+            .collect()
+    }
+}
+
 /// One configuration tried.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConfigResult {
@@ -234,11 +244,7 @@ fn capitalise(s: &str) -> String {
     }
 }
 
-fn gib(bytes: Option<u64>) -> String {
-    bytes
-        .map(|b| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64))
-        .unwrap_or_else(|| "-".into())
-}
+use crate::text::gib_or_dash as gib;
 
 /// Prints the matrix, the verdict and the line to use.
 pub fn render(r: &BisectResult, style: &Style, out: &mut dyn Write) -> io::Result<()> {
@@ -286,12 +292,11 @@ pub fn render(r: &BisectResult, style: &Style, out: &mut dyn Write) -> io::Resul
         VerdictKind::Untestable => style.bad("UNTESTABLE"),
         VerdictKind::Incomplete => style.warn("INCOMPLETE"),
     };
-    let flags: Vec<String> = r
+    let flags: Vec<&str> = r
         .verdict
-        .fixing_flags
-        .iter()
-        .cloned()
-        .chain(r.verdict.culprit_flags.iter().cloned())
+        .named_flags()
+        .into_iter()
+        .map(String::as_str)
         .collect();
     writeln!(out, "{label} {}", flags.join(" "))?;
     writeln!(out, "  {}", r.verdict.statement)?;

@@ -122,6 +122,20 @@ pub enum VerdictKind {
     Incomplete,
 }
 
+impl VerdictKind {
+    /// The name in JSON (`fixed_by`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerdictKind::FixedBy => "fixed_by",
+            VerdictKind::CausedBy => "caused_by",
+            VerdictKind::NotReproduced => "not_reproduced",
+            VerdictKind::NoFixFound => "no_fix_found",
+            VerdictKind::Untestable => "untestable",
+            VerdictKind::Incomplete => "incomplete",
+        }
+    }
+}
+
 /// What a search found.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Found {

@@ -275,3 +275,18 @@ fn an_untestable_baseline_is_reported_as_such() {
     );
     assert_eq!(runs, 1);
 }
+
+#[test]
+fn verdict_kinds_are_named_as_in_json() {
+    use crate::bisect::search::VerdictKind::*;
+    for kind in [
+        FixedBy,
+        CausedBy,
+        NotReproduced,
+        NoFixFound,
+        Untestable,
+        Incomplete,
+    ] {
+        assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
+    }
+}

@@ -96,13 +96,13 @@ pub fn bisect(sig: &Signature, setup: &Setup) -> Bisect {
     let mut notes = Vec::new();
     if sig.outcome == crate::outcome::Outcome::FlagRejected {
         let flags = match &setup.launch_args {
-            Some(args) if !args.is_empty() => shell_line(args),
+            Some(args) if !args.is_empty() => crate::text::command_line(args),
             _ => "YOUR_FLAGS".to_string(),
         };
         let dir = setup.comfyui_dir.as_deref().unwrap_or(DIR);
         notes.push(format!(
             "see what ComfyUI makes of the flags: vrambisect explain --comfyui {} -- {flags}",
-            shell_line(&[dir.to_string()])
+            crate::text::command_line(&[dir.to_string()])
         ));
     }
     if toggles.is_empty() {
@@ -174,29 +174,12 @@ pub fn with_toggles(toggles: Vec<String>, setup: &Setup) -> Bisect {
         ),
     }
     Bisect {
-        command: Some(shell_line(&argv)),
+        command: Some(crate::text::command_line(&argv)),
         argv,
         toggles,
         skipped: Vec::new(),
         notes,
     }
-}
-
-/// One command line for people: words with spaces or shell characters in double quotes.
-pub fn shell_line(argv: &[String]) -> String {
-    argv.iter()
-        .map(|a| {
-            let plain = !a.is_empty()
-                && a.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_=./:,@%+\\".contains(c));
-            if plain {
-                a.clone()
-            } else {
-                format!("\"{}\"", a.replace('"', "\\\""))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 #[cfg(test)]
@@ -302,7 +285,7 @@ mod tests {
         .map(|s| s.to_string())
         .collect();
         assert_eq!(
-            shell_line(&argv),
+            crate::text::command_line(&argv),
             r#"a --output-directory "D:\My Images" --reserve-vram=1"#
         );
     }

@@ -185,7 +185,7 @@ fn startup(r: &Report, style: &Style, out: &mut dyn Write) -> io::Result<()> {
     }
     let launch = match &r.startup.launch_args {
         Some(a) if a.is_empty() => "none".to_string(),
-        Some(a) => super::advice::shell_line(a),
+        Some(a) => crate::text::command_line(a),
         None => "not shown in the log".to_string(),
     };
     row(out, style, "Launch flags", launch)?;

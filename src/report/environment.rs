@@ -1069,22 +1069,7 @@ fn stats_field_opt(record: Option<&RunRecord>, key: &str) -> Option<String> {
     record.and_then(|r| stats_field(r, key)).map(str::to_string)
 }
 
-/// Arguments joined for a shell, quoted where needed.
-pub fn shell_words(args: &[String]) -> String {
-    args.iter()
-        .map(|a| {
-            if !a.is_empty()
-                && a.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_=.,/:+@%".contains(c))
-            {
-                a.clone()
-            } else {
-                format!("'{}'", a.replace('\'', "'\\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
+pub use crate::text::shell_words;
 
 // ---------------------------------------------------------------------------------------
 // As a table
@@ -1097,13 +1082,7 @@ pub struct Row {
     pub source: String,
 }
 
-fn gib(b: u64) -> String {
-    format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
-}
-
-fn mib(b: u64) -> String {
-    format!("{} MiB", b >> 20)
-}
+use crate::text::{gib, mib};
 
 /// One row: the item's value as `show` writes it, or a dash and why it is missing.
 fn item_row(item: &str, it: &Item, show: &dyn Fn(&Value) -> String) -> Row {

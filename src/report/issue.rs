@@ -183,10 +183,7 @@ fn code(s: &str) -> String {
     }
 }
 
-fn gib(b: Option<u64>) -> String {
-    b.map(|b| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64))
-        .unwrap_or_else(|| "-".into())
-}
+use crate::text::gib_or_dash as gib;
 
 fn secs(ms: u64) -> String {
     format!("{:.1} s", ms as f64 / 1000.0)
@@ -605,16 +602,8 @@ pub fn issue_md(inp: &IssueInput) -> String {
     // Other
     let _ = writeln!(o, "### Other\n");
     if let Some(res) = &src.result {
-        let kind = serde_json::to_value(res.verdict.kind)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        let flags: Vec<&String> = res
-            .verdict
-            .fixing_flags
-            .iter()
-            .chain(&res.verdict.culprit_flags)
-            .collect();
+        let kind = res.verdict.kind.as_str();
+        let flags = res.verdict.named_flags();
         let _ = writeln!(
             o,
             "**Verdict** (vrambisect bisect, {} runs): `{kind}` {}",

@@ -488,16 +488,8 @@ pub fn build(req: &Request) -> Result<Built> {
                 verdict: res.verdict.flags.as_ref() == Some(&c.flags),
             })
             .collect();
-        let kind = serde_json::to_value(res.verdict.kind)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        let flags: Vec<&String> = res
-            .verdict
-            .fixing_flags
-            .iter()
-            .chain(&res.verdict.culprit_flags)
-            .collect();
+        let kind = res.verdict.kind.as_str();
+        let flags = res.verdict.named_flags();
         let title = label(&format!(
             "bisect: {kind} {}",
             flags

@@ -477,11 +477,6 @@ pub fn timeline_png(t: &Timeline) -> Result<Vec<u8>, String> {
     })
 }
 
-fn gib_text(b: Option<u64>) -> String {
-    b.map(|b| format!("{:.2} GiB", b as f64 / GIB))
-        .unwrap_or_else(|| "-".into())
-}
-
 /// The run matrix of a bisect as PNG bytes: one bar per configuration (passes green,
 /// failures red, other outcomes amber), the verdict's row highlighted.
 pub fn matrix_png(title: &str, rows: &[MatrixRow]) -> Result<Vec<u8>, String> {
@@ -563,7 +558,7 @@ pub fn matrix_png(title: &str, rows: &[MatrixRow]) -> Result<Vec<u8>, String> {
                     r.outcome,
                     r.passes,
                     r.runs,
-                    gib_text(r.peak_vram_bytes)
+                    crate::text::gib_or_dash(r.peak_vram_bytes)
                 ),
                 (880, y + 8),
                 text(17, r.verdict),

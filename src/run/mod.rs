@@ -91,6 +91,35 @@ pub enum RunEvent {
     Interrupting,
 }
 
+impl RunEvent {
+    /// The run's phase in words (`starting ComfyUI`, `node 3/7 KSampler`, `step 4/20`), for
+    /// a status line; `None` for events that are messages of their own.
+    pub fn phase(&self) -> Option<String> {
+        Some(match self {
+            RunEvent::Launching { .. } => "starting ComfyUI".into(),
+            RunEvent::Ready { startup_ms } => {
+                format!("ComfyUI ready after {:.1} s", *startup_ms as f64 / 1000.0)
+            }
+            RunEvent::Submitted { iteration, of, .. } => format!("prompt {iteration}/{of}: queued"),
+            RunEvent::Node {
+                iteration,
+                class,
+                node,
+                done,
+                total,
+            } => format!(
+                "prompt {iteration}: node {done}/{total} {} (#{node})",
+                class.as_deref().unwrap_or("?")
+            ),
+            RunEvent::Step { value, max } => format!("step {}/{}", *value as u64, *max as u64),
+            RunEvent::IterationDone { .. } | RunEvent::Stopping => "stopping ComfyUI".into(),
+            RunEvent::WaitingForGpu { .. } | RunEvent::RamGuard { .. } | RunEvent::Interrupting => {
+                return None;
+            }
+        })
+    }
+}
+
 /// A consumer of [`RunEvent`]s (the progress display; a bisect's session log).
 pub trait Reporter {
     fn event(&mut self, event: &RunEvent);

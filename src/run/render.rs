@@ -2,102 +2,45 @@
 
 use super::record::RunRecord;
 use super::{Reporter, RunEvent};
-use crate::output::Style;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use crate::output::{StatusLine, Style};
 use std::io::{self, Write};
-use std::time::Duration;
 
 /// A one-line progress display on stderr (hidden when stderr is not a terminal).
 pub struct Progress {
-    bar: ProgressBar,
-    iteration: (u32, u32),
-    visible: bool,
+    line: StatusLine,
 }
 
 impl Progress {
     pub fn new(visible: bool) -> Progress {
-        let bar = if visible {
-            ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())
-        } else {
-            ProgressBar::hidden()
-        };
-        bar.set_style(
-            ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-        );
-        bar.enable_steady_tick(Duration::from_millis(120));
         Progress {
-            bar,
-            iteration: (0, 0),
-            visible,
-        }
-    }
-
-    /// A line that must reach the user even without a terminal (waiting, stopping).
-    fn say(&self, msg: String) {
-        if self.visible {
-            self.bar.println(msg);
-        } else {
-            eprintln!("{msg}");
+            line: StatusLine::new(visible, "{spinner} {elapsed_precise} {msg}", None),
         }
     }
 }
 
 impl Reporter for Progress {
     fn event(&mut self, event: &RunEvent) {
+        if let Some(phase) = event.phase() {
+            self.line.bar.set_message(phase);
+        }
         match event {
-            RunEvent::Launching { .. } => self.bar.set_message("starting ComfyUI"),
-            RunEvent::Ready { startup_ms } => self.bar.set_message(format!(
-                "ComfyUI ready after {:.1} s",
-                *startup_ms as f64 / 1000.0
+            RunEvent::IterationDone { iteration, outcome } => self
+                .line
+                .bar
+                .println(format!("prompt {iteration}: {}", outcome.describe())),
+            RunEvent::WaitingForGpu { holder } => self.line.say(format!(
+                "waiting for the GPU: {holder} is running a workflow on it"
             )),
-            RunEvent::Submitted { iteration, of, .. } => {
-                self.iteration = (*iteration, *of);
-                self.bar
-                    .set_message(format!("prompt {iteration}/{of}: queued"));
-            }
-            RunEvent::Node {
-                class,
-                node,
-                done,
-                total,
-                ..
-            } => {
-                let class = class.as_deref().unwrap_or("?");
-                self.bar.set_message(format!(
-                    "prompt {}/{}: node {done}/{total} {class} (#{node})",
-                    self.iteration.0, self.iteration.1
-                ));
-            }
-            RunEvent::Step { value, max } => {
-                self.bar.set_message(format!(
-                    "prompt {}/{}: step {}/{}",
-                    self.iteration.0, self.iteration.1, *value as u64, *max as u64
-                ));
-            }
-            RunEvent::IterationDone { iteration, outcome } => {
-                self.bar
-                    .println(format!("prompt {iteration}: {}", outcome.describe()));
-            }
-            RunEvent::Stopping => self.bar.set_message("stopping ComfyUI"),
-            RunEvent::WaitingForGpu { holder } => {
-                self.say(format!("waiting for the GPU: {holder} is running a workflow on it"))
-            }
-            RunEvent::RamGuard { available, threshold } => self.say(format!(
+            RunEvent::RamGuard { available, threshold } => self.line.say(format!(
                 "available RAM is down to {} MiB (threshold {} MiB): stopping ComfyUI before the OOM killer does",
                 available >> 20,
                 threshold >> 20
             )),
-            RunEvent::Interrupting => self.say(
+            RunEvent::Interrupting => self.line.say(
                 "interrupting: finishing cleanly (press Ctrl-C again to kill ComfyUI now)".into(),
             ),
+            _ => {}
         }
-    }
-}
-
-impl Drop for Progress {
-    fn drop(&mut self) {
-        self.bar.finish_and_clear();
     }
 }
 

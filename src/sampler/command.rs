@@ -237,43 +237,10 @@ pub fn sample(req: &Request, err: &mut dyn Write) -> Result<Outcome> {
     })
 }
 
-/// A command line as a shell would take it back: words with spaces or quotes in quotes.
-pub fn shell_words(argv: &[String]) -> String {
-    argv.iter()
-        .map(|a| {
-            let plain = !a.is_empty()
-                && a.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
-            if plain {
-                a.clone()
-            } else {
-                format!("'{}'", a.replace('\'', "'\\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// Bytes as a person reads them: `9.00 GiB`, `379 MiB`, `-1.5 GiB`.
-pub fn format_bytes(v: i64) -> String {
-    let sign = if v < 0 { "-" } else { "" };
-    let b = v.unsigned_abs() as f64;
-    const K: f64 = 1024.0;
-    if b >= K * K * K {
-        format!("{sign}{:.2} GiB", b / (K * K * K))
-    } else if b >= K * K {
-        format!("{sign}{:.0} MiB", b / (K * K))
-    } else if b >= K {
-        format!("{sign}{:.0} KiB", b / K)
-    } else {
-        format!("{sign}{b} B")
-    }
-}
-
 /// A value in its series' unit.
 pub fn format_value(unit: Unit, v: i64) -> String {
     match unit {
-        Unit::Bytes => format_bytes(v),
+        Unit::Bytes => crate::text::bytes(v),
         Unit::KilobytesPerSecond => {
             let f = v as f64;
             if f >= 1e6 {
@@ -303,19 +270,19 @@ pub fn status_line(s: &Summary) -> String {
             parts.push(format!(
                 "gpu{} {} used (peak {})",
                 d.index,
-                format_bytes(u.last),
-                format_bytes(u.max)
+                crate::text::bytes(u.last),
+                crate::text::bytes(u.max)
             ));
         }
     }
     if let Some(t) = get("tree.rss") {
-        parts.push(format!("tree RSS {}", format_bytes(t.last)));
+        parts.push(format!("tree RSS {}", crate::text::bytes(t.last)));
     }
     if let Some(r) = get("ram.available") {
-        parts.push(format!("RAM available {}", format_bytes(r.last)));
+        parts.push(format!("RAM available {}", crate::text::bytes(r.last)));
     }
     if let Some(sw) = get("swap.used").filter(|sw| sw.max > 0) {
-        parts.push(format!("swap {}", format_bytes(sw.last)));
+        parts.push(format!("swap {}", crate::text::bytes(sw.last)));
     }
     parts.join("  ")
 }
@@ -356,12 +323,12 @@ pub fn render(r: &Report, style: &Style, out: &mut dyn Write) -> io::Result<()> 
             d.name.as_deref().unwrap_or("(unnamed GPU)")
         );
         if let Some(t) = d.total_bytes {
-            line.push_str(&format!("  {} total", format_bytes(t as i64)));
+            line.push_str(&format!("  {} total", crate::text::bytes(t as i64)));
         }
         if let Some(rv) = d.reserved_bytes {
             line.push_str(&format!(
                 ", {} reserved by the driver",
-                format_bytes(rv as i64)
+                crate::text::bytes(rv as i64)
             ));
         }
         writeln!(out, "{line}")?;
@@ -382,7 +349,7 @@ pub fn render(r: &Report, style: &Style, out: &mut dyn Write) -> io::Result<()> 
             out,
             "  {} the own CUDA context held {} of VRAM (inside every nvml.used figure)",
             style.warn("!"),
-            format_bytes(b as i64)
+            crate::text::bytes(b as i64)
         )?;
     }
     for u in &s.unavailable {
@@ -427,7 +394,7 @@ pub fn render(r: &Report, style: &Style, out: &mut dyn Write) -> io::Result<()> 
         } else {
             ""
         };
-        writeln!(out, "{} {how}{by_us}", shell_words(&c.argv))?;
+        writeln!(out, "{} {how}{by_us}", crate::text::shell_words(&c.argv))?;
     }
     Ok(())
 }
@@ -470,18 +437,6 @@ mod tests {
         for (unit, v, want) in cases {
             assert_eq!(format_value(unit, v), want);
         }
-    }
-
-    #[test]
-    fn command_lines_are_quoted_where_needed() {
-        let argv: Vec<String> = ["python3", "-c", "import time; time.sleep(1)", "it's", ""]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        assert_eq!(
-            shell_words(&argv),
-            r#"python3 -c 'import time; time.sleep(1)' 'it'\''s' ''"#
-        );
     }
 
     fn stats(name: &str, last: i64, max: i64) -> SeriesStats {

@@ -111,14 +111,9 @@ pub fn parse_status(status: &str) -> ProcMem {
             "VmSwap" => Some(&mut m.swap),
             _ => continue,
         };
-        let Some(kib) = value
-            .split_ascii_whitespace()
-            .next()
-            .and_then(|v| v.parse::<u64>().ok())
-        else {
+        let Some(bytes) = crate::text::proc_kib(value) else {
             continue;
         };
-        let bytes = kib.saturating_mul(1024);
         match field {
             None => m.rss = bytes,
             Some(f) => *f = Some(bytes),

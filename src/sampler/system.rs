@@ -31,14 +31,9 @@ pub fn parse_meminfo(text: &str) -> Option<MemInfo> {
         let Some((key, rest)) = line.split_once(':') else {
             continue;
         };
-        let Some(kib) = rest
-            .split_ascii_whitespace()
-            .next()
-            .and_then(|v| v.parse::<u64>().ok())
-        else {
+        let Some(bytes) = crate::text::proc_kib(rest) else {
             continue;
         };
-        let bytes = kib.saturating_mul(1024);
         match key {
             "MemTotal" => total = Some(bytes),
             "MemAvailable" => available = Some(bytes),
