@@ -8,8 +8,8 @@
 //! diagnosed, facts §7): "the CUDA driver library is loadable" is a presence check.
 
 use crate::install::Install;
+use crate::machine::{self as environment, NvmlNow, PyFacts};
 use crate::output::Style;
-use crate::report::environment::{self, NvmlNow, PyFacts};
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -17,6 +17,7 @@ pub mod gpulock;
 pub mod install;
 pub mod launcher;
 pub mod logscan;
+pub mod machine;
 pub mod outcome;
 pub mod output;
 pub mod process;

@@ -5,12 +5,14 @@
 //! Also the bundle's `README.md`. Pure: everything comes in through [`IssueInput`]; the
 //! caller redacts the text afterwards like every other file.
 
-use super::environment::{self, Environment, shell_words};
+use super::environment;
 use super::source::{RunDir, Source, SourceKind};
 use crate::bisect::search::VerdictKind;
 use crate::classify::normalize::normalize;
+use crate::machine::Environment;
 use crate::outcome::Outcome;
 use crate::run::RunRecord;
+use crate::text::shell_words;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -17,8 +17,8 @@ pub mod source;
 
 use crate::classify::normalize::strip_ansi;
 use crate::error::{Error, Result, io_error};
+use crate::machine::{self, Environment, Inputs, RunFacts};
 use crate::output::Style;
-use environment::{Environment, Inputs, RunFacts};
 use issue::FileNote;
 use redact::{Identity, Kind, Redactor, Tally};
 use serde::Serialize;
@@ -249,7 +249,7 @@ fn launcher_line(src: &Source) -> Option<(String, String)> {
             parts.extend(l.python_args.iter().cloned());
             parts.push(l.script.clone().unwrap_or_else(|| "main.py".into()));
             parts.extend(l.args.iter().cloned());
-            format!("{}: {}", path.display(), environment::shell_words(&parts))
+            format!("{}: {}", path.display(), crate::text::shell_words(&parts))
         }
         Err(_) => format!("{} (no longer readable)", path.display()),
     };
@@ -415,7 +415,7 @@ pub fn build(req: &Request) -> Result<Built> {
         nvml_lib: req.nvml_lib.clone(),
         ask_python: true,
     };
-    let env: Environment = environment::capture(&inputs);
+    let env: Environment = machine::capture(&inputs);
     entries.push(Entry {
         name: "environment.json".into(),
         content: Content::Json(serde_json::to_value(&env).expect("environment serialises")),

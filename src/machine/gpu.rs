@@ -1,0 +1,128 @@
+//! The GPUs as NVML sees them now: devices, driver, processes holding VRAM, PCIe links.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------
+// GPUs through NVML
+
+/// A process holding GPU memory.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GpuProcess {
+    pub gpu: u32,
+    pub pid: u32,
+    /// `/proc/PID/comm`, when readable.
+    pub name: Option<String>,
+    pub used_bytes: Option<u64>,
+}
+
+/// One GPU as NVML sees it now.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GpuNow {
+    pub index: u32,
+    pub name: Option<String>,
+    pub total_bytes: Option<u64>,
+    pub free_bytes: Option<u64>,
+    pub reserved_bytes: Option<u64>,
+    /// `Gen4 x16 (max Gen4 x16)`, or why not.
+    pub pcie_link: Result<String, String>,
+}
+
+/// What NVML says now.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NvmlNow {
+    pub driver: Option<String>,
+    pub cuda_driver: Option<String>,
+    pub gpus: Vec<GpuNow>,
+    /// `None` when the driver does not list processes.
+    pub processes: Option<Vec<GpuProcess>>,
+}
+
+/// The library to load: the one given, else `$VRAMBISECT_NVML_LIB`, else the system's.
+pub fn nvml_lib(explicit: Option<&Path>) -> Option<PathBuf> {
+    explicit.map(Path::to_path_buf).or_else(|| {
+        std::env::var_os(crate::sampler::NVML_LIB_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    })
+}
+
+/// Loads NVML and reads every GPU once. The error is one line for people.
+pub fn nvml_now(lib: Option<&Path>) -> Result<NvmlNow, String> {
+    use nvml_wrapper::Nvml;
+    use nvml_wrapper::enums::device::UsedGpuMemory;
+    use nvml_wrapper::error::NvmlError;
+    let mut builder = Nvml::builder();
+    if let Some(p) = lib {
+        builder.lib_path(p.as_os_str());
+    }
+    let nvml = builder.init().map_err(|e| match (&e, lib) {
+        (NvmlError::LibloadingError(err), Some(p)) => format!("cannot load {}: {err}", p.display()),
+        (NvmlError::LibloadingError(_), None) => {
+            "the NVIDIA management library (libnvidia-ml.so.1 / nvml.dll) is not installed: no NVIDIA driver here".to_string()
+        }
+        (NvmlError::DriverNotLoaded, _) => "the NVIDIA driver is not loaded".to_string(),
+        (NvmlError::NoPermission, _) => "no permission to talk to the NVIDIA driver".to_string(),
+        (e, _) => format!("NVML failed to start: {e}"),
+    })?;
+    let count = nvml
+        .device_count()
+        .map_err(|e| format!("cannot count GPUs: {e}"))?;
+    let mut out = NvmlNow {
+        driver: nvml.sys_driver_version().ok(),
+        cuda_driver: nvml
+            .sys_cuda_driver_version()
+            .ok()
+            .map(crate::sampler::nvml::cuda_version_string),
+        gpus: Vec::new(),
+        processes: Some(Vec::new()),
+    };
+    for index in 0..count {
+        let Ok(dev) = nvml.device_by_index(index) else {
+            continue;
+        };
+        let mem = dev.memory_info().ok();
+        let link = (|| -> Result<String, NvmlError> {
+            let (g, w) = (dev.current_pcie_link_gen()?, dev.current_pcie_link_width()?);
+            let max = match (dev.max_pcie_link_gen(), dev.max_pcie_link_width()) {
+                (Ok(mg), Ok(mw)) if (mg, mw) != (g, w) => format!(" (max Gen{mg} x{mw})"),
+                _ => String::new(),
+            };
+            Ok(format!("Gen{g} x{w}{max}"))
+        })()
+        .map_err(|e| format!("the driver does not report it ({e})"));
+        out.gpus.push(GpuNow {
+            index,
+            name: dev.name().ok(),
+            total_bytes: mem.as_ref().map(|m| m.total),
+            free_bytes: mem.as_ref().map(|m| m.free),
+            reserved_bytes: mem.as_ref().map(|m| m.reserved),
+            pcie_link: link,
+        });
+        let lists = [
+            dev.running_compute_processes(),
+            dev.running_graphics_processes(),
+        ];
+        if lists.iter().all(Result::is_err) {
+            out.processes = None;
+            continue;
+        }
+        for p in lists.into_iter().flatten().flatten() {
+            let procs = out.processes.get_or_insert_with(Vec::new);
+            if procs.iter().any(|q| q.pid == p.pid && q.gpu == index) {
+                continue;
+            }
+            procs.push(GpuProcess {
+                gpu: index,
+                pid: p.pid,
+                name: std::fs::read_to_string(format!("/proc/{}/comm", p.pid))
+                    .ok()
+                    .map(|s| s.trim().to_string()),
+                used_bytes: match p.used_gpu_memory {
+                    UsedGpuMemory::Used(b) => Some(b),
+                    UsedGpuMemory::Unavailable => None,
+                },
+            });
+        }
+    }
+    Ok(out)
+}

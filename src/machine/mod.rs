@@ -1,0 +1,618 @@
+//! Machine facts, for the bundle and `doctor`: OS, kernel, CPU, RAM, swap; GPUs, driver,
+//! CUDA driver version, PCIe link and other processes holding VRAM (NVML); ComfyUI's version,
+//! git commit and branch; Python, torch and torch's CUDA build, comfy-aimdo, comfy-kitchen
+//! (asked of the install's own Python without importing torch); custom nodes; the launcher
+//! line; environment variables on an allowlist.
+//!
+//! Every item says where it came from (`{value, source}`) or why it is missing
+//! (`{missing}`). What a run recorded (its startup log, `/system_stats`, the sampler's NVML
+//! readings) is preferred to what the machine says now, so a bundle describes the machine the
+//! runs happened on. Nothing outside the allowlist is read: no host name, no user name, no
+//! other environment variable.
+
+use crate::install::{Install, Python};
+use crate::report::redact::{ENV_ALLOWLIST, env_allowed};
+use crate::run::RunRecord;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The `format` field of `environment.json`.
+pub const FORMAT: &str = "vrambisect environment v1";
+
+/// One fact: its value and where it came from, or why it is missing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Item {
+    Found { value: Value, source: String },
+    Missing { missing: String },
+}
+
+impl Item {
+    pub fn found(value: impl Into<Value>, source: impl Into<String>) -> Item {
+        Item::Found {
+            value: value.into(),
+            source: source.into(),
+        }
+    }
+
+    pub fn missing(reason: impl Into<String>) -> Item {
+        Item::Missing {
+            missing: reason.into(),
+        }
+    }
+
+    pub fn value(&self) -> Option<&Value> {
+        match self {
+            Item::Found { value, .. } => Some(value),
+            Item::Missing { .. } => None,
+        }
+    }
+
+    /// The value as text (strings as they are, other JSON compactly).
+    pub fn text(&self) -> Option<String> {
+        self.value().map(|v| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+    }
+
+    /// The first item found among candidates, else one missing item naming every reason.
+    pub fn first(candidates: impl IntoIterator<Item = Item>) -> Item {
+        let mut reasons: Vec<String> = Vec::new();
+        for c in candidates {
+            match c {
+                Item::Found { .. } => return c,
+                Item::Missing { missing } => {
+                    if !missing.is_empty() && !reasons.contains(&missing) {
+                        reasons.push(missing)
+                    }
+                }
+            }
+        }
+        Item::missing(if reasons.is_empty() {
+            "not known".to_string()
+        } else {
+            reasons.join("; ")
+        })
+    }
+}
+
+/// Turns an `Option` into an item with this source, or missing with this reason.
+fn opt(v: Option<impl Into<Value>>, source: &str, reason: &str) -> Item {
+    match v {
+        Some(v) => Item::found(v, source),
+        None => Item::missing(reason),
+    }
+}
+
+/// Everything `environment.json` holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Environment {
+    pub format: String,
+    pub vrambisect_version: String,
+    pub captured_at: String,
+    pub os: Item,
+    pub kernel: Item,
+    pub cpu: Item,
+    pub ram_bytes: Item,
+    pub swap_bytes: Item,
+    /// `[{index, name, vram_total_bytes, vram_reserved_bytes, vram_free_bytes, pcie_link}]`
+    pub gpus: Item,
+    pub nvidia_driver: Item,
+    /// The newest CUDA version the driver supports (`nvidia-smi`'s "CUDA Version").
+    pub cuda_driver: Item,
+    /// The most VRAM other processes held while the workflow ran (NVML, per process).
+    pub other_processes_vram_bytes: Item,
+    /// `[{gpu, pid, name, used_bytes}]` when the report was made.
+    pub gpu_processes_now: Item,
+    pub comfyui_folder: Item,
+    pub comfyui_version: Item,
+    /// `{commit, branch}`
+    pub comfyui_git: Item,
+    pub python: Item,
+    pub python_executable: Item,
+    pub torch: Item,
+    /// The CUDA (or ROCm) version torch was built for.
+    pub torch_cuda: Item,
+    pub comfy_aimdo: Item,
+    pub comfy_kitchen: Item,
+    pub comfyui_frontend: Item,
+    /// `[{name, commit}]`
+    pub custom_nodes: Item,
+    pub launcher: Item,
+    /// How ComfyUI was started (from the run's record).
+    pub command: Item,
+    /// `{NAME: value}` for the allowlisted variables that are set.
+    pub env: Item,
+}
+
+/// What a run recorded about the machine it ran on.
+#[derive(Debug, Clone)]
+pub struct RunFacts {
+    /// `run 001`
+    pub label: String,
+    pub record: RunRecord,
+    /// The run's `samples-summary.json`.
+    pub summary: Option<Value>,
+    /// The run's log, normalised (no ANSI, no level tags).
+    pub log: Option<String>,
+}
+
+/// What a capture starts from.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    /// The ComfyUI folder and how it was found.
+    pub comfyui: Option<(PathBuf, String)>,
+    /// Why the ComfyUI folder is not known, when it is not.
+    pub comfyui_unknown: Option<String>,
+    /// `--python`, or the one a session was started with.
+    pub python: Option<PathBuf>,
+    pub run: Option<RunFacts>,
+    /// The launcher line and where it came from.
+    pub launcher: Option<(String, String)>,
+    /// Variables a launcher set.
+    pub launcher_env: Vec<(String, String)>,
+    /// The NVML library (default: `$VRAMBISECT_NVML_LIB`, else the system's).
+    pub nvml_lib: Option<PathBuf>,
+    /// Ask the install's Python (skipped in tests of the pure parts).
+    pub ask_python: bool,
+}
+
+mod comfyui;
+mod gpu;
+mod host;
+mod python;
+
+pub use comfyui::*;
+pub use gpu::*;
+pub use host::*;
+pub use python::*;
+
+// ---------------------------------------------------------------------------------------
+// The whole capture
+
+/// A string field of `/system_stats`' `system` object.
+fn stats_field<'a>(record: &'a RunRecord, key: &str) -> Option<&'a str> {
+    record
+        .system_stats
+        .as_ref()?
+        .get("system")?
+        .get(key)?
+        .as_str()
+        .filter(|s| !s.is_empty())
+}
+
+fn stats_package<'a>(record: &'a RunRecord, name: &str) -> Option<&'a str> {
+    record
+        .system_stats
+        .as_ref()?
+        .get("system")?
+        .get("comfy_package_versions")?
+        .get(name)?
+        .as_str()
+}
+
+/// The value after `prefix` on the first log line that has it.
+fn log_value(log: &str, prefix: &str) -> Option<String> {
+    log.lines().find_map(|l| {
+        let i = l.find(prefix)?;
+        let v = l[i + prefix.len()..].trim();
+        (!v.is_empty()).then(|| v.to_string())
+    })
+}
+
+/// Captures the environment.
+pub fn capture(inp: &Inputs) -> Environment {
+    merge(inp, probe(inp))
+}
+
+/// What the probes find on this machine now: the I/O half of a capture.
+pub struct Probes {
+    /// OS, kernel, CPU, RAM and swap.
+    pub host: [Item; 5],
+    pub nvml: Result<NvmlNow, String>,
+    /// The install and how its folder was found.
+    pub install: Option<(Install, String)>,
+    /// Its git commit and branch (meaningful with an install).
+    pub git: Result<GitInfo, String>,
+    pub custom_nodes: Result<Vec<Value>, String>,
+    /// What its Python said, and which Python that was.
+    pub python: Result<(PyFacts, String), String>,
+    /// The allowlisted variables set in this process's environment.
+    pub process_env: Vec<(String, String)>,
+}
+
+/// Why the install is not known, when it is not.
+fn unknown_install(inp: &Inputs) -> String {
+    inp.comfyui_unknown
+        .clone()
+        .unwrap_or_else(|| "the ComfyUI folder is not known (pass --comfyui DIR)".into())
+}
+
+/// Runs every probe: the machine, NVML, the install's folder and its Python, the environment.
+pub fn probe(inp: &Inputs) -> Probes {
+    let install = inp
+        .comfyui
+        .as_ref()
+        .and_then(|(dir, how)| Install::open(dir).ok().map(|i| (i, how.clone())));
+    let unknown = unknown_install(inp);
+    let (git, custom_nodes) = match &install {
+        Some((i, _)) => (git_info(&i.dir), self::custom_nodes(&i.dir)),
+        None => (Err(unknown.clone()), Err(unknown.clone())),
+    };
+    let python = match (&install, inp.ask_python) {
+        (Some((i, _)), true) => {
+            let python = i.python(inp.python.as_deref());
+            ask_python(&python, &i.dir).map(|f| {
+                let src = format!("{} ({})", python.path.display(), python.how);
+                (f, src)
+            })
+        }
+        (Some(_), false) => Err("the install's Python was not asked".into()),
+        (None, _) => Err(unknown),
+    };
+    Probes {
+        host: host::machine(),
+        nvml: nvml_now(nvml_lib(inp.nvml_lib.as_deref()).as_deref()),
+        install,
+        git,
+        custom_nodes,
+        python,
+        process_env: ENV_ALLOWLIST
+            .iter()
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+            .collect(),
+    }
+}
+
+/// Merges what the run recorded with what the probes found (no I/O): a run's own record
+/// wins, so the bundle describes the machine the runs happened on.
+pub fn merge(inp: &Inputs, probes: Probes) -> Environment {
+    let Probes {
+        host,
+        nvml: now,
+        install,
+        git,
+        custom_nodes,
+        python: py,
+        process_env,
+    } = probes;
+    let [os, kernel, cpu, ram_now, swap_bytes] = host;
+    let run = inp.run.as_ref();
+    let label = run.map(|r| r.label.as_str()).unwrap_or("the run");
+    let src_stats = format!("/system_stats of {label}");
+    let src_log = format!("startup log of {label}");
+    let src_sampled = format!("NVML during {label}");
+    let record = run.map(|r| &r.record);
+    let log = run.and_then(|r| r.log.as_deref());
+    let summary = run.and_then(|r| r.summary.as_ref());
+
+    let ram_bytes = Item::first([
+        opt(
+            record
+                .and_then(|r| r.system_stats.as_ref())
+                .and_then(|s| s.pointer("/system/ram_total"))
+                .and_then(Value::as_u64),
+            &src_stats,
+            "",
+        ),
+        ram_now,
+    ]);
+
+    // GPUs: what the sampler saw during the run, completed with NVML now.
+    let now_reason = now.as_ref().err().cloned().unwrap_or_default();
+    let sampled: Vec<Value> = summary
+        .and_then(|s| s.get("devices"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let link_of = |index: u64| -> Value {
+        match &now {
+            Ok(n) => match n.gpus.iter().find(|g| u64::from(g.index) == index) {
+                Some(g) => match &g.pcie_link {
+                    Ok(l) => json!({"value": l, "source": "NVML now"}),
+                    Err(e) => json!({"missing": e}),
+                },
+                None => json!({"missing": "NVML does not see this GPU now"}),
+            },
+            Err(e) => json!({"missing": e}),
+        }
+    };
+    let gpus = if !sampled.is_empty() {
+        let list: Vec<Value> = sampled
+            .iter()
+            .map(|d| {
+                let index = d.get("index").and_then(Value::as_u64).unwrap_or(0);
+                json!({
+                    "index": index,
+                    "name": d.get("name"),
+                    "vram_total_bytes": d.get("total_bytes"),
+                    "vram_reserved_bytes": d.get("reserved_bytes"),
+                    "pcie_link": link_of(index),
+                })
+            })
+            .collect();
+        Item::found(list, &src_sampled)
+    } else if let Ok(n) = &now
+        && !n.gpus.is_empty()
+    {
+        let list: Vec<Value> = n
+            .gpus
+            .iter()
+            .map(|g| {
+                json!({
+                    "index": g.index,
+                    "name": g.name,
+                    "vram_total_bytes": g.total_bytes,
+                    "vram_reserved_bytes": g.reserved_bytes,
+                    "vram_free_bytes": g.free_bytes,
+                    "pcie_link": link_of(u64::from(g.index)),
+                })
+            })
+            .collect();
+        Item::found(list, "NVML now")
+    } else {
+        // ComfyUI's own device list (CUDA's view; no GPU in CPU mode).
+        let devices: Vec<Value> = record
+            .and_then(|r| r.system_stats.as_ref())
+            .and_then(|s| s.get("devices"))
+            .and_then(Value::as_array)
+            .map(|d| {
+                d.iter()
+                    .filter(|d| d.get("type").and_then(Value::as_str) != Some("cpu"))
+                    .map(|d| {
+                        json!({"index": d.get("index"), "name": d.get("name"),
+                               "vram_total_bytes": d.get("vram_total")})
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if devices.is_empty() {
+            Item::missing(if now_reason.is_empty() {
+                "NVML sees no GPU".to_string()
+            } else {
+                now_reason.clone()
+            })
+        } else {
+            Item::found(devices, format!("{src_stats} (CUDA's view)"))
+        }
+    };
+    let from_summary = |k: &str| {
+        summary
+            .and_then(|s| s.get(k))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let nvidia_driver = Item::first([
+        opt(from_summary("driver_version"), &src_sampled, ""),
+        match &now {
+            Ok(n) => opt(n.driver.clone(), "NVML now", "NVML does not say"),
+            Err(e) => Item::missing(e.clone()),
+        },
+    ]);
+    let cuda_driver = Item::first([
+        opt(from_summary("cuda_driver_version"), &src_sampled, ""),
+        match &now {
+            Ok(n) => opt(n.cuda_driver.clone(), "NVML now", "NVML does not say"),
+            Err(e) => Item::missing(e.clone()),
+        },
+    ]);
+    let other_processes_vram_bytes = opt(
+        record.and_then(|r| r.peaks.vram_other_processes_bytes),
+        &format!("NVML during {label} (peak)"),
+        &record
+            .and_then(|r| r.sampling.iter().find(|s| s.starts_with("nvml")).cloned())
+            .unwrap_or_else(|| "not recorded (no per-process NVML figures during the run)".into()),
+    );
+    let gpu_processes_now = match &now {
+        Ok(n) => match &n.processes {
+            Some(p) => Item::found(
+                serde_json::to_value(p).unwrap_or_default(),
+                "NVML now (when the report was made)",
+            ),
+            None => Item::missing("the driver does not list GPU processes (WDDM?)"),
+        },
+        Err(e) => Item::missing(e.clone()),
+    };
+
+    // ComfyUI.
+    let unknown = unknown_install(inp);
+    let comfyui_folder = match (&install, &inp.comfyui) {
+        (Some((i, how)), _) => Item::found(i.dir.display().to_string(), how.clone()),
+        (None, Some((dir, _))) => Item::missing(format!(
+            "{} is not a ComfyUI folder any more",
+            dir.display()
+        )),
+        (None, None) => Item::missing(unknown.clone()),
+    };
+    let comfyui_version = Item::first([
+        opt(
+            record.and_then(|r| r.effective.comfyui_version.clone()),
+            &src_log,
+            "",
+        ),
+        opt(stats_field_opt(record, "comfyui_version"), &src_stats, ""),
+        match &install {
+            Some((i, _)) => opt(
+                i.version.as_ref().map(|v| v.to_string()),
+                &format!("{}", i.dir.join("comfyui_version.py").display()),
+                "comfyui_version.py has no version",
+            ),
+            None => Item::missing(unknown.clone()),
+        },
+    ]);
+    let comfyui_git = match &install {
+        Some((i, _)) => match git {
+            Ok(g) => Item::found(
+                json!({"commit": g.commit, "branch": g.branch}),
+                format!("{}", i.dir.join(".git").display()),
+            ),
+            Err(e) => Item::missing(e),
+        },
+        None => Item::missing(unknown.clone()),
+    };
+    let custom_nodes = match &install {
+        Some((i, _)) => match custom_nodes {
+            Ok(list) => Item::found(list, format!("{}", i.dir.join("custom_nodes").display())),
+            Err(e) => Item::missing(e),
+        },
+        None => Item::missing(unknown.clone()),
+    };
+
+    // The install's Python.
+    let py_item = |f: &dyn Fn(&PyFacts) -> Option<String>, what: &str| match &py {
+        Ok((facts, src)) => opt(
+            f(facts),
+            &format!("{src}, importlib.metadata"),
+            &format!("{what} is not installed in the install's Python"),
+        ),
+        Err(e) => Item::missing(format!("the install's Python could not be asked: {e}")),
+    };
+    let python = Item::first([
+        opt(stats_field_opt(record, "python_version"), &src_stats, ""),
+        opt(
+            record.and_then(|r| r.effective.python_version.clone()),
+            &src_log,
+            "",
+        ),
+        match &py {
+            Ok((f, src)) => Item::found(f.python.clone(), src.clone()),
+            Err(e) => Item::missing(format!("the install's Python could not be asked: {e}")),
+        },
+    ]);
+    let python_executable = match &py {
+        Ok((f, src)) => opt(f.executable.clone(), src, "the Python did not say"),
+        Err(e) => Item::missing(format!("the install's Python could not be asked: {e}")),
+    };
+    let torch = Item::first([
+        opt(stats_field_opt(record, "pytorch_version"), &src_stats, ""),
+        opt(
+            record.and_then(|r| r.effective.pytorch_version.clone()),
+            &src_log,
+            "",
+        ),
+        py_item(&|f| f.package("torch").map(str::to_string), "torch"),
+    ]);
+    let torch_cuda = Item::first([
+        match &py {
+            Ok((f, src)) => match (&f.torch_cuda, &f.torch_hip) {
+                (Some(c), _) => Item::found(c.clone(), format!("{src}, torch/version.py")),
+                (None, Some(h)) => {
+                    Item::found(format!("ROCm {h}"), format!("{src}, torch/version.py"))
+                }
+                _ => Item::missing("torch/version.py names no CUDA build"),
+            },
+            Err(_) => Item::missing(""),
+        },
+        opt(
+            torch.text().as_deref().and_then(torch_build_from_version),
+            "the torch version's local suffix (+cuXYZ)",
+            "the torch version names no CUDA build",
+        ),
+    ]);
+    // A Python package's version: /system_stats, then the startup log, then the install's
+    // own Python.
+    let package = |name: &str, logged: Option<String>| {
+        Item::first([
+            opt(record.and_then(|r| stats_package(r, name)), &src_stats, ""),
+            opt(logged, &src_log, ""),
+            py_item(&|f| f.package(name).map(str::to_string), name),
+        ])
+    };
+    let comfy_aimdo = package(
+        "comfy-aimdo",
+        record.and_then(|r| r.effective.comfy_aimdo_version.clone()),
+    );
+    let comfy_kitchen = package(
+        "comfy-kitchen",
+        log.and_then(|l| log_value(l, "comfy-kitchen version:")),
+    );
+    let comfyui_frontend = package(
+        "comfyui-frontend-package",
+        log.and_then(|l| log_value(l, "ComfyUI frontend version:")),
+    );
+
+    let launcher = match &inp.launcher {
+        Some((line, src)) => Item::found(line.clone(), src.clone()),
+        None => {
+            Item::missing("no launcher was given (the runs used the flags on the command line)")
+        }
+    };
+    let command = match record {
+        Some(r) => Item::found(
+            format!("python {}", shell_words(&r.argv)),
+            format!("record.json of {label}"),
+        ),
+        None => Item::missing("no run was recorded"),
+    };
+
+    // Allowlisted variables only: the launcher's, then this process's.
+    let mut env = serde_json::Map::new();
+    let mut sources = Vec::new();
+    for (k, v) in &inp.launcher_env {
+        if env_allowed(k) && !env.contains_key(k) {
+            env.insert(k.clone(), Value::String(v.clone()));
+            if !sources.contains(&"set by the launcher") {
+                sources.push("set by the launcher");
+            }
+        }
+    }
+    for (k, v) in process_env {
+        if !env.contains_key(&k) {
+            env.insert(k, Value::String(v));
+            if !sources.contains(&"environment when the report was made") {
+                sources.push("environment when the report was made");
+            }
+        }
+    }
+    let env = Item::found(
+        Value::Object(env),
+        if sources.is_empty() {
+            "none of the allowlisted variables is set".to_string()
+        } else {
+            sources.join("; ")
+        },
+    );
+
+    Environment {
+        format: FORMAT.into(),
+        vrambisect_version: env!("CARGO_PKG_VERSION").into(),
+        captured_at: crate::run::folder::rfc3339(std::time::SystemTime::now()),
+        os,
+        kernel,
+        cpu,
+        ram_bytes,
+        swap_bytes,
+        gpus,
+        nvidia_driver,
+        cuda_driver,
+        other_processes_vram_bytes,
+        gpu_processes_now,
+        comfyui_folder,
+        comfyui_version,
+        comfyui_git,
+        python,
+        python_executable,
+        torch,
+        torch_cuda,
+        comfy_aimdo,
+        comfy_kitchen,
+        comfyui_frontend,
+        custom_nodes,
+        launcher,
+        command,
+        env,
+    }
+}
+
+fn stats_field_opt(record: Option<&RunRecord>, key: &str) -> Option<String> {
+    record.and_then(|r| stats_field(r, key)).map(str::to_string)
+}
+
+pub use crate::text::shell_words;
+
+#[cfg(test)]
+mod tests;
