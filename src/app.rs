@@ -82,32 +82,24 @@ fn run_explain(args: ExplainArgs, global: &Global, out: &mut dyn Write) -> Resul
 fn run_run(args: RunArgs, global: &Global, out: &mut dyn Write) -> Result<i32, Failure> {
     use crate::run;
     use std::io::IsTerminal;
-    let workflow = crate::workflow::Workflow::load(&args.workflow)?;
-    let install = crate::install::Install::open(&args.comfyui)?;
-    let python = install.python(args.python.as_deref());
-    let flags = install.flags(&python).map_err(as_untestable)?;
+    let target = run::Target::load(&args.comfyui, args.python.as_deref(), &args.workflow)?;
     let run_dir = match &args.output {
         Some(dir) => dir.clone(),
         None => run::folder::fresh(std::path::Path::new("vrambisect-runs"), "run"),
     };
     let run_dir = run::folder::create(&run_dir)?;
-    let opts = run::RunOptions {
-        install,
-        python,
-        flags,
-        workflow,
-        workflow_path: args.workflow.clone(),
-        comfy_flags: args.flags.clone(),
-        env: Vec::new(),
+    let limits = run::Limits {
         iterations: args.iterations,
         timeout: args.timeout,
         stall_timeout: args.stall_timeout,
         startup_timeout: args.startup_timeout,
-        grace: std::time::Duration::from_secs(10),
-        run_dir,
+        min_available_ram: args.min_available_ram,
+    };
+    let opts = run::RunOptions {
+        comfy_flags: args.flags.clone(),
         nvml_lib: args.nvml_lib.clone(),
         cuda: args.cuda,
-        min_available_ram: args.min_available_ram,
+        ..run::RunOptions::new(target, limits, run_dir)
     };
     crate::signals::install();
     let record = {
@@ -132,18 +124,6 @@ pub fn run_exit_code(record: &crate::run::RunRecord) -> i32 {
         }
         o if o.is_untestable() => exit::UNTESTABLE,
         _ => exit::FAILED,
-    }
-}
-
-/// For `run`: an install whose Python cannot run cannot be tested (exit 125, not 3).
-fn as_untestable(e: Error) -> Error {
-    if e.kind == crate::error::ErrorKind::Environment {
-        Error {
-            kind: crate::error::ErrorKind::Untestable,
-            ..e
-        }
-    } else {
-        e
     }
 }
 
@@ -178,14 +158,61 @@ fn run_sample(
 
 fn run_bisect(args: BisectArgs, global: &Global, out: &mut dyn Write) -> Result<i32, Failure> {
     use std::io::IsTerminal;
+    let req = bisect_request(args)?;
     let visible = !global.json && io::stderr().is_terminal();
-    let (result, code) = crate::bisect::cli::run(&args, visible)?;
+    let (result, code) = crate::bisect::command::run(&req, visible)?;
     if global.json {
         write_json(out, &result)?;
     } else {
         crate::bisect::result::render(&result, &Style::new(global.color), out)?;
     }
     Ok(code)
+}
+
+/// `bisect`'s arguments as the bisect's own request (a launcher read, paths made absolute).
+fn bisect_request(args: BisectArgs) -> Result<crate::bisect::command::Request, Failure> {
+    use crate::bisect::command::{NewSession, Request, Session};
+    use crate::launcher::{self, Launch};
+    let session = match (args.resume, args.comfyui, args.workflow) {
+        (Some(dir), _, _) => Session::Resume(dir),
+        (None, Some(comfyui), Some(workflow)) => {
+            let launch = match &args.launcher {
+                Some(path) => launcher::read_file(path, &args.base)?,
+                None => Launch::from_command_line(&args.base),
+            };
+            Session::New(Box::new(NewSession {
+                comfyui,
+                workflow,
+                python: args.python,
+                launcher: args.launcher,
+                base_flags: launch.args,
+                env: launch.env,
+                toggles: args.toggle,
+                strategy: args.strategy.into(),
+                repeat: args.repeat,
+                limits: crate::run::Limits {
+                    iterations: args.iterations,
+                    timeout: args.timeout,
+                    stall_timeout: args.stall_timeout,
+                    startup_timeout: args.startup_timeout,
+                    min_available_ram: args.min_available_ram,
+                },
+                output: args.output,
+            }))
+        }
+        // clap requires both without --resume.
+        _ => {
+            return Err(Failure::Tool(Error::usage(
+                "--comfyui and --workflow are needed (or --resume DIR)",
+            )));
+        }
+    };
+    Ok(Request {
+        session,
+        max_runs: args.max_runs,
+        min_available_ram: args.min_available_ram,
+        nvml_lib: args.nvml_lib,
+    })
 }
 
 fn run_logscan(

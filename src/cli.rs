@@ -219,7 +219,7 @@ pub struct BisectArgs {
         default_value = "adaptive",
         conflicts_with = "resume"
     )]
-    pub strategy: crate::bisect::search::Strategy,
+    pub strategy: StrategyArg,
     /// Run each configuration this many times (use 3 for flaky failures).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100), conflicts_with = "resume")]
     pub repeat: u32,
@@ -268,6 +268,25 @@ pub struct BisectArgs {
         conflicts_with = "resume"
     )]
     pub base: Vec<String>,
+}
+
+/// `--strategy` (the search's own type is `bisect::search::Strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StrategyArg {
+    Adaptive,
+    Matrix,
+    Each,
+}
+
+impl From<StrategyArg> for crate::bisect::search::Strategy {
+    fn from(s: StrategyArg) -> Self {
+        use crate::bisect::search::Strategy;
+        match s {
+            StrategyArg::Adaptive => Strategy::Adaptive,
+            StrategyArg::Matrix => Strategy::Matrix,
+            StrategyArg::Each => Strategy::Each,
+        }
+    }
 }
 
 #[derive(Debug, Args)]

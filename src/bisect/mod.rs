@@ -5,7 +5,7 @@
 //! - [`search`]: the strategies, against an [`search::Oracle`];
 //! - [`scripted`]: an oracle from a rule, for tests and the benchmark.
 
-pub mod cli;
+pub mod command;
 pub mod result;
 pub mod scripted;
 pub mod search;

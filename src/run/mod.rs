@@ -11,12 +11,90 @@ pub mod watch;
 pub use engine::execute;
 pub use record::RunRecord;
 
+use crate::error::{Error, ErrorKind, Result};
 use crate::flags::help::FlagSet;
 use crate::install::{Install, Python};
 use crate::outcome::Outcome;
 use crate::workflow::Workflow;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// What a run or a bisect works on, loaded and checked once: the install, its Python and
+/// flags, the workflow.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub install: Install,
+    pub python: Python,
+    /// The install's flags, from its own `main.py --help`.
+    pub flags: FlagSet,
+    pub workflow: Workflow,
+    pub workflow_path: PathBuf,
+}
+
+impl Target {
+    /// Loads the workflow (first: a bad workflow is the user's to fix before any Python
+    /// runs), opens the install, finds its Python and asks it for the install's flags. A
+    /// Python that cannot run makes the workflow untestable (exit 125).
+    pub fn load(comfyui: &Path, python: Option<&Path>, workflow: &Path) -> Result<Target> {
+        let loaded = Workflow::load(workflow)?;
+        let install = Install::open(comfyui)?;
+        let python = install.python(python);
+        let flags = install.flags(&python).map_err(|e| {
+            if e.kind == ErrorKind::Environment {
+                Error {
+                    kind: ErrorKind::Untestable,
+                    ..e
+                }
+            } else {
+                e
+            }
+        })?;
+        Ok(Target {
+            install,
+            python,
+            flags,
+            workflow: loaded,
+            workflow_path: workflow.to_path_buf(),
+        })
+    }
+}
+
+/// The limits a run works within (from `run`'s or `bisect`'s options).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub iterations: u32,
+    /// Per prompt.
+    pub timeout: Duration,
+    pub stall_timeout: Duration,
+    pub startup_timeout: Duration,
+    /// See [`RunOptions::min_available_ram`].
+    pub min_available_ram: Option<u64>,
+}
+
+impl RunOptions {
+    /// The options of runs on `target` within `limits`, kept in `run_dir`; ComfyUI gets no
+    /// flags of the user's yet (a bisect sets them per run).
+    pub fn new(target: Target, limits: Limits, run_dir: PathBuf) -> RunOptions {
+        RunOptions {
+            install: target.install,
+            python: target.python,
+            flags: target.flags,
+            workflow: target.workflow,
+            workflow_path: target.workflow_path,
+            comfy_flags: Vec::new(),
+            env: Vec::new(),
+            iterations: limits.iterations,
+            timeout: limits.timeout,
+            stall_timeout: limits.stall_timeout,
+            startup_timeout: limits.startup_timeout,
+            grace: Duration::from_secs(10),
+            run_dir,
+            nvml_lib: None,
+            cuda: false,
+            min_available_ram: limits.min_available_ram,
+        }
+    }
+}
 
 /// Everything one run needs, validated.
 #[derive(Debug, Clone)]

@@ -1,18 +1,15 @@
-//! `vrambisect bisect` from parsed arguments: a new or resumed session, run to a verdict.
+//! `vrambisect bisect` from its request: a new or resumed session, run to a verdict.
 
 use super::result::{self, BisectResult};
 use super::search::{Search, Strategy, VerdictKind, matrix_size};
 use super::session::{self, LiveOracle, SessionEvent, SessionReporter, SessionSpec};
 use super::space::{DEFAULT_TOGGLES, Space};
-use crate::cli::BisectArgs;
 use crate::error::{Error, Result, exit};
 use crate::flags::decide::{Context, Platform};
-use crate::install::Install;
-use crate::launcher::{self, Launch};
+use crate::launcher;
 use crate::output::StatusLine;
-use crate::run::{self, Reporter, RunEvent, RunOptions};
+use crate::run::{self, Limits, Reporter, RunEvent, RunOptions, Target};
 use crate::signals::{self, Stop};
-use crate::workflow::Workflow;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -20,37 +17,65 @@ fn canonical(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
-/// The session's settings from the command line (a new session).
-fn spec_from_args(args: &BisectArgs) -> Result<SessionSpec> {
-    let comfyui = args
-        .comfyui
-        .clone()
-        .expect("clap requires --comfyui without --resume");
-    let workflow = args
-        .workflow
-        .clone()
-        .expect("clap requires --workflow without --resume");
-    let launch = match &args.launcher {
-        Some(path) => launcher::read_file(path, &args.base)?,
-        None => Launch::from_command_line(&args.base),
-    };
-    Ok(SessionSpec {
-        comfyui: canonical(&comfyui),
-        python: args.python.clone(),
-        workflow: canonical(&workflow),
-        launcher: args.launcher.as_deref().map(canonical),
-        base_flags: launch.args.clone(),
-        toggles: args.toggle.clone(),
-        default_toggles: args.toggle.is_empty(),
-        strategy: args.strategy,
-        repeat: args.repeat,
-        iterations: args.iterations,
-        max_runs: args.max_runs.unwrap_or(64),
-        timeout_ms: args.timeout.as_millis() as u64,
-        stall_timeout_ms: args.stall_timeout.as_millis() as u64,
-        startup_timeout_ms: args.startup_timeout.as_millis() as u64,
-        env: launch.env,
-    })
+/// What `bisect` was asked to do, resolved from the command line.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub session: Session,
+    /// A run budget (`--max-runs`); for a resumed session, a new one.
+    pub max_runs: Option<u32>,
+    /// Overrides the session's RAM guard (it is the machine's, not the session's).
+    pub min_available_ram: Option<u64>,
+    pub nvml_lib: Option<PathBuf>,
+}
+
+/// A new session, or one to resume.
+#[derive(Debug, Clone)]
+pub enum Session {
+    New(Box<NewSession>),
+    /// The session folder.
+    Resume(PathBuf),
+}
+
+/// The settings of a new session.
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    pub comfyui: PathBuf,
+    pub workflow: PathBuf,
+    pub python: Option<PathBuf>,
+    pub launcher: Option<PathBuf>,
+    /// The user's flags (from the launcher, or after `--`).
+    pub base_flags: Vec<String>,
+    /// Variables the launcher sets.
+    pub env: Vec<(String, String)>,
+    /// `--toggle`s; empty for the default set.
+    pub toggles: Vec<String>,
+    pub strategy: Strategy,
+    pub repeat: u32,
+    pub limits: crate::run::Limits,
+    pub output: Option<PathBuf>,
+}
+
+impl NewSession {
+    /// The session's settings as its folder keeps them.
+    fn spec(&self, max_runs: Option<u32>) -> SessionSpec {
+        SessionSpec {
+            comfyui: canonical(&self.comfyui),
+            python: self.python.clone(),
+            workflow: canonical(&self.workflow),
+            launcher: self.launcher.as_deref().map(canonical),
+            base_flags: self.base_flags.clone(),
+            toggles: self.toggles.clone(),
+            default_toggles: self.toggles.is_empty(),
+            strategy: self.strategy,
+            repeat: self.repeat,
+            iterations: self.limits.iterations,
+            max_runs: max_runs.unwrap_or(64),
+            timeout_ms: self.limits.timeout.as_millis() as u64,
+            stall_timeout_ms: self.limits.stall_timeout.as_millis() as u64,
+            startup_timeout_ms: self.limits.startup_timeout.as_millis() as u64,
+            env: self.env.clone(),
+        }
+    }
 }
 
 /// The toggles tried when none are given. The cache modes are left out by default: every
@@ -67,36 +92,30 @@ pub fn default_toggles(iterations: u32) -> Vec<String> {
 }
 
 /// Runs `bisect`; returns the result (also written to the session folder) and the exit code.
-pub fn run(args: &BisectArgs, progress_visible: bool) -> Result<(BisectResult, i32)> {
-    let (dir, spec, entries) = match &args.resume {
-        Some(dir) => {
+pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)> {
+    let (dir, spec, entries, target) = match &req.session {
+        Session::Resume(dir) => {
             let (dir, mut spec, entries) = session::open(dir)?;
             // Everything else is the session's own; a new run budget may be given.
-            if let Some(max) = args.max_runs {
+            if let Some(max) = req.max_runs {
                 spec.max_runs = max;
             }
-            (dir, spec, entries)
+            let target = Target::load(&spec.comfyui, spec.python.as_deref(), &spec.workflow)?;
+            (dir, spec, entries, target)
         }
-        None => {
-            let spec = spec_from_args(args)?;
-            // Check the inputs before making a session folder.
-            Workflow::load(&spec.workflow)?;
-            Install::open(&spec.comfyui)?;
-            let dir = args
+        Session::New(new) => {
+            let spec = new.spec(req.max_runs);
+            // The inputs are checked before a session folder is made.
+            let target = Target::load(&spec.comfyui, spec.python.as_deref(), &spec.workflow)?;
+            let dir = new
                 .output
                 .clone()
                 .unwrap_or_else(|| run::folder::fresh(Path::new("vrambisect-sessions"), "bisect"));
             let dir = session::create(&dir, &spec)?;
-            (dir, spec, Vec::new())
+            (dir, spec, Vec::new(), target)
         }
     };
-    let workflow = Workflow::load(&spec.workflow)?;
-    let install = Install::open(&spec.comfyui)?;
-    let python = install.python(spec.python.as_deref());
-    let flags = install.flags(&python).map_err(|e| Error {
-        kind: crate::error::ErrorKind::Untestable,
-        ..e
-    })?;
+    let python = target.python.clone();
     let toggles = if spec.default_toggles {
         default_toggles(spec.iterations)
     } else {
@@ -107,8 +126,8 @@ pub fn run(args: &BisectArgs, progress_visible: bool) -> Result<(BisectResult, i
         ..Context::new(Platform::host())
     };
     let space = Space::new(
-        &flags,
-        install.version.clone(),
+        &target.flags,
+        target.install.version.clone(),
         ctx,
         &spec.base_flags,
         &toggles,
@@ -120,23 +139,17 @@ pub fn run(args: &BisectArgs, progress_visible: bool) -> Result<(BisectResult, i
         ))
         .hint("use the adaptive strategy, or fewer toggles"));
     }
-    let opts = RunOptions {
-        install: install.clone(),
-        python: python.clone(),
-        flags: flags.clone(),
-        workflow,
-        workflow_path: spec.workflow.clone(),
-        comfy_flags: Vec::new(),
-        env: spec.env.clone(),
+    let limits = Limits {
         iterations: spec.iterations,
         timeout: Duration::from_millis(spec.timeout_ms),
         stall_timeout: Duration::from_millis(spec.stall_timeout_ms),
         startup_timeout: Duration::from_millis(spec.startup_timeout_ms),
-        grace: Duration::from_secs(10),
-        run_dir: dir.clone(),
-        nvml_lib: args.nvml_lib.clone(),
-        cuda: false,
-        min_available_ram: args.min_available_ram,
+        min_available_ram: req.min_available_ram,
+    };
+    let opts = RunOptions {
+        env: spec.env.clone(),
+        nvml_lib: req.nvml_lib.clone(),
+        ..RunOptions::new(target, limits, dir.clone())
     };
     signals::install();
     let planned = planned_runs(&space, spec.strategy, spec.repeat);
@@ -174,8 +187,7 @@ pub fn run(args: &BisectArgs, progress_visible: bool) -> Result<(BisectResult, i
         launcher: &launcher_line,
     };
     let result = result::build(&space, &found, &tallies, runs, info);
-    let text = serde_json::to_string_pretty(&result).expect("result serialises");
-    let _ = std::fs::write(dir.join(session::RESULT_FILE), text + "\n");
+    run::folder::write_json(&dir.join(session::RESULT_FILE), &result)?;
     let code = match found.kind {
         VerdictKind::FixedBy | VerdictKind::CausedBy => exit::OK,
         VerdictKind::Untestable => exit::UNTESTABLE,
