@@ -269,7 +269,7 @@ fn failure_mark(d: &RunDir, s: &samples::Samples) -> Option<(f64, String)> {
     {
         Some(it) => {
             let t = s
-                .mark(&format!("prompt {} end", it.iteration))
+                .mark(&crate::run::folder::Mark::PromptEnd(it.iteration))
                 .unwrap_or_else(|| s.end());
             Some((t, format!("{} (prompt {})", it.outcome, it.iteration)))
         }

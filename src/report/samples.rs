@@ -1,6 +1,8 @@
 //! Reading a run's `samples.csv` back: the series, their values over time, and the event
 //! marks (`launch`, `prompt 1 start`, `node 3 KSampler`, `prompt 1 end`).
 
+use crate::run::folder::Mark;
+
 /// The samples of one run, by column.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Samples {
@@ -123,9 +125,12 @@ impl Samples {
         }
     }
 
-    /// The time of the first mark with this label.
-    pub fn mark(&self, label: &str) -> Option<f64> {
-        self.marks.iter().find(|(_, l)| l == label).map(|(t, _)| *t)
+    /// The time of the first such mark.
+    pub fn mark(&self, mark: &Mark) -> Option<f64> {
+        self.marks
+            .iter()
+            .find(|(_, l)| Mark::parse(l).as_ref() == Some(mark))
+            .map(|(t, _)| *t)
     }
 
     /// The last time anything was recorded.
@@ -189,7 +194,7 @@ mod tests {
         );
         assert_eq!(s.marks.len(), 2);
         assert_eq!(s.marks[1], (0.15, "node 3 KSampler, \"big\"".to_string()));
-        assert_eq!(s.mark("launch"), Some(0.001));
+        assert_eq!(s.mark(&Mark::Launch), Some(0.001));
         assert!(s.has("ram.available") && !s.has("tree.rss"));
         assert_eq!(
             s.combine("ram.available", "gpu0.nvml.used", |a, b| a - b),

@@ -5,7 +5,7 @@
 //! only carries messages between ComfyUI and the watch, does the I/O the watch asks for,
 //! tears ComfyUI down and builds the [`RunRecord`] in one place ([`assemble`]).
 
-use super::folder::{self, write_json};
+use super::folder::{self, Mark, write_json};
 use super::launch::{self, HOST, Heard, NotReady, Server};
 use super::record::{Effective, Iteration, Overhead, Peaks, RunRecord, Teardown, overall};
 use super::watch::{Action, Input, Limits, PromptWatch, Watched};
@@ -223,8 +223,8 @@ fn apply_samples(record: &mut RunRecord, summary: &Summary) {
     for it in &mut record.iterations {
         it.ram_retained_bytes = ram_not_returned(
             &summary.marks,
-            &prompt_start(it.iteration),
-            &prompt_end(it.iteration),
+            &Mark::PromptStart(it.iteration).to_string(),
+            &Mark::PromptEnd(it.iteration).to_string(),
         )
         .map(|r| r.retained_bytes);
     }
@@ -233,16 +233,6 @@ fn apply_samples(record: &mut RunRecord, summary: &Summary) {
         .iter()
         .map(|u| format!("{}: {}", u.probe, u.reason))
         .collect();
-}
-
-/// The sampler's mark at the start of prompt `n`.
-pub fn prompt_start(n: u32) -> String {
-    format!("prompt {n} start")
-}
-
-/// The sampler's mark at the end of prompt `n`.
-pub fn prompt_end(n: u32) -> String {
-    format!("prompt {n} end")
 }
 
 /// Launch, the prompts, teardown.
@@ -276,7 +266,7 @@ fn run(
     });
     if let Some(s) = sampler {
         s.set_comfy_url(&format!("http://{HOST}:{}", server.port));
-        s.mark("ready");
+        s.mark(&Mark::Ready.to_string());
     }
     let client = Client::new(&HOST.to_string(), server.port);
     let client_id = client_id();
@@ -407,9 +397,9 @@ struct Prompt<'a> {
 }
 
 impl Prompt<'_> {
-    fn mark(&self, label: &str) {
+    fn mark(&self, mark: Mark) {
         if let Some(s) = self.sampler {
-            s.mark(label);
+            s.mark(&mark.to_string());
         }
     }
 
@@ -428,14 +418,14 @@ impl Prompt<'_> {
             let _ = self.client.free();
             std::thread::sleep(Duration::from_millis(300));
         }
-        self.mark(&prompt_start(n));
+        self.mark(Mark::PromptStart(n));
         let started_ms = self.clock.elapsed().as_millis() as u64;
         let t0 = Instant::now();
         let (watched, prompt_id) = match self.submit(&prompt) {
             Submission::Queued(prompt_id) => (self.watch(&prompt_id, t0), Some(prompt_id)),
             Submission::NothingRan(watched, prompt_id) => (*watched, prompt_id),
         };
-        self.mark(&prompt_end(n));
+        self.mark(Mark::PromptEnd(n));
         let mut it = Iteration::from_verdict(n, &watched.verdict);
         it.prompt_id = prompt_id;
         it.cache_bust = bust;
@@ -563,7 +553,10 @@ impl Prompt<'_> {
         match action {
             Action::NodeStarted { node, done } => {
                 let class = self.opts.workflow.class_of(&node).map(str::to_string);
-                self.mark(&format!("node {node} {}", class.as_deref().unwrap_or("?")));
+                self.mark(Mark::Node {
+                    id: node.clone(),
+                    class: class.clone().unwrap_or_else(|| "?".into()),
+                });
                 self.reporter.event(&RunEvent::Node {
                     iteration: self.n,
                     node,

@@ -41,6 +41,59 @@ pub fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {
     })
 }
 
+/// A moment of a run marked in its samples (`samples.csv`, the summary's marks): where the
+/// report's timelines and the RAM accounting of each prompt are cut.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mark {
+    /// ComfyUI was started.
+    Launch,
+    /// ComfyUI answered HTTP.
+    Ready,
+    /// Prompt `n` (1-based) is about to be submitted.
+    PromptStart(u32),
+    /// Prompt `n` ended (its verdict is known).
+    PromptEnd(u32),
+    /// A node began executing for the first time in the prompt.
+    Node { id: String, class: String },
+}
+
+impl std::fmt::Display for Mark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Mark::Launch => f.write_str("launch"),
+            Mark::Ready => f.write_str("ready"),
+            Mark::PromptStart(n) => write!(f, "prompt {n} start"),
+            Mark::PromptEnd(n) => write!(f, "prompt {n} end"),
+            Mark::Node { id, class } => write!(f, "node {id} {class}"),
+        }
+    }
+}
+
+impl Mark {
+    /// Reads a mark's label back; `None` for a label this version does not write.
+    pub fn parse(label: &str) -> Option<Mark> {
+        match label {
+            "launch" => return Some(Mark::Launch),
+            "ready" => return Some(Mark::Ready),
+            _ => {}
+        }
+        if let Some(rest) = label.strip_prefix("prompt ") {
+            let (n, what) = rest.split_once(' ')?;
+            let n = n.parse().ok()?;
+            return match what {
+                "start" => Some(Mark::PromptStart(n)),
+                "end" => Some(Mark::PromptEnd(n)),
+                _ => None,
+            };
+        }
+        let (id, class) = label.strip_prefix("node ")?.split_once(' ')?;
+        Some(Mark::Node {
+            id: id.to_string(),
+            class: class.to_string(),
+        })
+    }
+}
+
 /// Creates `dir` for a new run; refuses a folder that already holds files (nothing is ever
 /// overwritten).
 pub fn create(dir: &Path) -> Result<PathBuf> {
@@ -125,6 +178,37 @@ mod tests {
             rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)),
             "2000-02-29T00:00:00Z"
         );
+    }
+
+    #[test]
+    fn marks_read_back_as_they_were_written() {
+        let marks = [
+            Mark::Launch,
+            Mark::Ready,
+            Mark::PromptStart(1),
+            Mark::PromptEnd(12),
+            Mark::Node {
+                id: "3".into(),
+                class: "KSampler".into(),
+            },
+            Mark::Node {
+                id: "10:2".into(),
+                class: "?".into(),
+            },
+        ];
+        for m in marks {
+            assert_eq!(Mark::parse(&m.to_string()), Some(m));
+        }
+        assert_eq!(Mark::PromptEnd(3).to_string(), "prompt 3 end");
+        for label in [
+            "",
+            "prompt x end",
+            "prompt 1 middle",
+            "node",
+            "something else",
+        ] {
+            assert_eq!(Mark::parse(label), None, "{label}");
+        }
     }
 
     #[test]

@@ -215,7 +215,7 @@ pub fn launch(
         };
         if let Some(s) = sampler {
             s.set_root_pid(child.pid);
-            s.mark("launch");
+            s.mark(&super::folder::Mark::Launch.to_string());
         }
         let (verdict, teardown) = match wait_ready(&mut feed, &child, port, opts, reporter) {
             Ready::Yes => {
