@@ -5,7 +5,7 @@
 //!
 //! Nothing here is fatal: a machine without NVIDIA libraries gets a report saying so, not an
 //! error. Doctor never creates a CUDA context (it would take 300–500 MB of the VRAM being
-//! diagnosed, facts §7): "the CUDA driver library is loadable" is a presence check.
+//! diagnosed): "the CUDA driver library is loadable" is a presence check.
 
 use crate::install::Install;
 use crate::machine::{self as environment, NvmlNow, PyFacts};

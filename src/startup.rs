@@ -1,7 +1,7 @@
 //! What ComfyUI's startup log says was really in force (not what the flags predict).
 //!
 //! Fed one normalised line at a time, so `run` reads it live and `logscan` streams a log of
-//! any size. Lines and their order are in the facts (§2.1, §10.1).
+//! any size. Lines and their order as in `fixtures/captures/logs/startup-cpu.log` and `fixtures/logs/`.
 
 use crate::version::{self, Version};
 use serde::Serialize;

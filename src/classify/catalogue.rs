@@ -109,7 +109,7 @@ pub const SIGNATURES: &[Signature] = &[
         outcome: Outcome::Oom,
         phase: Phase::Prompt,
         // The async allocator's message, and its short forms: the `exception_message` of an
-        // async OOM may be just `Allocation on device ` (facts §12.6), which is all that the
+        // async OOM may be just `Allocation on device ` (`fixtures/logs/sig-cuda-oom-async-short.log`), which is all that the
         // `!!!` line and the frontend's error report then show.
         pattern: r"Allocation on device \d* ?would exceed allowed memory|torch\.(cuda\.)?OutOfMemoryError: Allocation on device|(Exception during processing !!!|Exception Message:\**) Allocation on device\b|^Allocation on device( \d+)?\s*$",
         title: "CUDA out of memory (cudaMallocAsync)",
@@ -221,7 +221,7 @@ pub const SIGNATURES: &[Signature] = &[
         id: "tensorrt_allocator",
         outcome: Outcome::TensorrtAllocator,
         phase: Phase::Prompt,
-        // The case of "Error code" and "Cuda" varies between TensorRT versions (facts §6);
+        // The case of "Error code" and "Cuda" varies between TensorRT versions (`fixtures/logs/sig-tensorrt.log` and the cases below);
         // the file name and ComfyUI_TensorRT's own messages do not, which keeps the literal
         // part case-sensitive for `logscan`'s pre-filter.
         pattern: r"[dD]efault[aA]llocator\.cpp.*(?i:error code 1: cuda runtime)|DefaultAllocator::allocate: \d+ \(out of memory\)|TensorRT has encountered an error|Failed to load TensorRT engine|Requested amount of GPU memory \(\d+ bytes\) could not be allocated",

@@ -3,7 +3,7 @@
 //! v0.38 adds `\x1b[..m[INFO]\x1b[0m ` to the first line of each record, even when piped
 //! (#14036); ComfyUI-Manager and the Desktop app add `2026-05-22T10:00:00.123456 - ` or
 //! `[2026-05-22 10:00:00.123] `; tqdm redraws progress bars with `\r`; Windows logs end in
-//! CRLF. The facts' classifier cheat-sheet (§11) says: normalise first.
+//! CRLF. Every signature is matched on normalised text, so this runs first.
 
 /// A log level as ComfyUI's `[LEVEL]` tag or a `--verbose … FILE` log names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]

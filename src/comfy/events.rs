@@ -1,4 +1,4 @@
-//! ComfyUI's websocket messages, decoded (§3.5; sequences observed in §10.4).
+//! ComfyUI's websocket messages, decoded (`server.py`; sequences as recorded in `fixtures/captures/runs/*.ws.json`).
 
 use serde_json::Value;
 

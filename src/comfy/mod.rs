@@ -1,4 +1,4 @@
-//! Talking to a running ComfyUI: its HTTP API and its websocket (§3.3–§3.5 of the facts).
+//! Talking to a running ComfyUI: its HTTP API and its websocket (`server.py`; real answers in `fixtures/captures/http/`).
 
 pub mod events;
 pub mod ws;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tungstenite::{Message, WebSocket};
 
 /// Connects to `ws://HOST:PORT/ws?clientId=ID`. No `Origin` header is sent: ComfyUI answers
-/// 403 to a foreign Origin on a loopback Host (§3.3).
+/// 403 to a foreign Origin on a loopback Host (ComfyUI's `server.py` origin check).
 pub fn connect(addr: SocketAddr, client_id: &str) -> Result<WebSocket<TcpStream>, String> {
     let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
         .map_err(|e| format!("websocket connect: {e}"))?;

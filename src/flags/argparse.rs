@@ -1,6 +1,6 @@
 //! How ComfyUI's argparse reads a command line, reproduced so `explain` can predict it.
 //!
-//! ComfyUI calls `parse_args()` on a default `ArgumentParser` (§1.1 of the facts), so:
+//! ComfyUI calls `parse_args()` on a default `ArgumentParser` (`comfy/cli_args.py`), so:
 //! - an unambiguous prefix of a long option is that option (`--disable-dyn`);
 //! - an ambiguous prefix aborts with `ambiguous option: X could match A, B`;
 //! - two members of a mutually exclusive group abort with
@@ -336,7 +336,7 @@ fn check_values(spec: &OptSpec, kind: Option<ValueKind>, values: &[String]) -> O
         && values.len() > max
         && spec.name() == "--cache-ram"
     {
-        // ComfyUI's own check after parsing (§1.1).
+        // ComfyUI's own check after parsing (`comfy/cli_args.py`).
         return Some("--cache-ram accepts at most two values: active GB and inactive GB".into());
     }
     None

@@ -1,9 +1,9 @@
 //! What a command line really does to memory: ComfyUI's decisions as pure functions.
 //!
-//! The rules mirror ComfyUI's code as described in the reference facts: the Dynamic-VRAM
-//! request test `enables_dynamic_vram()` in `comfy/cli_args.py` (§1.3), the VRAM state
-//! selection in `model_management` (§2.2), `EXTRA_RESERVED_VRAM` (§2.3), the allocator
-//! choice in `cuda_malloc.py` (§2.7) and the Windows single-GPU rule (§3.1). They predict;
+//! The rules mirror ComfyUI's code: the Dynamic-VRAM
+//! request test `enables_dynamic_vram()` in `comfy/cli_args.py`, the VRAM state
+//! selection in `comfy/model_management.py`, `EXTRA_RESERVED_VRAM` (same file), the allocator
+//! choice in `cuda_malloc.py` and the Windows single-GPU rule in `main.py`. They predict;
 //! only the startup log says what really happened (hardware and comfy-aimdo also gate
 //! Dynamic VRAM), and `run` reads it.
 
@@ -123,7 +123,7 @@ pub struct Effective {
     pub allocator: &'static str,
     /// `ram_pressure`, `classic`, `lru` or `none`.
     pub cache: &'static str,
-    /// Windows hides every GPU but the first unless told otherwise (§3.1).
+    /// Windows hides every GPU but the first unless told otherwise (`main.py`).
     pub single_gpu_forced: bool,
     pub no_op: Vec<NoOp>,
     pub advice: Vec<Advice>,
@@ -151,7 +151,7 @@ const GPU_ONLY_FLAGS: &[&str] = &[
     "--fast-disk",
 ];
 
-/// ComfyUI's Dynamic-VRAM request test (`enables_dynamic_vram()`, §1.3).
+/// ComfyUI's Dynamic-VRAM request test (`enables_dynamic_vram()` in `comfy/cli_args.py`).
 pub fn dynamic_vram(parsed: &Parsed, ctx: &Context) -> DynamicVram {
     if !ctx.has_dynamic_vram() {
         let v = ctx
@@ -215,7 +215,7 @@ pub fn dynamic_vram(parsed: &Parsed, ctx: &Context) -> DynamicVram {
     }
 }
 
-/// The VRAM state ComfyUI logs as `Set vram state to:` (§2.2).
+/// The VRAM state ComfyUI logs as `Set vram state to:` (`comfy/model_management.py`).
 pub fn vram_state(parsed: &Parsed) -> &'static str {
     if parsed.has("--cpu") {
         "DISABLED"
@@ -230,7 +230,7 @@ pub fn vram_state(parsed: &Parsed) -> &'static str {
     }
 }
 
-/// `EXTRA_RESERVED_VRAM` in MiB and where it comes from (§2.3).
+/// `EXTRA_RESERVED_VRAM` in MiB and where it comes from (`comfy/model_management.py`).
 pub fn reserved_vram(parsed: &Parsed, ctx: &Context) -> (u64, String) {
     if let Some(gb) = parsed
         .last("--reserve-vram")

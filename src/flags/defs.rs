@@ -4,7 +4,7 @@
 //! next to where it is written. Each test holds the entry against the real 0.3.64 `--help`
 //! and the v0.38 one (does the flag exist there, does it take the values the entry says,
 //! is it in the mutually exclusive group the entry says) and checks the rule the flag feeds.
-//! Sources: ComfyUI's `comfy/cli_args.py` as described in the reference facts (§1.2), with
+//! Sources: ComfyUI's `comfy/cli_args.py` (checked against the `--help` of 0.3.64 and 0.38.1 in `fixtures/help/`), with
 //! the issue or PR that introduced each behaviour where known.
 
 use super::help::Nargs;
@@ -202,7 +202,7 @@ use ValueKind::*;
 const SWITCH_OFF: &str = "off";
 
 // ---------------------------------------------------------------------------------------
-// VRAM mode group. Every member but --lowvram also turns Dynamic VRAM off (§1.3).
+// VRAM mode group. Every member but --lowvram also turns Dynamic VRAM off (`enables_dynamic_vram()`).
 
 /// `--gpu-only`
 pub const GPU_ONLY: FlagDef = FlagDef {
@@ -316,7 +316,7 @@ fn cpu() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Reserve and headroom (§2.3).
+// Reserve and headroom (`EXTRA_RESERVED_VRAM`, `comfy/model_management.py`).
 
 /// `--reserve-vram GB`
 pub const RESERVE_VRAM: FlagDef = FlagDef {
@@ -376,7 +376,7 @@ fn disable_nvml_pressure() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Dynamic VRAM (§1.3).
+// Dynamic VRAM (`enables_dynamic_vram()`, `comfy/cli_args.py`).
 
 /// `--disable-dynamic-vram` (v0.15.0, #12658)
 pub const DISABLE_DYNAMIC_VRAM: FlagDef = FlagDef {
@@ -635,7 +635,7 @@ fn disable_comfy_compiler() {
 }
 
 // ---------------------------------------------------------------------------------------
-// CUDA allocator (§2.7).
+// CUDA allocator (`cuda_malloc.py`).
 
 /// `--cuda-malloc`
 pub const CUDA_MALLOC: FlagDef = FlagDef {

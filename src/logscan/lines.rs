@@ -2,7 +2,7 @@
 //! starting or ending, a model load, an exception, the launch flags.
 //!
 //! The failure signatures are in the catalogue (`classify::catalogue`); these are the lines
-//! that cut a log into server starts and prompts (facts §2.1, §2.5, §3.1, §3.3, §3.4, §10).
+//! that cut a log into server starts and prompts (`comfy/model_management.py`, `main.py`, `server.py`, `execution.py`; real logs in `fixtures/logs/`).
 
 use serde::Serialize;
 
@@ -33,7 +33,7 @@ pub enum Kind {
     FailedValidation,
     /// `Requested to load X`.
     RequestedToLoad,
-    /// A model finished loading (legacy, older and Dynamic VRAM formats, facts §12.21).
+    /// A model finished loading (legacy, older and Dynamic VRAM formats, `comfy/model_management.py`).
     Loaded,
     /// `Traceback (most recent call last):`.
     Traceback,

@@ -3,10 +3,10 @@
 //! the last model load and its exception; finished prompts and starts are summarised, and only
 //! the last ones (and the first failures) are kept in full.
 //!
-//! Prompt boundaries follow ComfyUI's own lines (facts §3.3-§3.4, §10): `got prompt` is
+//! Prompt boundaries follow ComfyUI's own lines (`server.py`, `execution.py`; see `fixtures/captures/logs/server-run*.log`): `got prompt` is
 //! logged when a prompt is POSTed (so several may queue up while one runs), `invalid prompt:`
 //! or `Error handling request` refuses the last one, and `Prompt executed in …` ends the
-//! running one whatever happened to it (#9 of the facts' pitfalls: failures print it too).
+//! running one whatever happened to it (`execution.py` prints it after failures too).
 
 use super::lines::{self, Kind, LaunchArgs};
 use super::reader::{Before, Sink, visible};
@@ -185,7 +185,7 @@ struct PromptState {
     /// Opened because the previous prompt ended with this one queued.
     from_queue: bool,
     /// Another POST arrived while it had logged nothing: it may have been refused silently
-    /// (a 400 `no_prompt` logs only `got prompt`, facts §10.5 / `server-run2.log`).
+    /// (a 400 `no_prompt` logs only `got prompt`, `fixtures/captures/logs/server-run2.log`).
     later_posts: bool,
     start: Option<u64>,
     ordinal: Option<u32>,
@@ -1083,7 +1083,7 @@ fn tail_lines(before: &Before<'_>) -> Vec<String> {
 
 /// Whether a progress bar follows the load request in the lines before this point: sampling
 /// ran, so the model was loaded even though its `prepared for dynamic VRAM` line is missing
-/// (it drops to DEBUG when it repeats, facts §2.5). Progress bars are not pre-filter hits, so
+/// (it drops to DEBUG when it repeats, `comfy/model_management.py`). Progress bars are not pre-filter hits, so
 /// this looks at the lines themselves.
 fn sampled_after(before: &Before<'_>, load: &str) -> bool {
     let recent: Vec<String> = before

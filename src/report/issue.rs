@@ -1,6 +1,6 @@
 //! `ISSUE.md` in the shape of ComfyUI's bug template (Custom Node Testing, Expected Behavior,
-//! Actual Behavior, Steps to Reproduce, Debug Logs, Other; facts §5), filled with what
-//! maintainers keep asking for (§6): the startup log with the version and aimdo lines, the
+//! Actual Behavior, Steps to Reproduce, Debug Logs, Other: ComfyUI's `.github/ISSUE_TEMPLATE/bug-report.yml`), filled with what
+//! maintainers keep asking for in ComfyUI's memory issues: the startup log with the version and aimdo lines, the
 //! workflow, versions, the RAM/VRAM timeline, and works-with/fails-without evidence pairs.
 //! Also the bundle's `README.md`. Pure: everything comes in through [`IssueInput`]; the
 //! caller redacts the text afterwards like every other file.

@@ -380,7 +380,7 @@ pub fn timeline_png(t: &Timeline) -> Result<Vec<u8>, String> {
         colors::COMFY_VRAM,
         s.points(&format!("{g}.tree.used")),
     ));
-    // ComfyUI's `vram_free` adds torch's cached-but-free memory to CUDA's free (facts §7).
+    // ComfyUI's `vram_free` adds torch's cached-but-free memory to CUDA's free (`comfy/model_management.py`, `get_free_memory`).
     vram.push(Line::new(
         "CUDA view: total - free (ComfyUI /system_stats)",
         colors::CUDA_VIEW,

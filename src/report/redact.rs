@@ -3,7 +3,7 @@
 //! pattern, values of secret-named keys, environment variables outside the allowlist, and
 //! the `current_inputs` of ComfyUI's `execution_error` (which carry the whole prompt).
 //!
-//! The rules follow the fact sheet's §9 (Sentry's `@userpath`, `@email`, `@ip`, `@password`
+//! The rules follow Sentry's data scrubbers (Sentry's `@userpath`, `@email`, `@ip`, `@password`
 //! scrubbers; comfy-cli dropping `current_inputs`). Users paste logs with their full Windows
 //! name in every path (#15255); API keys travel in workflow inputs and `extra_data`.
 //!

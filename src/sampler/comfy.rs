@@ -40,7 +40,7 @@ pub struct ComfyDevice {
     pub torch_vram_free: Option<u64>,
 }
 
-/// Reads the devices out of a `/system_stats` body (facts §3.3; v0.3.64 and v0.38 shapes).
+/// Reads the devices out of a `/system_stats` body (v0.3.64 and v0.38 shapes; `fixtures/captures/http/system_stats.json`).
 pub fn parse_system_stats(body: &str) -> Result<Vec<ComfyDevice>, String> {
     let v: Value = serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
     let devices = v
@@ -85,7 +85,7 @@ pub fn model_name(comfy_name: &str) -> &str {
 
 /// Which NVML index a ComfyUI device is. torch numbers devices as CUDA does (fastest first,
 /// after `CUDA_VISIBLE_DEVICES`), NVML by PCI bus, so names decide; among identical cards the
-/// same index is assumed. `None` for the CPU device (its "VRAM" is system RAM, facts §12.17)
+/// same index is assumed. `None` for the CPU device (its "VRAM" is system RAM)
 /// and for a GPU NVML does not list.
 pub fn map_device(dev: &ComfyDevice, nvml: &[(u32, Option<String>)]) -> Option<u32> {
     let index = dev.index?;

@@ -1,5 +1,5 @@
 //! The CUDA probe: `cuMemGetInfo` per device from the tool's own context. Off unless asked
-//! for, because a context costs 300–500 MB of the very VRAM being measured (facts §7).
+//! for, because a context costs 300–500 MB of the very VRAM being measured.
 
 use super::DeviceInfo;
 use super::probe::{Context, Probe, SeriesDef, Unavailable, to_i64};
