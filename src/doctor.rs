@@ -79,14 +79,14 @@ impl Check {
 
 /// Everything doctor found (`doctor --json`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Report {
+pub struct Checkup {
     pub checks: Vec<Check>,
     pub ok: usize,
     pub warnings: usize,
     pub failures: usize,
 }
 
-impl Report {
+impl Checkup {
     /// 0 when nothing failed, 1 when a check failed (warnings do not count).
     pub fn exit_code(&self) -> i32 {
         if self.failures > 0 {
@@ -576,7 +576,7 @@ fn memory_checks() -> Vec<Check> {
 }
 
 /// Runs every check.
-pub fn run(req: &Request) -> Report {
+pub fn run(req: &Request) -> Checkup {
     let lib = environment::nvml_lib(req.nvml_lib.as_deref());
     let now = environment::nvml_now(lib.as_deref());
     let mut checks = vec![
@@ -591,7 +591,7 @@ pub fn run(req: &Request) -> Report {
     checks.push(disk_check(req, install.as_ref()));
     checks.extend(memory_checks());
     let count = |s: Status| checks.iter().filter(|c| c.status == s).count();
-    Report {
+    Checkup {
         ok: count(Status::Ok),
         warnings: count(Status::Warn),
         failures: count(Status::Fail),
@@ -600,7 +600,7 @@ pub fn run(req: &Request) -> Report {
 }
 
 /// Prints the checks, one line each, details and hints indented.
-pub fn render(r: &Report, style: &Style, out: &mut dyn Write) -> std::io::Result<()> {
+pub fn render(r: &Checkup, style: &Style, out: &mut dyn Write) -> std::io::Result<()> {
     let width = r
         .checks
         .iter()
@@ -665,7 +665,7 @@ mod tests {
 
     #[test]
     fn rendering_and_exit_codes() {
-        let r = Report {
+        let r = Checkup {
             checks: vec![
                 Check::new("a", "Alpha", Status::Ok, "fine"),
                 Check::new("b", "Beta", Status::Fail, "broken").hint("fix it"),

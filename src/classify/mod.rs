@@ -51,7 +51,7 @@ pub struct PromptObservation {
 
 /// An outcome and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Verdict {
+pub struct Classification {
     pub outcome: Outcome,
     /// The lines that show it (log lines, the exception, an argparse error).
     pub evidence: Vec<String>,
@@ -61,9 +61,9 @@ pub struct Verdict {
     pub explanation: Option<String>,
 }
 
-impl Verdict {
-    fn new(outcome: Outcome) -> Verdict {
-        Verdict {
+impl Classification {
+    fn new(outcome: Outcome) -> Classification {
+        Classification {
             outcome,
             evidence: Vec::new(),
             signatures: Vec::new(),
@@ -71,12 +71,12 @@ impl Verdict {
         }
     }
 
-    fn explain(mut self, text: impl Into<String>) -> Verdict {
+    fn explain(mut self, text: impl Into<String>) -> Classification {
         self.explanation = Some(text.into());
         self
     }
 
-    fn with_hits(mut self, hits: &[(&'static str, String)]) -> Verdict {
+    fn with_hits(mut self, hits: &[(&'static str, String)]) -> Classification {
         for (id, line) in hits {
             if !self.signatures.contains(id) {
                 self.signatures.push(id);
@@ -115,19 +115,19 @@ fn hits_of(
 }
 
 /// Classifies one prompt.
-pub fn classify_prompt(obs: &PromptObservation) -> Verdict {
+pub fn classify_prompt(obs: &PromptObservation) -> Classification {
     if obs.interrupted_by_user {
-        return Verdict::new(Outcome::Interrupted).explain("stopped with Ctrl-C");
+        return Classification::new(Outcome::Interrupted).explain("stopped with Ctrl-C");
     }
     if let Some(why) = &obs.stopped_for_ram {
-        let mut v = Verdict::new(Outcome::HostOom).explain(format!(
+        let mut v = Classification::new(Outcome::HostOom).explain(format!(
             "vrambisect stopped ComfyUI before the kernel's OOM killer could pick a process: {why}"
         ));
         v.evidence = tail(&obs.log, 3);
         return v;
     }
     if let Some(lines) = &obs.rejected {
-        let mut v = Verdict::new(Outcome::InvalidWorkflow);
+        let mut v = Classification::new(Outcome::InvalidWorkflow);
         v.evidence = lines.iter().take(MAX_EVIDENCE).cloned().collect();
         return v.explain("ComfyUI refused the workflow (HTTP 400); nothing ran");
     }
@@ -160,7 +160,7 @@ pub fn classify_prompt(obs: &PromptObservation) -> Verdict {
             });
         let mut v = match from_exception {
             Some(sig) => {
-                let mut v = Verdict::new(sig.outcome);
+                let mut v = Classification::new(sig.outcome);
                 v.signatures.push(sig.id);
                 v
             }
@@ -169,9 +169,9 @@ pub fn classify_prompt(obs: &PromptObservation) -> Verdict {
             None => match memory.first() {
                 Some((id, _)) => {
                     let sig = catalogue::by_id(id).expect("catalogue id");
-                    Verdict::new(sig.outcome)
+                    Classification::new(sig.outcome)
                 }
-                None => Verdict::new(Outcome::NodeError),
+                None => Classification::new(Outcome::NodeError),
             },
         };
         v.evidence.push(format!("{exception}{node}"));
@@ -192,12 +192,12 @@ pub fn classify_prompt(obs: &PromptObservation) -> Verdict {
                     "ComfyUI was killed with SIGKILL: most likely the kernel's OOM killer (check 'dmesg' for 'Out of memory: Killed process')",
                 )
             };
-            let mut v = Verdict::new(outcome).explain(why).with_hits(&all);
+            let mut v = Classification::new(outcome).explain(why).with_hits(&all);
             v.evidence
                 .push(format!("process ended by {}", exit.describe()));
             return v;
         }
-        let mut v = Verdict::new(Outcome::Crash)
+        let mut v = Classification::new(Outcome::Crash)
             .explain(format!(
                 "ComfyUI died during the prompt ({})",
                 exit.describe()
@@ -209,14 +209,14 @@ pub fn classify_prompt(obs: &PromptObservation) -> Verdict {
         return v;
     }
     if obs.stalled {
-        let mut v = Verdict::new(Outcome::Hang)
+        let mut v = Classification::new(Outcome::Hang)
             .explain("no websocket or log activity for longer than the stall timeout while the prompt was running");
         v.evidence = tail(&obs.log, 3);
         return v.with_hits(&memory);
     }
     if obs.timed_out {
-        let mut v =
-            Verdict::new(Outcome::Timeout).explain("the prompt did not finish within the timeout");
+        let mut v = Classification::new(Outcome::Timeout)
+            .explain("the prompt did not finish within the timeout");
         v.evidence = tail(&obs.log, 3);
         return v;
     }
@@ -225,20 +225,20 @@ pub fn classify_prompt(obs: &PromptObservation) -> Verdict {
             // TensorRT and aimdo errors can leave a "successful" prompt with garbage output.
             let trt = hits_of(&hits, |o| o == Outcome::TensorrtAllocator);
             if !trt.is_empty() {
-                return Verdict::new(Outcome::TensorrtAllocator)
+                return Classification::new(Outcome::TensorrtAllocator)
                     .explain("the prompt reported success, but TensorRT's allocator failed during it: its output is not to be trusted")
                     .with_hits(&trt);
             }
             let aimdo = hits_of(&hits, |o| o == Outcome::AimdoFault);
             if !aimdo.is_empty() {
-                return Verdict::new(Outcome::AimdoFault)
+                return Classification::new(Outcome::AimdoFault)
                     .explain("the prompt reported success, but comfy-aimdo logged errors during it")
                     .with_hits(&aimdo);
             }
-            Verdict::new(Outcome::Pass)
+            Classification::new(Outcome::Pass)
         }
         Some(PromptEnd::Interrupted { node_id }) => {
-            let mut v = Verdict::new(Outcome::Interrupted)
+            let mut v = Classification::new(Outcome::Interrupted)
                 .explain("ComfyUI reported the prompt as interrupted");
             if let Some(id) = node_id {
                 v.evidence
@@ -248,7 +248,7 @@ pub fn classify_prompt(obs: &PromptObservation) -> Verdict {
         }
         Some(PromptEnd::Error { .. }) => unreachable!("handled above"),
         None => {
-            let mut v = Verdict::new(Outcome::Crash)
+            let mut v = Classification::new(Outcome::Crash)
                 .explain("the prompt never finished and ComfyUI stopped answering");
             v.evidence = tail(&obs.log, 5);
             v.with_hits(&memory)
@@ -257,7 +257,7 @@ pub fn classify_prompt(obs: &PromptObservation) -> Verdict {
 }
 
 /// Classifies a ComfyUI that exited before it was ready.
-pub fn classify_startup(exit: ExitStatus, log: &[String]) -> Verdict {
+pub fn classify_startup(exit: ExitStatus, log: &[String]) -> Classification {
     let startup: Vec<(&'static str, Outcome, String)> = log
         .iter()
         .filter_map(|l| first_match(l, Phase::Startup).map(|s| (s.id, s.outcome, l.clone())))
@@ -265,13 +265,13 @@ pub fn classify_startup(exit: ExitStatus, log: &[String]) -> Verdict {
     if exit.code == Some(2)
         && let Some((id, _, line)) = startup.iter().find(|(_, o, _)| *o == Outcome::FlagRejected)
     {
-        let mut v = Verdict::new(Outcome::FlagRejected)
+        let mut v = Classification::new(Outcome::FlagRejected)
             .explain("ComfyUI's argparse refused the flags (exit 2)");
         v.signatures.push(id);
         v.evidence.push(line.clone());
         return v;
     }
-    let mut v = Verdict::new(Outcome::StartupFailed).explain(format!(
+    let mut v = Classification::new(Outcome::StartupFailed).explain(format!(
         "ComfyUI exited before it was ready ({})",
         exit.describe()
     ));

@@ -109,7 +109,7 @@ pub struct Advice {
 
 /// What ComfyUI will do with memory under a command line.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Effective {
+pub struct Predicted {
     pub dynamic_vram: DynamicVram,
     /// As ComfyUI logs it in `Set vram state to:`.
     pub vram_state: &'static str,
@@ -256,7 +256,7 @@ pub fn reserved_vram(parsed: &Parsed, ctx: &Context) -> (u64, String) {
 }
 
 /// Every decision at once.
-pub fn decide(parsed: &Parsed, ctx: &Context) -> Effective {
+pub fn decide(parsed: &Parsed, ctx: &Context) -> Predicted {
     let dynamic = dynamic_vram(parsed, ctx);
     let cpu = parsed.has("--cpu");
     let (reserved_vram_mb, reserved_vram_source) = reserved_vram(parsed, ctx);
@@ -278,7 +278,7 @@ pub fn decide(parsed: &Parsed, ctx: &Context) -> Effective {
         allocator,
         single_gpu_forced,
     );
-    Effective {
+    Predicted {
         dynamic_vram: dynamic,
         vram_state: vram_state(parsed),
         reserved_vram_mb,
@@ -520,7 +520,7 @@ mod tests {
     use super::*;
     use crate::flags::{argparse, profile};
 
-    fn run(args: &[&str], ctx: &Context) -> Effective {
+    fn run(args: &[&str], ctx: &Context) -> Predicted {
         let set = profile::builtin(ctx.version.as_ref()).flags;
         let parsed = argparse::parse(&set, args, ctx.version.as_ref());
         decide(&parsed, ctx)

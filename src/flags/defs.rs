@@ -1101,7 +1101,7 @@ pub fn lookup(name: &str) -> Option<&'static FlagDef> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flags::decide::{self, Effective, Platform};
+    use crate::flags::decide::{self, Platform, Predicted};
     use crate::flags::profile;
     use std::collections::BTreeSet;
 
@@ -1150,13 +1150,13 @@ mod tests {
         );
     }
 
-    pub(super) fn decide_on(args: &[&str], platform: Platform) -> Effective {
+    pub(super) fn decide_on(args: &[&str], platform: Platform) -> Predicted {
         let set = profile::builtin(None).flags;
         let parsed = crate::flags::argparse::parse(&set, args, None);
         decide::decide(&parsed, &decide::Context::new(platform))
     }
 
-    pub(super) fn decide(args: &[&str]) -> Effective {
+    pub(super) fn decide(args: &[&str]) -> Predicted {
         decide_on(args, Platform::Linux)
     }
 

@@ -24,13 +24,13 @@ pub mod report;
 pub mod state;
 
 pub use reader::Mode;
-pub use report::Report;
+pub use report::LogReport;
 
 use crate::error::{Error, Result};
 use std::io::{IsTerminal, Write};
 
 /// Scans an opened log.
-pub fn scan(input: input::Input, mode: Mode) -> Result<Report> {
+pub fn scan(input: input::Input, mode: Mode) -> Result<LogReport> {
     let input::Input {
         name,
         mut reader,
@@ -59,7 +59,7 @@ pub fn scan(input: input::Input, mode: Mode) -> Result<Report> {
         ))
         .hint(hint));
     }
-    Ok(Report::build(
+    Ok(LogReport::build(
         name,
         encoding,
         stats.bytes,
@@ -69,7 +69,7 @@ pub fn scan(input: input::Input, mode: Mode) -> Result<Report> {
 }
 
 /// Scans a log held in memory (tests, and callers that already have the text).
-pub fn scan_bytes(name: &str, bytes: &[u8], mode: Mode) -> Result<Report> {
+pub fn scan_bytes(name: &str, bytes: &[u8], mode: Mode) -> Result<LogReport> {
     let input = input::sniff(
         name.to_string(),
         Box::new(std::io::Cursor::new(bytes.to_vec())),
@@ -79,7 +79,7 @@ pub fn scan_bytes(name: &str, bytes: &[u8], mode: Mode) -> Result<Report> {
 
 /// The command: reads `FILE` or `-` (saying on `err` that it waits when standard input is a
 /// terminal).
-pub fn command(file: &str, err: &mut dyn Write) -> Result<Report> {
+pub fn command(file: &str, err: &mut dyn Write) -> Result<LogReport> {
     if file == "-" && std::io::stdin().is_terminal() {
         let _ = writeln!(
             err,
@@ -126,13 +126,13 @@ mod tests {
             .collect()
     }
 
-    fn ids(r: &Report) -> Vec<String> {
+    fn ids(r: &LogReport) -> Vec<String> {
         let mut v: Vec<String> = r.known_issues.iter().map(|k| k.id.to_string()).collect();
         v.sort();
         v
     }
 
-    fn json(r: &Report) -> String {
+    fn json(r: &LogReport) -> String {
         serde_json::to_string(r).unwrap()
     }
 

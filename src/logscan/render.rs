@@ -1,7 +1,7 @@
 //! `logscan` for people: the answer first, then the startup facts, the prompts and the known
 //! issues with the command that tests each.
 
-use super::report::Report;
+use super::report::LogReport;
 use super::state::{PromptSummary, StartSummary};
 use crate::outcome::Outcome;
 use crate::output::Style;
@@ -37,7 +37,7 @@ fn plural(n: u64, one: &str, many: &str) -> String {
 }
 
 /// Writes the report.
-pub fn render(r: &Report, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+pub fn render(r: &LogReport, style: &Style, out: &mut dyn Write) -> io::Result<()> {
     let name = if r.file == "-" {
         "standard input"
     } else {
@@ -80,7 +80,7 @@ fn row(out: &mut dyn Write, style: &Style, label: &str, value: String) -> io::Re
     writeln!(out, "  {}  {value}", style.dim(&format!("{label:<13}")))
 }
 
-fn startup(r: &Report, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+fn startup(r: &LogReport, style: &Style, out: &mut dyn Write) -> io::Result<()> {
     let f = &r.startup.facts;
     writeln!(out)?;
     match r.startup.line {
@@ -195,7 +195,7 @@ fn startup(r: &Report, style: &Style, out: &mut dyn Write) -> io::Result<()> {
     Ok(())
 }
 
-fn starts(r: &Report, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+fn starts(r: &LogReport, style: &Style, out: &mut dyn Write) -> io::Result<()> {
     let interesting = r.starts_total > 1 || r.starts.iter().any(|s| s.outcome.is_some());
     if !interesting {
         return Ok(());
@@ -251,7 +251,7 @@ fn start_line(s: &StartSummary, style: &Style, out: &mut dyn Write) -> io::Resul
     Ok(())
 }
 
-fn prompts(r: &Report, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+fn prompts(r: &LogReport, style: &Style, out: &mut dyn Write) -> io::Result<()> {
     if r.prompts.is_empty() {
         return Ok(());
     }
@@ -344,7 +344,7 @@ fn prompt_line(p: &PromptSummary, style: &Style, out: &mut dyn Write) -> io::Res
     Ok(())
 }
 
-fn issues(r: &Report, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+fn issues(r: &LogReport, style: &Style, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out)?;
     if r.known_issues.is_empty() {
         writeln!(

@@ -2,7 +2,7 @@
 
 use super::advice::{self, Bisect, Setup};
 use super::lines::LaunchArgs;
-use super::state::{PromptSummary, Scanned, StartSummary, Tally};
+use super::state::{PromptSummary, Scanned, SignatureHits, StartSummary};
 use crate::error::exit;
 use crate::outcome::Outcome;
 use crate::startup::StartupFacts;
@@ -61,7 +61,7 @@ pub struct Comparison {
 
 /// Everything `logscan` says about a log.
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
+pub struct LogReport {
     /// The file as given (`-` for standard input).
     pub file: String,
     pub encoding: &'static str,
@@ -95,7 +95,7 @@ enum Basis<'a> {
     NoPrompt,
 }
 
-impl Report {
+impl LogReport {
     /// Puts the scan together.
     pub fn build(
         file: String,
@@ -103,7 +103,7 @@ impl Report {
         bytes: u64,
         lines: u64,
         scanned: Scanned,
-    ) -> Report {
+    ) -> LogReport {
         let Scanned {
             starts,
             starts_total,
@@ -123,7 +123,7 @@ impl Report {
             comfyui_dir: s.comfyui_dir.clone(),
             line: Some(s.line),
         });
-        let mut report = Report {
+        let mut report = LogReport {
             file,
             encoding,
             bytes,
@@ -257,7 +257,7 @@ impl Report {
 }
 
 /// The tallies as known issues: those behind the answer first, then in order of appearance.
-fn known_issues(mut tallies: Vec<Tally>, decisive: &[&'static str]) -> Vec<KnownIssue> {
+fn known_issues(mut tallies: Vec<SignatureHits>, decisive: &[&'static str]) -> Vec<KnownIssue> {
     tallies.sort_by_key(|t| {
         let rank = decisive
             .iter()

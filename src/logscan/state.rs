@@ -12,7 +12,7 @@ use super::lines::{self, Kind, LaunchArgs};
 use super::reader::{Before, Sink, visible};
 use crate::classify::catalogue::{self, Phase, Signature};
 use crate::classify::normalize::normalize;
-use crate::classify::{self, ExitStatus, PromptEnd, PromptObservation, Verdict};
+use crate::classify::{self, Classification, ExitStatus, PromptEnd, PromptObservation};
 use crate::outcome::Outcome;
 use crate::startup::StartupFacts;
 use regex::Regex;
@@ -92,7 +92,7 @@ pub struct StartSummary {
 
 /// Where a known failure signature showed, and the setup it showed in.
 #[derive(Debug, Clone)]
-pub struct Tally {
+pub struct SignatureHits {
     pub signature: &'static Signature,
     pub lines: u64,
     pub prompts: u64,
@@ -117,7 +117,7 @@ pub struct Scanned {
     pub prompts: Vec<PromptSummary>,
     pub prompts_total: u64,
     pub prompt_counts: BTreeMap<String, u64>,
-    pub tallies: Vec<Tally>,
+    pub tallies: Vec<SignatureHits>,
     /// Lines that only a ComfyUI log has.
     pub recognized: u64,
 }
@@ -244,7 +244,7 @@ pub struct State {
     validation: Vec<String>,
     collecting_validation: bool,
     awaiting_exception: Option<u32>,
-    tallies: Vec<Tally>,
+    tallies: Vec<SignatureHits>,
     recognized: u64,
     opened: u64,
 }
@@ -596,7 +596,7 @@ impl State {
         let i = match self.tallies.iter().position(|t| t.signature.id == sig.id) {
             Some(i) => i,
             None => {
-                self.tallies.push(Tally {
+                self.tallies.push(SignatureHits {
                     signature: sig,
                     lines: 0,
                     prompts: 0,
@@ -871,7 +871,7 @@ impl State {
             }
         };
         let mut v = if incomplete {
-            Verdict {
+            Classification {
                 outcome: Outcome::Pass,
                 evidence: tail.iter().rev().take(3).rev().cloned().collect(),
                 signatures: Vec::new(),
@@ -915,7 +915,7 @@ impl State {
     fn finish_prompt(
         &mut self,
         p: PromptState,
-        v: Verdict,
+        v: Classification,
         incomplete: bool,
         executed_in: Option<String>,
         number: u64,

@@ -20,7 +20,7 @@ use crate::error::{Error, Result, io_error};
 use crate::machine::{self, Environment, Inputs, RunFacts};
 use crate::output::Style;
 use issue::FileNote;
-use redact::{Identity, Kind, Redactor, Tally};
+use redact::{Identity, Kind, Redactions, Redactor};
 use serde::Serialize;
 use serde_json::Value;
 use source::{RunDir, Source, SourceKind};
@@ -436,7 +436,7 @@ pub fn build(req: &Request) -> Result<Built> {
         None
     };
     let label = |s: &str| match &redactor {
-        Some(r) => r.text(s, &mut Tally::new()),
+        Some(r) => r.text(s, &mut Redactions::new()),
         None => s.to_string(),
     };
 
@@ -529,10 +529,10 @@ pub fn build(req: &Request) -> Result<Built> {
     );
 
     // Redact every file.
-    let mut per_file: Vec<(String, Tally)> = Vec::new();
+    let mut per_file: Vec<(String, Redactions)> = Vec::new();
     let mut to_pack: Vec<PackFile> = Vec::new();
     for e in entries {
-        let mut tally = Tally::new();
+        let mut tally = Redactions::new();
         let bytes = match e.content {
             Content::Text(t) => match &redactor {
                 Some(r) => r.text(&t, &mut tally).into_bytes(),
@@ -585,7 +585,7 @@ pub fn build(req: &Request) -> Result<Built> {
     let readme = |notes: &[FileNote]| {
         let text = issue::readme_md(notes, &kinds_text, req.redact);
         match &redactor {
-            Some(r) => r.text(&text, &mut Tally::new()),
+            Some(r) => r.text(&text, &mut Redactions::new()),
             None => text,
         }
     };

@@ -76,9 +76,9 @@ impl Kind {
 }
 
 /// Redactions per kind, for one file or a whole bundle.
-pub type Tally = BTreeMap<Kind, usize>;
+pub type Redactions = BTreeMap<Kind, usize>;
 
-fn bump(tally: &mut Tally, kind: Kind) {
+fn bump(tally: &mut Redactions, kind: Kind) {
     *tally.entry(kind).or_insert(0) += 1;
 }
 
@@ -448,7 +448,7 @@ impl Redactor {
     }
 
     /// Redacts one text, counting into `tally`.
-    pub fn text(&self, s: &str, tally: &mut Tally) -> String {
+    pub fn text(&self, s: &str, tally: &mut Redactions) -> String {
         let r = rules();
         let mut out = replace(
             &r.pem,
@@ -582,7 +582,7 @@ impl Redactor {
 
     /// Redacts a JSON document in place: secret-named keys and `current_inputs` by structure,
     /// `env` lists by the allowlist, every other string (and key) as text.
-    pub fn json(&self, v: &mut Value, tally: &mut Tally) {
+    pub fn json(&self, v: &mut Value, tally: &mut Redactions) {
         match v {
             Value::Object(map) => {
                 let old = std::mem::take(map);
@@ -618,8 +618,8 @@ impl Redactor {
 
     /// An environment as `[[name, value], …]` or `{name: value}`: values of names outside the
     /// allowlist are removed.
-    fn env(&self, v: &mut Value, tally: &mut Tally) {
-        let one = |name: &str, value: &mut Value, tally: &mut Tally| {
+    fn env(&self, v: &mut Value, tally: &mut Redactions) {
+        let one = |name: &str, value: &mut Value, tally: &mut Redactions| {
             if env_allowed(name) {
                 self.json(value, tally);
             } else if !value.is_null() {
@@ -663,7 +663,7 @@ fn looks_like_env_name(k: &str) -> bool {
 
 /// Every scalar under a secret-named key becomes `[redacted]` (small numbers and booleans
 /// stay: `token_count: 77` is no secret).
-fn redact_scalars(v: &mut Value, tally: &mut Tally) {
+fn redact_scalars(v: &mut Value, tally: &mut Redactions) {
     match v {
         Value::String(s) if !harmless_value(s) => {
             bump(tally, Kind::SecretValue);
@@ -683,8 +683,8 @@ fn redact_scalars(v: &mut Value, tally: &mut Tally) {
 fn replace(
     re: &Regex,
     s: &str,
-    mut f: impl FnMut(&Captures, &mut Tally) -> String,
-    tally: &mut Tally,
+    mut f: impl FnMut(&Captures, &mut Redactions) -> String,
+    tally: &mut Redactions,
 ) -> String {
     if !re.is_match(s) {
         return s.to_string();
@@ -694,7 +694,13 @@ fn replace(
 
 /// Replaces whole-word names; repeated because a shared edge character between two
 /// neighbouring matches is consumed by the first.
-fn replace_words(re: &Regex, s: &str, kind: Kind, placeholder: &str, tally: &mut Tally) -> String {
+fn replace_words(
+    re: &Regex,
+    s: &str,
+    kind: Kind,
+    placeholder: &str,
+    tally: &mut Redactions,
+) -> String {
     let mut out = s.to_string();
     for _ in 0..4 {
         if !re.is_match(&out) {
@@ -712,7 +718,7 @@ fn replace_words(re: &Regex, s: &str, kind: Kind, placeholder: &str, tally: &mut
 
 /// IPv4 addresses other than loopback and `0.0.0.0`, and not parts of version numbers
 /// (`nvidia-cudnn-cu12==9.1.0.70`, `v1.2.3.4`, `1.2.3.4.5`).
-fn redact_ipv4(re: &Regex, s: &str, tally: &mut Tally) -> String {
+fn redact_ipv4(re: &Regex, s: &str, tally: &mut Redactions) -> String {
     if !re.is_match(s) {
         return s.to_string();
     }
@@ -744,7 +750,7 @@ fn redact_ipv4(re: &Regex, s: &str, tally: &mut Tally) -> String {
 
 /// IPv6 addresses with at least three groups, other than `::1` and `::` (so `a::b` in C++
 /// names and `12:34:56` times stay).
-fn redact_ipv6(re: &Regex, s: &str, tally: &mut Tally) -> String {
+fn redact_ipv6(re: &Regex, s: &str, tally: &mut Redactions) -> String {
     if !s.contains(':') || !re.is_match(s) {
         return s.to_string();
     }
@@ -786,8 +792,8 @@ mod tests {
         Redactor::new(&id)
     }
 
-    fn red(r: &Redactor, s: &str) -> (String, Tally) {
-        let mut t = Tally::new();
+    fn red(r: &Redactor, s: &str) -> (String, Redactions) {
+        let mut t = Redactions::new();
         let out = r.text(s, &mut t);
         (out, t)
     }
@@ -1016,7 +1022,7 @@ mod tests {
             "path": "C:\\Users\\Alice Smith\\ComfyUI",
             "/home/alice/key": 1
         });
-        let mut t = Tally::new();
+        let mut t = Redactions::new();
         r.json(&mut v, &mut t);
         let inputs = &v["prompt"]["3"]["inputs"];
         assert_eq!(inputs["api_key"], REDACTED);

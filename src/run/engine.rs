@@ -10,7 +10,7 @@ use super::launch::{self, HOST, Heard, NotReady, Server};
 use super::record::{Effective, Iteration, Overhead, Peaks, RunRecord, Teardown, overall};
 use super::watch::{Action, Input, Limits, PromptWatch, Watched};
 use super::{Reporter, RunEvent, RunOptions};
-use crate::classify::{ExitStatus, Verdict};
+use crate::classify::{Classification, ExitStatus};
 use crate::comfy::ws;
 use crate::comfy::{Client, Submitted, rejection_lines};
 use crate::error::Result;
@@ -59,7 +59,7 @@ pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunReco
         None => Parts::early(
             Vec::new(),
             0,
-            Verdict {
+            Classification {
                 outcome: Outcome::Interrupted,
                 evidence: vec![],
                 signatures: vec![],
@@ -89,7 +89,7 @@ struct Parts {
     argv: Vec<String>,
     port: u16,
     /// The verdict of a run that never got to its prompts.
-    early: Option<Verdict>,
+    early: Option<Classification>,
     startup_ms: Option<u64>,
     effective: Effective,
     iterations: Vec<Iteration>,
@@ -103,7 +103,7 @@ struct Parts {
 
 impl Parts {
     /// The verdict of a run that never got to its prompts.
-    fn early(argv: Vec<String>, port: u16, verdict: Verdict) -> Parts {
+    fn early(argv: Vec<String>, port: u16, verdict: Classification) -> Parts {
         Parts {
             early: Some(verdict),
             ..Parts::new(argv, port)
@@ -438,7 +438,7 @@ impl Prompt<'_> {
     /// Posts the prompt; its id, or the verdict of a prompt that never ran.
     fn submit(&mut self, prompt: &serde_json::Map<String, serde_json::Value>) -> Submission {
         let n = self.n;
-        let nothing_ran = |v: Verdict| {
+        let nothing_ran = |v: Classification| {
             Box::new(Watched {
                 verdict: v,
                 nodes: Vec::new(),
@@ -477,7 +477,7 @@ impl Prompt<'_> {
                 Submission::NothingRan(Box::new(PromptWatch::refused(rejection_lines(&body))), None)
             }
             Ok(Submitted::ServerError { status, body }) => Submission::NothingRan(
-                nothing_ran(Verdict {
+                nothing_ran(Classification {
                     outcome: Outcome::InvalidWorkflow,
                     evidence: vec![format!(
                         "HTTP {status} from POST /prompt: {}",
@@ -489,7 +489,7 @@ impl Prompt<'_> {
                 None,
             ),
             Err(e) => Submission::NothingRan(
-                nothing_ran(Verdict {
+                nothing_ran(Classification {
                     outcome: Outcome::Crash,
                     evidence: vec![format!("POST /prompt failed: {e}")],
                     signatures: vec![],

@@ -5,7 +5,7 @@
 use super::record::Effective;
 use super::{Reporter, RunEvent, RunOptions};
 use crate::classify::normalize::normalize;
-use crate::classify::{self, ExitStatus, Verdict};
+use crate::classify::{self, Classification, ExitStatus};
 use crate::comfy::Client;
 use crate::comfy::events::WsEvent;
 use crate::comfy::ws::WsMessage;
@@ -148,7 +148,7 @@ pub struct Server {
 pub struct NotReady {
     pub argv: Vec<String>,
     pub port: u16,
-    pub verdict: Verdict,
+    pub verdict: Classification,
     pub teardown: Teardown,
     pub effective: Effective,
 }
@@ -190,7 +190,7 @@ pub fn launch(
                 } else {
                     e.to_string()
                 };
-                let verdict = Verdict {
+                let verdict = Classification {
                     outcome: Outcome::StartupFailed,
                     evidence: vec![format!(
                         "cannot run Python '{}' ({}): {why}",
@@ -246,7 +246,7 @@ pub fn launch(
                 (verdict, teardown)
             }
             Ready::TimedOut => {
-                let verdict = Verdict {
+                let verdict = Classification {
                     outcome: Outcome::StartupFailed,
                     evidence: crate::text::last_lines(&feed.startup_lines, 5),
                     signatures: vec![],
@@ -258,7 +258,7 @@ pub fn launch(
                 (verdict, child.terminate(opts.grace))
             }
             Ready::Interrupted => {
-                let verdict = Verdict {
+                let verdict = Classification {
                     outcome: Outcome::Interrupted,
                     evidence: vec![],
                     signatures: vec![],

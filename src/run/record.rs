@@ -1,6 +1,6 @@
 //! The run record: what `run --json` prints and what `bisect` and `report` read back.
 
-use crate::classify::Verdict;
+use crate::classify::Classification;
 use crate::outcome::Outcome;
 use crate::startup::StartupFacts;
 use crate::workflow::CacheBust;
@@ -145,7 +145,7 @@ pub fn overall(iterations: &[Iteration]) -> Option<&Iteration> {
 }
 
 impl Iteration {
-    pub fn from_verdict(iteration: u32, v: &Verdict) -> Iteration {
+    pub fn from_verdict(iteration: u32, v: &Classification) -> Iteration {
         Iteration {
             iteration,
             outcome: v.outcome,

@@ -6,7 +6,7 @@
 //! It owns no process, socket or clock: every input carries the time since the prompt was
 //! submitted, so its tests replay a prompt in microseconds, with no ComfyUI.
 
-use crate::classify::{self, ExitStatus, PromptEnd, PromptObservation, Verdict};
+use crate::classify::{self, Classification, ExitStatus, PromptEnd, PromptObservation};
 use crate::comfy::events::WsEvent;
 use crate::signals::Stop;
 use std::time::Duration;
@@ -115,7 +115,7 @@ pub struct PromptWatch {
 /// The watch's result.
 #[derive(Debug, Clone)]
 pub struct Watched {
-    pub verdict: Verdict,
+    pub verdict: Classification,
     /// Nodes that started executing, in order.
     pub nodes: Vec<String>,
     /// ComfyUI's exit, when it died during the prompt.

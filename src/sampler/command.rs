@@ -64,7 +64,7 @@ pub struct CommandReport {
 
 /// `sample --json`: the sampler's summary plus how the run ended.
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
+pub struct SampleReport {
     #[serde(flatten)]
     pub summary: Summary,
     pub stopped_by: StoppedBy,
@@ -72,8 +72,8 @@ pub struct Report {
 }
 
 /// The report and the exit status to leave with.
-pub struct Outcome {
-    pub report: Report,
+pub struct Sampled {
+    pub report: SampleReport,
     pub exit_code: i32,
 }
 
@@ -109,7 +109,7 @@ fn spawn(argv: &[String], json: bool) -> Result<process::Child> {
 }
 
 /// Runs `vrambisect sample`. Notes (unavailable probes) and the live line go to `err`.
-pub fn sample(req: &Request, err: &mut dyn Write) -> Result<Outcome> {
+pub fn sample(req: &Request, err: &mut dyn Write) -> Result<Sampled> {
     if req.interval < MIN_INTERVAL {
         return Err(Error::usage(format!(
             "--interval {} is too short",
@@ -227,8 +227,8 @@ pub fn sample(req: &Request, err: &mut dyn Write) -> Result<Outcome> {
         (Some(_), _) => status.map_or(exit::FAILED, |s| s.shell_code()),
         (None, _) => exit::OK,
     };
-    Ok(Outcome {
-        report: Report {
+    Ok(Sampled {
+        report: SampleReport {
             summary,
             stopped_by,
             command,
@@ -300,7 +300,7 @@ fn stat_row(s: &SeriesStats) -> Vec<String> {
 }
 
 /// The summary for a person: what was sampled, then a table of every series.
-pub fn render(r: &Report, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+pub fn render(r: &SampleReport, style: &Style, out: &mut dyn Write) -> io::Result<()> {
     use comfy_table::{CellAlignment, ContentArrangement, Table, presets};
     let s = &r.summary;
     writeln!(
@@ -500,7 +500,7 @@ mod tests {
         let mut s = summary(vec![stats("gpu0.nvml.used", 9 << 30, 10 << 30)]);
         s.unavailable
             .push(super::super::Unavailable::new("cuda", "libcuda not found"));
-        let r = Report {
+        let r = SampleReport {
             summary: s,
             stopped_by: StoppedBy::CommandExited,
             command: Some(CommandReport {
