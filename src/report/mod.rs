@@ -277,22 +277,21 @@ fn failure_mark(d: &RunDir, s: &samples::Samples) -> Option<(f64, String)> {
     }
 }
 
-/// Builds the bundle and writes the zip.
-pub fn build(req: &Request) -> Result<Built> {
-    let src = source::open(&req.dir)?;
-    let output = req
-        .output
-        .clone()
-        .unwrap_or_else(|| default_output(&src.dir));
-    if output.extension().and_then(|e| e.to_str()) != Some("zip") {
-        return Err(
-            Error::usage(format!("{} does not end in .zip", output.display()))
-                .hint("give --output a file name ending in .zip"),
-        );
-    }
-    let mut warnings = Vec::new();
+/// What goes into the bundle, read as recorded, before any redaction.
+struct Collected {
+    entries: Vec<Entry>,
+    /// The failing run's whole log (normalised), by run label: ISSUE.md quotes from it.
+    logs: BTreeMap<String, String>,
+    samples_by_run: BTreeMap<String, samples::Samples>,
+    workflow: Option<Value>,
+    /// Samples files thinned on reading, and by how much.
+    thinned: BTreeMap<String, usize>,
+    warnings: Vec<String>,
+}
 
-    // Read what goes in, as recorded.
+/// Reads every file of the runs (and of the session) that goes into the bundle.
+fn collect(src: &Source) -> Collected {
+    let mut warnings = Vec::new();
     let mut entries: Vec<Entry> = Vec::new();
     let mut logs: BTreeMap<String, String> = BTreeMap::new();
     let mut samples_by_run: BTreeMap<String, samples::Samples> = BTreeMap::new();
@@ -384,10 +383,21 @@ pub fn build(req: &Request) -> Result<Built> {
         }
     }
 
-    // The environment, preferring what the failing run recorded.
+    Collected {
+        entries,
+        logs,
+        samples_by_run,
+        workflow,
+        thinned,
+        warnings,
+    }
+}
+
+/// The machine facts, preferring what the failing run recorded.
+fn environment(req: &Request, src: &Source, logs: &BTreeMap<String, String>) -> Environment {
     let primary = src.primary();
     let primary_log = primary.and_then(|d| logs.get(&d.label)).map(String::as_str);
-    let (comfyui, comfyui_unknown) = comfyui_dir(req, &src, primary_log);
+    let (comfyui, comfyui_unknown) = comfyui_dir(req, src, primary_log);
     let inputs = Inputs {
         comfyui,
         comfyui_unknown,
@@ -410,21 +420,20 @@ pub fn build(req: &Request) -> Result<Built> {
                 }),
             })
         }),
-        launcher: launcher_line(&src),
+        launcher: launcher_line(src),
         launcher_env: src.spec.as_ref().map(|s| s.env.clone()).unwrap_or_default(),
         nvml_lib: req.nvml_lib.clone(),
         ask_python: true,
     };
-    let env: Environment = machine::capture(&inputs);
-    entries.push(Entry {
-        name: "environment.json".into(),
-        content: Content::Json(serde_json::to_value(&env).expect("environment serialises")),
-    });
+    machine::capture(&inputs)
+}
 
-    // Names to redact: this machine's, and every user name seen in a home path.
-    let redactor = if req.redact {
+/// The redactor of this bundle (none with `--no-redact`): this machine's names, and every
+/// user name seen in a home path of what goes in.
+fn redactor(req: &Request, entries: &[Entry]) -> Option<Redactor> {
+    if req.redact {
         let mut id = Identity::from_machine();
-        for e in &entries {
+        for e in entries {
             match &e.content {
                 Content::Text(t) => id.learn(t),
                 Content::Json(v) => id.learn(&v.to_string()),
@@ -434,13 +443,27 @@ pub fn build(req: &Request) -> Result<Built> {
         Some(Redactor::new(&id))
     } else {
         None
-    };
-    let label = |s: &str| match &redactor {
+    }
+}
+
+/// The pictures: a memory timeline per run, and the run matrix of a bisect. Returns the
+/// runs that have a timeline and whether the matrix was drawn.
+fn pictures(
+    src: &Source,
+    collected: &mut Collected,
+    redactor: Option<&Redactor>,
+) -> (Vec<String>, bool) {
+    let Collected {
+        entries,
+        samples_by_run,
+        warnings,
+        ..
+    } = collected;
+    let label = |s: &str| match redactor {
         Some(r) => r.text(s, &mut Redactions::new()),
         None => s.to_string(),
     };
 
-    // Pictures.
     let mut timelines = Vec::new();
     for d in &src.runs {
         let Some(s) = samples_by_run.get(&d.label) else {
@@ -510,36 +533,26 @@ pub fn build(req: &Request) -> Result<Built> {
         }
     }
 
-    // ISSUE.md.
-    let issue = issue::issue_md(&issue::IssueInput {
-        source: &src,
-        env: &env,
-        workflow: workflow.as_ref(),
-        logs: &logs,
-        timelines: &timelines,
-        has_matrix,
-        redact: req.redact,
-    });
-    entries.insert(
-        0,
-        Entry {
-            name: "ISSUE.md".into(),
-            content: Content::Text(issue),
-        },
-    );
+    (timelines, has_matrix)
+}
 
-    // Redact every file.
+/// Every file, redacted, as it will be packed; what was redacted, in all and per file.
+fn redact(
+    entries: Vec<Entry>,
+    redactor: Option<&Redactor>,
+    enabled: bool,
+) -> (Vec<PackFile>, Redaction, Vec<(String, Redactions)>) {
     let mut per_file: Vec<(String, Redactions)> = Vec::new();
     let mut to_pack: Vec<PackFile> = Vec::new();
     for e in entries {
         let mut tally = Redactions::new();
         let bytes = match e.content {
-            Content::Text(t) => match &redactor {
+            Content::Text(t) => match redactor {
                 Some(r) => r.text(&t, &mut tally).into_bytes(),
                 None => t.into_bytes(),
             },
             Content::Json(mut v) => {
-                if let Some(r) = &redactor {
+                if let Some(r) = redactor {
                     r.json(&mut v, &mut tally);
                 }
                 let mut s = serde_json::to_string_pretty(&v).expect("JSON serialises");
@@ -563,7 +576,7 @@ pub fn build(req: &Request) -> Result<Built> {
         }
     }
     let redaction = Redaction {
-        enabled: req.redact,
+        enabled,
         total: kinds.values().map(|(n, _)| n).sum(),
         kinds: kinds
             .iter()
@@ -575,6 +588,59 @@ pub fn build(req: &Request) -> Result<Built> {
             })
             .collect(),
     };
+
+    (to_pack, redaction, per_file)
+}
+
+/// Builds the bundle and writes the zip: collect what was recorded, capture the machine,
+/// draw the pictures, write ISSUE.md, redact every file, pack.
+pub fn build(req: &Request) -> Result<Built> {
+    let src = source::open(&req.dir)?;
+    let output = req
+        .output
+        .clone()
+        .unwrap_or_else(|| default_output(&src.dir));
+    if output.extension().and_then(|e| e.to_str()) != Some("zip") {
+        return Err(
+            Error::usage(format!("{} does not end in .zip", output.display()))
+                .hint("give --output a file name ending in .zip"),
+        );
+    }
+    let mut collected = collect(&src);
+    let env = environment(req, &src, &collected.logs);
+    collected.entries.push(Entry {
+        name: "environment.json".into(),
+        content: Content::Json(serde_json::to_value(&env).expect("environment serialises")),
+    });
+    let redactor = redactor(req, &collected.entries);
+    let (timelines, has_matrix) = pictures(&src, &mut collected, redactor.as_ref());
+    let Collected {
+        mut entries,
+        logs,
+        workflow,
+        thinned,
+        mut warnings,
+        ..
+    } = collected;
+    // ISSUE.md.
+    let issue = issue::issue_md(&issue::IssueInput {
+        source: &src,
+        env: &env,
+        workflow: workflow.as_ref(),
+        logs: &logs,
+        timelines: &timelines,
+        has_matrix,
+        redact: req.redact,
+    });
+    entries.insert(
+        0,
+        Entry {
+            name: "ISSUE.md".into(),
+            content: Content::Text(issue),
+        },
+    );
+
+    let (mut to_pack, redaction, per_file) = redact(entries, redactor.as_ref(), req.redact);
 
     // Pack, tightening the limits while the zip is too big.
     let kinds_text: Vec<(String, usize)> = redaction
