@@ -30,9 +30,12 @@ pub struct OutputLine {
     pub raw: String,
 }
 
-/// A reader thread reached the end of its stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StreamClosed(pub Stream);
+/// What a captured child's reader threads send: a line, or the end of a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    Line(OutputLine),
+    Closed(Stream),
+}
 
 /// A child running in its own process group.
 pub struct Child {
@@ -83,7 +86,7 @@ impl Child {
     /// streams, merged, as printed) and to `tx`. The child dies with this tool.
     pub fn spawn_captured<M>(spec: &Spec, log: &Path, tx: Sender<M>) -> std::io::Result<Child>
     where
-        M: From<OutputLine> + From<StreamClosed> + Send + 'static,
+        M: From<Output> + Send + 'static,
     {
         let (out_r, out_w) = os_pipe::pipe()?;
         let (err_r, err_w) = os_pipe::pipe()?;
@@ -224,7 +227,7 @@ fn reader<M>(
     tx: Sender<M>,
 ) -> std::thread::JoinHandle<()>
 where
-    M: From<OutputLine> + From<StreamClosed> + Send + 'static,
+    M: From<Output> + Send + 'static,
 {
     std::thread::spawn(move || {
         let mut reader = BufReader::new(pipe);
@@ -247,11 +250,11 @@ where
                         t_ms: started.elapsed().as_millis() as u64,
                         raw,
                     };
-                    let _ = tx.send(line.into());
+                    let _ = tx.send(Output::Line(line).into());
                 }
             }
         }
-        let _ = tx.send(StreamClosed(stream).into());
+        let _ = tx.send(Output::Closed(stream).into());
     })
 }
 
@@ -260,23 +263,9 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
 
-    #[derive(Debug)]
-    enum Msg {
-        Line(OutputLine),
-        Closed,
-    }
-    impl From<OutputLine> for Msg {
-        fn from(l: OutputLine) -> Self {
-            Msg::Line(l)
-        }
-    }
-    impl From<StreamClosed> for Msg {
-        fn from(_: StreamClosed) -> Self {
-            Msg::Closed
-        }
-    }
+    use Output as Msg;
 
-    fn sh(script: &str, dir: &Path) -> (Child, mpsc::Receiver<Msg>) {
+    fn sh(script: &str, dir: &Path) -> (Child, mpsc::Receiver<Output>) {
         let (tx, rx) = mpsc::channel();
         let args = vec!["-c".to_string(), script.to_string()];
         let log = dir.join("out.log");
@@ -298,7 +287,7 @@ mod tests {
         while closed < 2 {
             match rx.recv_timeout(Duration::from_secs(5)).unwrap() {
                 Msg::Line(l) => lines.push((l.stream, l.raw)),
-                Msg::Closed => closed += 1,
+                Msg::Closed(_) => closed += 1,
             }
         }
         assert!(lines.contains(&(Stream::Stdout, "one".into())));

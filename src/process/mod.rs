@@ -10,7 +10,7 @@ mod child;
 mod status;
 pub mod sys;
 
-pub use child::{Child, OutputLine, Spec, Stream, StreamClosed, Teardown};
+pub use child::{Child, Output, OutputLine, Spec, Stream, Teardown};
 pub use status::{ExitStatus, signal_name};
 
 use std::time::{Duration, Instant};

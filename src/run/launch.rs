@@ -10,7 +10,7 @@ use crate::comfy::Client;
 use crate::comfy::events::WsEvent;
 use crate::comfy::ws::WsMessage;
 use crate::outcome::Outcome;
-use crate::process::{self, OutputLine, StreamClosed, Teardown};
+use crate::process::{self, Teardown};
 use crate::sampler::Sampler;
 use crate::signals::{self, Stop};
 use crate::startup::StartupFacts;
@@ -35,19 +35,13 @@ pub fn free_port() -> std::io::Result<u16> {
 
 /// Everything ComfyUI's reader threads and the websocket thread send.
 pub enum Msg {
-    Line(OutputLine),
-    Closed,
+    Output(process::Output),
     Ws(WsMessage),
 }
 
-impl From<OutputLine> for Msg {
-    fn from(l: OutputLine) -> Self {
-        Msg::Line(l)
-    }
-}
-impl From<StreamClosed> for Msg {
-    fn from(_: StreamClosed) -> Self {
-        Msg::Closed
+impl From<process::Output> for Msg {
+    fn from(o: process::Output) -> Self {
+        Msg::Output(o)
     }
 }
 impl From<WsMessage> for Msg {
@@ -95,7 +89,7 @@ impl Feed {
     /// Waits up to [`TICK`] for the next thing ComfyUI says.
     pub fn listen(&mut self) -> Heard {
         match self.rx.recv_timeout(TICK) {
-            Ok(Msg::Line(l)) => {
+            Ok(Msg::Output(process::Output::Line(l))) => {
                 let text = normalize(&l.raw).text;
                 if !self.ready {
                     self.startup.observe(&text);
@@ -105,7 +99,7 @@ impl Feed {
                 }
                 Heard::Line(text)
             }
-            Ok(Msg::Closed) => {
+            Ok(Msg::Output(process::Output::Closed(_))) => {
                 self.streams_closed += 1;
                 Heard::Nothing
             }
