@@ -9,6 +9,7 @@
 //! text, so it stays readable when GitHub scales it down to its ~880 px column.
 
 use super::samples::Samples;
+use crate::sampler::series;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -370,48 +371,44 @@ fn panel(
 /// The memory timeline of one run as PNG bytes.
 pub fn timeline_png(t: &Timeline) -> Result<Vec<u8>, String> {
     let s = t.samples;
-    let g = format!("gpu{}", t.gpu);
+    let g = |what| series::gpu(t.gpu, what);
     let x_max = s.end().max(0.5) * 1.02;
     let mut vram = Vec::new();
-    let used = s.points(&format!("{g}.nvml.used"));
+    let used = s.points(&g(series::NVML_USED));
     vram.push(Line::new("NVML used (whole GPU)", colors::NVML_USED, used));
     vram.push(Line::new(
         "ComfyUI's VRAM (NVML, per process)",
         colors::COMFY_VRAM,
-        s.points(&format!("{g}.tree.used")),
+        s.points(&g(series::TREE_USED)),
     ));
     // ComfyUI's `vram_free` adds torch's cached-but-free memory to CUDA's free (`comfy/model_management.py`, `get_free_memory`).
     vram.push(Line::new(
         "CUDA view: total - free (ComfyUI /system_stats)",
         colors::CUDA_VIEW,
         s.combine(
-            &format!("{g}.comfy.vram_total"),
-            &format!("{g}.comfy.vram_free"),
+            &g(series::COMFY_VRAM_TOTAL),
+            &g(series::COMFY_VRAM_FREE),
             |a, b| a - b,
         ),
     ));
     vram.push(Line::new(
         "CUDA used (vrambisect's own context)",
         colors::OWN_CUDA,
-        s.points(&format!("{g}.cuda.used")),
+        s.points(&g(series::CUDA_USED)),
     ));
     vram.push(Line::new(
         "other processes' VRAM (NVML)",
         colors::OTHERS,
-        s.points(&format!("{g}.others.used")),
+        s.points(&g(series::OTHERS_USED)),
     ));
     let nvml_total: Vec<(f64, f64)> = {
-        let base = s.combine(
-            &format!("{g}.nvml.used"),
-            &format!("{g}.nvml.free"),
-            |a, b| a + b,
-        );
-        let reserved = s.points(&format!("{g}.nvml.reserved"));
+        let base = s.combine(&g(series::NVML_USED), &g(series::NVML_FREE), |a, b| a + b);
+        let reserved = s.points(&g(series::NVML_RESERVED));
         let r = reserved.first().map(|p| p.1).unwrap_or(0.0);
         base.into_iter().map(|(t, v)| (t, v + r)).collect()
     };
     let total = if nvml_total.is_empty() {
-        s.points(&format!("{g}.comfy.vram_total"))
+        s.points(&g(series::COMFY_VRAM_TOTAL))
     } else {
         nvml_total
     };
@@ -421,22 +418,22 @@ pub fn timeline_png(t: &Timeline) -> Result<Vec<u8>, String> {
         Line::new(
             "ComfyUI resident (process tree)",
             colors::COMFY_RSS,
-            s.points("tree.rss"),
+            s.points(series::TREE_RSS),
         ),
         Line::new(
             "system RAM used (total - available)",
             colors::RAM_USED,
-            s.combine("ram.total", "ram.available", |a, b| a - b),
+            s.combine(series::RAM_TOTAL, series::RAM_AVAILABLE, |a, b| a - b),
         ),
     ];
-    let swap = s.points("swap.used");
+    let swap = s.points(series::SWAP_USED);
     if swap.iter().any(|p| p.1 > 0.0) {
         ram.push(Line::new("swap used", colors::SWAP, swap));
     }
     ram.extend(Line::level(
         "RAM total",
         colors::TOTAL,
-        &s.points("ram.total"),
+        &s.points(series::RAM_TOTAL),
         x_max,
     ));
 

@@ -16,7 +16,7 @@ use crate::comfy::{Client, Submitted, rejection_lines};
 use crate::error::Result;
 use crate::flags::{argparse, decide};
 use crate::outcome::Outcome;
-use crate::sampler::{Sampler, SamplerConfig, Summary, ram_not_returned};
+use crate::sampler::{Sampler, SamplerConfig, Summary, ram_not_returned, series};
 use crate::signals::{self, Stop};
 use crate::workflow::CacheBust;
 use std::collections::VecDeque;
@@ -190,7 +190,7 @@ fn ram_threshold(opts: &RunOptions, sampler: Option<&Sampler>) -> Option<u64> {
         Some(0) => None,
         Some(bytes) => Some(bytes),
         None => {
-            let total = sampler?.snapshot().get("ram.total")?.max.max(0) as u64;
+            let total = sampler?.snapshot().get(series::RAM_TOTAL)?.max.max(0) as u64;
             Some((total / 50).clamp(256 * MIB, 1024 * MIB))
         }
     }
@@ -203,7 +203,7 @@ fn settle_gpu(sampler: &Sampler) {
     let deadline = Instant::now() + Duration::from_secs(15);
     while Instant::now() < deadline {
         let snap = sampler.snapshot();
-        match snap.get("gpu0.nvml.used") {
+        match snap.get(&series::gpu(0, series::NVML_USED)) {
             Some(s) if s.last > s.min + TOLERANCE => std::thread::sleep(Duration::from_millis(100)),
             _ => return,
         }
@@ -214,11 +214,13 @@ fn settle_gpu(sampler: &Sampler) {
 fn apply_samples(record: &mut RunRecord, summary: &Summary) {
     let max = |name: &str| summary.get(name).map(|s| s.max.max(0) as u64);
     record.peaks = Peaks {
-        vram_used_bytes: max("gpu0.nvml.used"),
-        vram_comfyui_bytes: max("gpu0.tree.used"),
-        ram_comfyui_bytes: max("tree.rss"),
-        ram_available_min_bytes: summary.get("ram.available").map(|s| s.min.max(0) as u64),
-        vram_other_processes_bytes: max("gpu0.others.used"),
+        vram_used_bytes: max(&series::gpu(0, series::NVML_USED)),
+        vram_comfyui_bytes: max(&series::gpu(0, series::TREE_USED)),
+        ram_comfyui_bytes: max(series::TREE_RSS),
+        ram_available_min_bytes: summary
+            .get(series::RAM_AVAILABLE)
+            .map(|s| s.min.max(0) as u64),
+        vram_other_processes_bytes: max(&series::gpu(0, series::OTHERS_USED)),
     };
     for it in &mut record.iterations {
         it.ram_retained_bytes = ram_not_returned(
@@ -527,7 +529,7 @@ impl Prompt<'_> {
                 // Killed while RAM ran out: the kernel's OOM killer, not a crash of its own.
                 let ram_exhausted = self
                     .sampler
-                    .and_then(|s| s.snapshot().get("ram.available").map(|r| r.min))
+                    .and_then(|s| s.snapshot().get(series::RAM_AVAILABLE).map(|r| r.min))
                     .is_some_and(|min| min < RAM_EXHAUSTED);
                 inputs.push_back(Input::Exited {
                     exit,
@@ -573,7 +575,7 @@ impl Prompt<'_> {
             Action::CheckRam => self
                 .sampler?
                 .snapshot()
-                .get("ram.available")
+                .get(series::RAM_AVAILABLE)
                 .map(|r| Input::RamAvailable(r.last.max(0) as u64)),
             Action::RamLow { available, floor } => {
                 self.reporter.event(&RunEvent::RamGuard {

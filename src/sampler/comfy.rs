@@ -3,6 +3,7 @@
 
 use super::poller::Poller;
 use super::probe::{Context, Probe, SeriesDef, Unavailable, to_i64};
+use super::series;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -183,10 +184,10 @@ impl ComfyProbe {
             .iter()
             .flat_map(|i| {
                 [
-                    SeriesDef::bytes(format!("gpu{i}.comfy.vram_total")),
-                    SeriesDef::bytes(format!("gpu{i}.comfy.vram_free")),
-                    SeriesDef::bytes(format!("gpu{i}.comfy.torch_vram_total")),
-                    SeriesDef::bytes(format!("gpu{i}.comfy.torch_vram_free")),
+                    SeriesDef::bytes(series::gpu(*i, series::COMFY_VRAM_TOTAL)),
+                    SeriesDef::bytes(series::gpu(*i, series::COMFY_VRAM_FREE)),
+                    SeriesDef::bytes(series::gpu(*i, series::COMFY_TORCH_VRAM_TOTAL)),
+                    SeriesDef::bytes(series::gpu(*i, series::COMFY_TORCH_VRAM_FREE)),
                 ]
             })
             .collect();

@@ -266,7 +266,7 @@ pub fn status_line(s: &Summary) -> String {
     ];
     let get = |n: &str| s.get(n);
     for d in &s.devices {
-        if let Some(u) = get(&format!("gpu{}.nvml.used", d.index)) {
+        if let Some(u) = get(&super::series::gpu(d.index, super::series::NVML_USED)) {
             parts.push(format!(
                 "gpu{} {} used (peak {})",
                 d.index,
@@ -275,13 +275,13 @@ pub fn status_line(s: &Summary) -> String {
             ));
         }
     }
-    if let Some(t) = get("tree.rss") {
+    if let Some(t) = get(super::series::TREE_RSS) {
         parts.push(format!("tree RSS {}", crate::text::bytes(t.last)));
     }
-    if let Some(r) = get("ram.available") {
+    if let Some(r) = get(super::series::RAM_AVAILABLE) {
         parts.push(format!("RAM available {}", crate::text::bytes(r.last)));
     }
-    if let Some(sw) = get("swap.used").filter(|sw| sw.max > 0) {
+    if let Some(sw) = get(super::series::SWAP_USED).filter(|sw| sw.max > 0) {
         parts.push(format!("swap {}", crate::text::bytes(sw.last)));
     }
     parts.join("  ")

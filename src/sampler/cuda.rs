@@ -139,8 +139,8 @@ impl CudaProbe {
             .iter()
             .flat_map(|d| {
                 [
-                    SeriesDef::bytes(format!("gpu{}.cuda.used", d.index)),
-                    SeriesDef::bytes(format!("gpu{}.cuda.free", d.index)),
+                    SeriesDef::bytes(super::series::gpu(d.index, super::series::CUDA_USED)),
+                    SeriesDef::bytes(super::series::gpu(d.index, super::series::CUDA_FREE)),
                 ]
             })
             .collect();

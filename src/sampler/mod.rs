@@ -14,6 +14,7 @@ pub mod nvml;
 pub mod poller;
 pub mod probe;
 pub mod proctree;
+pub mod series;
 pub mod stats;
 pub mod system;
 pub mod writer;

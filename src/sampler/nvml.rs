@@ -204,13 +204,14 @@ impl NvmlProbe {
         let mut series = Vec::new();
         for d in &devices {
             let g = format!("gpu{}", d.index);
-            series.push(SeriesDef::bytes(format!("{g}.nvml.used")));
-            series.push(SeriesDef::bytes(format!("{g}.nvml.free")));
-            series.push(SeriesDef::bytes(format!("{g}.nvml.reserved")));
-            series.push(SeriesDef::bytes(format!("{g}.tree.used")));
-            series.push(SeriesDef::bytes(format!("{g}.others.used")));
+            let name = |what| super::series::gpu(d.index, what);
+            series.push(SeriesDef::bytes(name(super::series::NVML_USED)));
+            series.push(SeriesDef::bytes(name(super::series::NVML_FREE)));
+            series.push(SeriesDef::bytes(name(super::series::NVML_RESERVED)));
+            series.push(SeriesDef::bytes(name(super::series::TREE_USED)));
+            series.push(SeriesDef::bytes(name(super::series::OTHERS_USED)));
             if track_self {
-                series.push(SeriesDef::bytes(format!("{g}.self.used")));
+                series.push(SeriesDef::bytes(name(super::series::SELF_USED)));
             }
             series.push(SeriesDef::new(
                 format!("{g}.pcie.rx_kbps"),

@@ -90,12 +90,19 @@ impl Derived {
         let mut defs = Vec::new();
         let mut minus = Vec::new();
         for s in series {
-            let Some(gpu) = s.name.strip_suffix(".nvml.free") else {
+            use super::series::{
+                COMFY_TORCH_VRAM_FREE, COMFY_VRAM_FREE, CUDA_FREE, NVML_FREE, NVML_MINUS_CUDA,
+            };
+            let Some(gpu) = s
+                .name
+                .strip_suffix(NVML_FREE)
+                .and_then(|g| g.strip_suffix('.'))
+            else {
                 continue;
             };
-            let own_cuda_free = find(&format!("{gpu}.cuda.free"));
-            let comfy_vram_free = find(&format!("{gpu}.comfy.vram_free"));
-            let comfy_torch_free = find(&format!("{gpu}.comfy.torch_vram_free"));
+            let own_cuda_free = find(&format!("{gpu}.{CUDA_FREE}"));
+            let comfy_vram_free = find(&format!("{gpu}.{COMFY_VRAM_FREE}"));
+            let comfy_torch_free = find(&format!("{gpu}.{COMFY_TORCH_VRAM_FREE}"));
             if own_cuda_free.is_none() && comfy_vram_free.is_none() {
                 continue;
             }
@@ -106,7 +113,7 @@ impl Derived {
                 comfy_vram_free,
                 comfy_torch_free,
             });
-            defs.push(SeriesDef::bytes(format!("{gpu}.nvml_minus_cuda")));
+            defs.push(SeriesDef::bytes(format!("{gpu}.{NVML_MINUS_CUDA}")));
         }
         (Derived { minus }, defs)
     }

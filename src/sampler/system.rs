@@ -4,6 +4,7 @@
 
 use super::probe::{Context, Probe, SeriesDef, Unavailable, Unit, to_i64};
 use super::proctree::MemReader;
+use super::series;
 use sysinfo::{MemoryRefreshKind, System};
 
 /// The machine's memory, in bytes.
@@ -117,15 +118,15 @@ impl SystemProbe {
     pub fn open() -> Result<SystemProbe, Unavailable> {
         let source = Source::open()?;
         let series = vec![
-            SeriesDef::bytes("ram.total"),
-            SeriesDef::bytes("ram.available"),
-            SeriesDef::bytes("swap.used"),
-            SeriesDef::new("tree.procs", Unit::Count),
-            SeriesDef::bytes("tree.rss"),
-            SeriesDef::bytes("tree.rss_anon"),
-            SeriesDef::bytes("tree.rss_file"),
-            SeriesDef::bytes("tree.rss_shmem"),
-            SeriesDef::bytes("tree.swap"),
+            SeriesDef::bytes(series::RAM_TOTAL),
+            SeriesDef::bytes(series::RAM_AVAILABLE),
+            SeriesDef::bytes(series::SWAP_USED),
+            SeriesDef::new(series::TREE_PROCS, Unit::Count),
+            SeriesDef::bytes(series::TREE_RSS),
+            SeriesDef::bytes(series::TREE_RSS_ANON),
+            SeriesDef::bytes(series::TREE_RSS_FILE),
+            SeriesDef::bytes(series::TREE_RSS_SHMEM),
+            SeriesDef::bytes(series::TREE_SWAP),
         ];
         Ok(SystemProbe {
             source,

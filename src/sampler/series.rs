@@ -1,0 +1,51 @@
+//! The names of the sampler's series, defined once: the probes that write them and the run
+//! engine, `sample` and the report that read them all use these. Machine-wide series have a
+//! fixed name; a GPU's series are `gpu{index}.{what}` (see [`gpu`]).
+
+pub const RAM_TOTAL: &str = "ram.total";
+pub const RAM_AVAILABLE: &str = "ram.available";
+pub const SWAP_USED: &str = "swap.used";
+/// Processes in the followed tree.
+pub const TREE_PROCS: &str = "tree.procs";
+/// The followed tree's resident memory, and its parts.
+pub const TREE_RSS: &str = "tree.rss";
+pub const TREE_RSS_ANON: &str = "tree.rss_anon";
+pub const TREE_RSS_FILE: &str = "tree.rss_file";
+pub const TREE_RSS_SHMEM: &str = "tree.rss_shmem";
+pub const TREE_SWAP: &str = "tree.swap";
+
+/// NVML's used, free and reserved memory of a GPU.
+pub const NVML_USED: &str = "nvml.used";
+pub const NVML_FREE: &str = "nvml.free";
+pub const NVML_RESERVED: &str = "nvml.reserved";
+/// VRAM held by the followed tree, by other processes, and by this tool (NVML per process).
+pub const TREE_USED: &str = "tree.used";
+pub const OTHERS_USED: &str = "others.used";
+pub const SELF_USED: &str = "self.used";
+/// CUDA's view from the tool's own context (only with `--cuda`).
+pub const CUDA_USED: &str = "cuda.used";
+pub const CUDA_FREE: &str = "cuda.free";
+/// NVML's used minus CUDA's (derived).
+pub const NVML_MINUS_CUDA: &str = "nvml_minus_cuda";
+/// ComfyUI's own view, from its `/system_stats`.
+pub const COMFY_VRAM_TOTAL: &str = "comfy.vram_total";
+pub const COMFY_VRAM_FREE: &str = "comfy.vram_free";
+pub const COMFY_TORCH_VRAM_TOTAL: &str = "comfy.torch_vram_total";
+pub const COMFY_TORCH_VRAM_FREE: &str = "comfy.torch_vram_free";
+
+/// The name of a GPU's series: `gpu(0, NVML_USED)` is `gpu0.nvml.used`.
+pub fn gpu(index: u32, what: &str) -> String {
+    format!("gpu{index}.{what}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn gpu_series_are_named_by_index() {
+        assert_eq!(super::gpu(0, super::NVML_USED), "gpu0.nvml.used");
+        assert_eq!(
+            super::gpu(3, super::COMFY_VRAM_FREE),
+            "gpu3.comfy.vram_free"
+        );
+    }
+}
