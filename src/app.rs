@@ -17,6 +17,8 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Logscan(args) => run_logscan(args, &global, out, err),
         Command::Report(args) => run_report(args, &global, out, err),
         Command::Doctor(args) => run_doctor(args, &global, out),
+        Command::Completions(args) => run_completions(args.shell, &global, out),
+        Command::Man => run_man(&global, out),
     };
     match result {
         Ok(code) => code,
@@ -279,4 +281,39 @@ fn run_doctor(
         crate::doctor::render(&report, &Style::new(global.color), out)?;
     }
     Ok(report.exit_code())
+}
+
+fn run_completions(
+    shell: clap_complete::Shell,
+    global: &Global,
+    out: &mut dyn Write,
+) -> Result<i32, Failure> {
+    use clap::CommandFactory;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "vrambisect", &mut script);
+    if global.json {
+        let doc = serde_json::json!({
+            "shell": shell.to_string(),
+            "script": String::from_utf8_lossy(&script),
+        });
+        write_json(out, &doc)?;
+    } else {
+        out.write_all(&script)?;
+    }
+    Ok(exit::OK)
+}
+
+fn run_man(global: &Global, out: &mut dyn Write) -> Result<i32, Failure> {
+    use clap::CommandFactory;
+    let mut page = Vec::new();
+    clap_mangen::Man::new(Cli::command()).render(&mut page)?;
+    if global.json {
+        write_json(
+            out,
+            &serde_json::json!({ "roff": String::from_utf8_lossy(&page) }),
+        )?;
+    } else {
+        out.write_all(&page)?;
+    }
+    Ok(exit::OK)
 }

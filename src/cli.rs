@@ -19,10 +19,10 @@ pub struct Cli {
 #[derive(Debug, Args, Clone)]
 pub struct Global {
     /// Print one JSON document on stdout and nothing else there.
-    #[arg(long, global = true)]
+    #[arg(help_heading = "Output", long, global = true)]
     pub json: bool,
     /// Colour the output: auto (on a terminal, unless NO_COLOR is set), always, never.
-    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
+    #[arg(help_heading = "Output", long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
 }
 
@@ -34,6 +34,7 @@ pub enum Command {
     /// do: Dynamic VRAM on or off and which flag decided, the VRAM state, the reserved VRAM,
     /// flags that do nothing, conflicts and flags the install does not know. Exits 1 when
     /// ComfyUI would refuse to start with these flags.
+    #[command(after_long_help = EXAMPLES_EXPLAIN)]
     Explain(ExplainArgs),
     /// Run a workflow once under the given flags and classify what happened.
     ///
@@ -42,6 +43,7 @@ pub enum Command {
     /// oom, hang, crash, ...), stops ComfyUI and keeps everything in a run folder. Exits 0 if
     /// the workflow passed, 1 if it failed, 125 if it could not be tested (as `git bisect run`
     /// expects).
+    #[command(after_long_help = EXAMPLES_RUN)]
     Run(RunArgs),
     /// Find the minimal set of flags that fixes a failing workflow (or your flag that causes
     /// it).
@@ -49,6 +51,7 @@ pub enum Command {
     /// Runs the workflow with your flags (the baseline), then under flag permutations,
     /// classifying each run; adaptive by default (group testing, then the minimal
     /// combination), with a confirmation run of the verdict. Resumable with --resume.
+    #[command(after_long_help = EXAMPLES_BISECT)]
     Bisect(BisectArgs),
     /// Record GPU, RAM and process memory over time.
     ///
@@ -57,6 +60,7 @@ pub enum Command {
     /// and file-backed on Linux) at a fixed interval. Follows --pid, or starts the COMMAND
     /// after -- in its own process group and passes its exit status through. Prints a
     /// summary table of minima and peaks; --output streams every sample to CSV and JSON lines.
+    #[command(after_long_help = EXAMPLES_SAMPLE)]
     Sample(SampleArgs),
     /// Say what a ComfyUI log shows, and which experiment to run.
     ///
@@ -66,6 +70,7 @@ pub enum Command {
     /// evidence, and the known failure signatures it matches, each with its upstream issues
     /// and the vrambisect bisect command that tests the flags people try. Exits 1 when the
     /// log shows a failure, 0 when it shows none, 2 when the file is not a ComfyUI log.
+    #[command(after_long_help = EXAMPLES_LOGSCAN)]
     Logscan(LogscanArgs),
     /// Build a zip bundle for a ComfyUI bug report from a run or bisect folder.
     ///
@@ -75,6 +80,7 @@ pub enum Command {
     /// samples, and a memory timeline PNG per run. Home folders, user and host names, e-mail
     /// and IP addresses, tokens, secret-named values and environment variables outside an
     /// allowlist are redacted in every file, and the tool says what it removed.
+    #[command(after_long_help = EXAMPLES_REPORT)]
     Report(ReportArgs),
     /// Check the machine and a ComfyUI install: NVIDIA driver, CUDA, GPUs and free VRAM,
     /// other processes holding VRAM, ComfyUI, its Python, torch and comfy-aimdo, flags, disk,
@@ -82,23 +88,40 @@ pub enum Command {
     ///
     /// Each check is shown as ✓ (fine), ! (a warning) or ✗ (a problem), with a hint. Exits 1
     /// when any check fails, 0 otherwise (warnings do not count). No CUDA context is created.
+    #[command(after_long_help = EXAMPLES_DOCTOR)]
     Doctor(DoctorArgs),
+    /// Print a completion script for a shell.
+    ///
+    /// bash: source <(vrambisect completions bash); zsh: vrambisect completions zsh >
+    /// ~/.zfunc/_vrambisect; fish: vrambisect completions fish >
+    /// ~/.config/fish/completions/vrambisect.fish; PowerShell: vrambisect completions
+    /// powershell | Out-String | Invoke-Expression.
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff; man -l <(vrambisect man) shows it).
+    Man,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
     /// The ComfyUI folder (holding main.py); its own `main.py --help` gives the flag list.
-    #[arg(long, value_name = "DIR")]
+    #[arg(help_heading = "Inputs", long, value_name = "DIR")]
     pub comfyui: Option<PathBuf>,
     /// The Python that runs ComfyUI (default: DIR/venv, DIR/.venv, the portable
     /// python_embeded beside DIR, else python3).
-    #[arg(long, value_name = "PY")]
+    #[arg(help_heading = "Inputs", long, value_name = "PY")]
     pub python: Option<PathBuf>,
     /// A launcher script (run_nvidia_gpu.bat, a .sh) to read the flags from.
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Inputs", long, value_name = "FILE")]
     pub launcher: Option<PathBuf>,
     /// The platform ComfyUI runs on (default: this machine; a .bat implies windows).
-    #[arg(long, value_enum)]
+    #[arg(help_heading = "Inputs", long, value_enum)]
     pub platform: Option<Platform>,
     /// ComfyUI's flags, or a whole `python main.py ...` line (with --launcher: the
     /// launcher's own arguments, which fill its %* or "$@").
@@ -109,38 +132,38 @@ pub struct ExplainArgs {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The ComfyUI folder (holding main.py).
-    #[arg(long, value_name = "DIR")]
+    #[arg(help_heading = "Inputs", long, value_name = "DIR")]
     pub comfyui: PathBuf,
     /// The workflow, in API format (Workflow → Export (API) in ComfyUI).
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Inputs", long, value_name = "FILE")]
     pub workflow: PathBuf,
     /// The Python that runs ComfyUI (default: DIR/venv, DIR/.venv, the portable
     /// python_embeded beside DIR, else python3).
-    #[arg(long, value_name = "PY")]
+    #[arg(help_heading = "Inputs", long, value_name = "PY")]
     pub python: Option<PathBuf>,
     /// Send the prompt this many times to the same ComfyUI (some failures only appear on the
     /// second prompt; RAM that never comes back shows over several).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(help_heading = "Limits", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub iterations: u32,
     /// Give up on a prompt after this long (e.g. 30m).
-    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = crate::duration::parse_duration)]
+    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "1h", value_parser = crate::duration::parse_limit, allow_hyphen_values = true)]
     pub timeout: std::time::Duration,
     /// Call it a hang after this long without websocket or log activity.
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = crate::duration::parse_duration)]
+    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "5m", value_parser = crate::duration::parse_limit, allow_hyphen_values = true)]
     pub stall_timeout: std::time::Duration,
     /// Give up if ComfyUI is not ready after this long.
-    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = crate::duration::parse_duration)]
+    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "10m", value_parser = crate::duration::parse_limit, allow_hyphen_values = true)]
     pub startup_timeout: std::time::Duration,
     /// The run folder (default: vrambisect-runs/run-<time>-<id> in the current folder).
-    #[arg(long, value_name = "DIR")]
+    #[arg(help_heading = "Output", long, value_name = "DIR")]
     pub output: Option<PathBuf>,
     /// Also sample CUDA from vrambisect's own context (costs 300-500 MB of the VRAM being
     /// measured; off by default).
-    #[arg(long)]
+    #[arg(help_heading = "Sampling", long)]
     pub cuda: bool,
     /// Stop ComfyUI when available system RAM falls below this (e.g. 1G; 0: never), before
     /// the kernel's OOM killer picks a process. Default: 2% of RAM, 256 MiB to 1 GiB.
-    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
+    #[arg(help_heading = "Limits", long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     pub min_available_ram: Option<u64>,
     /// The NVML library to sample with (default: the system's libnvidia-ml.so.1).
     #[arg(long, value_name = "PATH", env = "VRAMBISECT_NVML_LIB", hide = true)]
@@ -153,25 +176,30 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct SampleArgs {
     /// Time between samples (e.g. 100ms, 1s; 1ms works).
-    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = crate::duration::parse_duration)]
+    #[arg(help_heading = "Sampling", long, value_name = "DURATION", default_value = "100ms", value_parser = crate::duration::parse_interval, allow_hyphen_values = true)]
     pub interval: std::time::Duration,
     /// Stop after this long (default: at Ctrl-C, or when the process or command ends). A
     /// command still running then is stopped (SIGTERM to its group, SIGKILL after 5s).
-    #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse_duration)]
+    #[arg(help_heading = "Sampling", long, value_name = "DURATION", value_parser = crate::duration::parse_limit, allow_hyphen_values = true)]
     pub duration: Option<std::time::Duration>,
     /// Stream every sample to FILE as CSV, and as JSON lines beside it (FILE with .jsonl).
-    #[arg(long, short = 'o', value_name = "FILE")]
+    #[arg(help_heading = "Output", long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Follow this process and its children (e.g. a running ComfyUI); stop when it exits.
-    #[arg(long, value_name = "PID", conflicts_with = "command")]
+    #[arg(
+        help_heading = "Inputs",
+        long,
+        value_name = "PID",
+        conflicts_with = "command"
+    )]
     pub pid: Option<u32>,
     /// Also poll a running ComfyUI's /system_stats (CUDA's view from inside ComfyUI), e.g.
     /// http://127.0.0.1:8188.
-    #[arg(long, value_name = "URL")]
+    #[arg(help_heading = "Inputs", long, value_name = "URL")]
     pub comfyui_url: Option<String>,
     /// Also read cuMemGetInfo from vrambisect's own CUDA context (costs 300-500 MB of the
     /// VRAM being measured; the cost is measured and reported).
-    #[arg(long)]
+    #[arg(help_heading = "Sampling", long)]
     pub cuda: bool,
     /// The NVML library to load (default: the system's libnvidia-ml.so.1).
     #[arg(long, value_name = "PATH", env = "VRAMBISECT_NVML_LIB")]
@@ -186,6 +214,7 @@ pub struct SampleArgs {
 pub struct BisectArgs {
     /// The ComfyUI folder (holding main.py).
     #[arg(
+        help_heading = "Inputs",
         long,
         value_name = "DIR",
         required_unless_present = "resume",
@@ -194,6 +223,7 @@ pub struct BisectArgs {
     pub comfyui: Option<PathBuf>,
     /// The workflow, in API format (Workflow → Export (API) in ComfyUI).
     #[arg(
+        help_heading = "Inputs",
         long,
         value_name = "FILE",
         required_unless_present = "resume",
@@ -205,6 +235,7 @@ pub struct BisectArgs {
     /// --disable-dynamic-vram, --disable-pinned-memory, --disable-async-offload,
     /// --disable-nvml-pressure (those this install has), and --cache-none with --iterations 2+.
     #[arg(
+        help_heading = "Search",
         long,
         value_name = "FLAG[=VALUE]",
         allow_hyphen_values = true,
@@ -214,6 +245,7 @@ pub struct BisectArgs {
     /// adaptive: as few runs as the information allows; matrix: every valid combination;
     /// each: one toggle at a time.
     #[arg(
+        help_heading = "Search",
         long,
         value_enum,
         default_value = "adaptive",
@@ -221,41 +253,56 @@ pub struct BisectArgs {
     )]
     pub strategy: StrategyArg,
     /// Run each configuration this many times (use 3 for flaky failures).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100), conflicts_with = "resume")]
+    #[arg(help_heading = "Search", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100), conflicts_with = "resume")]
     pub repeat: u32,
     /// Prompts per run (failures that only appear on the second prompt need 2).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000), conflicts_with = "resume")]
+    #[arg(help_heading = "Limits", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000), conflicts_with = "resume")]
     pub iterations: u32,
     /// The session folder (default: vrambisect-sessions/bisect-<time>-<id>).
-    #[arg(long, value_name = "DIR", conflicts_with = "resume")]
+    #[arg(
+        help_heading = "Output",
+        long,
+        value_name = "DIR",
+        conflicts_with = "resume"
+    )]
     pub output: Option<PathBuf>,
     /// Continue an interrupted bisect from its session folder (no finished run is repeated).
     /// The session keeps its own install, workflow, flags, toggles, repeats and timeouts; only
     /// --max-runs and --min-available-ram may be given with it.
-    #[arg(long, value_name = "DIR")]
+    #[arg(help_heading = "Search", long, value_name = "DIR")]
     pub resume: Option<PathBuf>,
     /// Read the base flags (and environment) from this launcher (.bat or .sh).
-    #[arg(long, value_name = "FILE", conflicts_with = "resume")]
+    #[arg(
+        help_heading = "Inputs",
+        long,
+        value_name = "FILE",
+        conflicts_with = "resume"
+    )]
     pub launcher: Option<PathBuf>,
     /// The Python that runs ComfyUI.
-    #[arg(long, value_name = "PY", conflicts_with = "resume")]
+    #[arg(
+        help_heading = "Inputs",
+        long,
+        value_name = "PY",
+        conflicts_with = "resume"
+    )]
     pub python: Option<PathBuf>,
     /// Give up on a prompt after this long.
-    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = crate::duration::parse_duration, conflicts_with = "resume")]
+    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "1h", value_parser = crate::duration::parse_limit, allow_hyphen_values = true, conflicts_with = "resume")]
     pub timeout: std::time::Duration,
     /// Call it a hang after this long without websocket or log activity.
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = crate::duration::parse_duration, conflicts_with = "resume")]
+    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "5m", value_parser = crate::duration::parse_limit, allow_hyphen_values = true, conflicts_with = "resume")]
     pub stall_timeout: std::time::Duration,
     /// Give up if ComfyUI is not ready after this long.
-    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = crate::duration::parse_duration, conflicts_with = "resume")]
+    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "10m", value_parser = crate::duration::parse_limit, allow_hyphen_values = true, conflicts_with = "resume")]
     pub startup_timeout: std::time::Duration,
     /// The most ComfyUI runs the bisect may take (default 64; with --resume, raises the
     /// budget of a session that ran out of it).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    #[arg(help_heading = "Search", long, value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub max_runs: Option<u32>,
     /// Stop ComfyUI when available system RAM falls below this (e.g. 1G; 0: never), before
     /// the kernel's OOM killer picks a process. Default: 2% of RAM, 256 MiB to 1 GiB.
-    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
+    #[arg(help_heading = "Limits", long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     pub min_available_ram: Option<u64>,
     /// The NVML library to sample with (default: the system's libnvidia-ml.so.1).
     #[arg(long, value_name = "PATH", env = "VRAMBISECT_NVML_LIB", hide = true)]
@@ -293,26 +340,26 @@ impl From<StrategyArg> for crate::bisect::search::Strategy {
 pub struct LogscanArgs {
     /// The log: ComfyUI's console output saved to a file, or ComfyUI/user/comfyui.log; - reads
     /// standard input.
-    #[arg(value_name = "FILE|-")]
+    #[arg(help_heading = "Inputs", value_name = "FILE|-")]
     pub file: String,
 }
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
     /// A run folder (vrambisect run --output) or a bisect session folder.
-    #[arg(value_name = "DIR")]
+    #[arg(help_heading = "Inputs", value_name = "DIR")]
     pub dir: PathBuf,
     /// The zip to write (default: vrambisect-report-<folder name>.zip in the current folder).
-    #[arg(long, short = 'o', value_name = "FILE.zip")]
+    #[arg(help_heading = "Output", long, short = 'o', value_name = "FILE.zip")]
     pub output: Option<PathBuf>,
     /// Leave paths, names, tokens and keys as recorded (a warning is printed).
-    #[arg(long)]
+    #[arg(help_heading = "Output", long)]
     pub no_redact: bool,
     /// The ComfyUI folder, for the environment facts, when the run folder does not say.
-    #[arg(long, value_name = "DIR")]
+    #[arg(help_heading = "Inputs", long, value_name = "DIR")]
     pub comfyui: Option<PathBuf>,
     /// The Python that runs ComfyUI (default: found as for run).
-    #[arg(long, value_name = "PY")]
+    #[arg(help_heading = "Inputs", long, value_name = "PY")]
     pub python: Option<PathBuf>,
     /// The NVML library (default: the system's libnvidia-ml.so.1).
     #[arg(long, value_name = "PATH", env = "VRAMBISECT_NVML_LIB", hide = true)]
@@ -322,13 +369,132 @@ pub struct ReportArgs {
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
     /// The ComfyUI folder to check (holding main.py).
-    #[arg(long, value_name = "DIR")]
+    #[arg(help_heading = "Inputs", long, value_name = "DIR")]
     pub comfyui: Option<PathBuf>,
     /// The Python that runs ComfyUI (default: DIR/venv, DIR/.venv, the portable
     /// python_embeded beside DIR, else python3).
-    #[arg(long, value_name = "PY")]
+    #[arg(help_heading = "Inputs", long, value_name = "PY")]
     pub python: Option<PathBuf>,
     /// The NVML library to load (default: the system's libnvidia-ml.so.1).
     #[arg(long, value_name = "PATH", env = "VRAMBISECT_NVML_LIB")]
     pub nvml_lib: Option<PathBuf>,
+}
+
+const EXAMPLES_EXPLAIN: &str = "Examples:
+  vrambisect explain -- --highvram --reserve-vram 2
+  vrambisect explain --launcher run_nvidia_gpu.bat
+  vrambisect explain --comfyui ~/ComfyUI -- --lowvram";
+
+const EXAMPLES_RUN: &str = "Examples:
+  vrambisect run --comfyui ~/ComfyUI --workflow flux_api.json
+  vrambisect run --comfyui ~/ComfyUI --workflow flux_api.json -- --disable-dynamic-vram
+  vrambisect run --comfyui ~/ComfyUI --workflow wan_api.json --iterations 3 --timeout 30m
+  git bisect run vrambisect run --comfyui . --workflow ../wan_api.json";
+
+const EXAMPLES_BISECT: &str = "Examples:
+  vrambisect bisect --comfyui ~/ComfyUI --workflow flux_api.json
+  vrambisect bisect --comfyui ~/ComfyUI --workflow flux_api.json -- --reserve-vram 1
+  vrambisect bisect --comfyui ~/ComfyUI --workflow flux_api.json --launcher ~/ComfyUI/run.sh
+  vrambisect bisect --comfyui ~/ComfyUI --workflow wan_api.json --repeat 3
+  vrambisect bisect --comfyui ~/ComfyUI --workflow wan_api.json --toggle --reserve-vram=2
+  vrambisect bisect --resume vrambisect-sessions/bisect-20261129-160002-a76c";
+
+const EXAMPLES_SAMPLE: &str = "Examples:
+  vrambisect sample --pid 12345 --duration 5m --output comfy.csv
+  vrambisect sample --interval 10ms -- python main.py --disable-dynamic-vram
+  vrambisect sample --comfyui-url http://127.0.0.1:8188 --duration 1m";
+
+const EXAMPLES_LOGSCAN: &str = "Examples:
+  vrambisect logscan ComfyUI/user/comfyui.log
+  vrambisect logscan - < console.txt";
+
+const EXAMPLES_REPORT: &str = "Examples:
+  vrambisect report vrambisect-sessions/bisect-20261129-160002-a76c
+  vrambisect report vrambisect-runs/run-20261129-145700-1a2b --output issue.zip";
+
+const EXAMPLES_DOCTOR: &str = "Examples:
+  vrambisect doctor
+  vrambisect doctor --comfyui ~/ComfyUI --python ~/ComfyUI/venv/bin/python";
+
+/// Parses the command line: clap's own output (help, usage errors) follows `--color`,
+/// `NO_COLOR` and `TERM=dumb`, and with `--json` a usage error is a JSON error object on
+/// stdout. `Err` holds the exit code once clap has printed what it had to say.
+pub fn parse(args: &[std::ffi::OsString]) -> Result<Cli, i32> {
+    use clap::{CommandFactory, FromArgMatches};
+    let ours = before_separator(args);
+    let color = match crate::output::color_enabled(color_choice(&ours), std::io::stderr()) {
+        true => clap::ColorChoice::Always,
+        false => clap::ColorChoice::Never,
+    };
+    let parsed = Cli::command()
+        .color(color)
+        .try_get_matches_from(args)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    match parsed {
+        Ok(cli) => Ok(cli),
+        Err(e) if e.use_stderr() && ours.iter().any(|a| a == "--json") => {
+            let doc = serde_json::json!({"error": usage_error(&e)});
+            let mut out = std::io::stdout();
+            let _ = crate::output::write_json(&mut out, &doc);
+            let _ = e.print();
+            Err(crate::error::exit::USAGE)
+        }
+        Err(e) => {
+            let _ = e.print();
+            Err(if e.use_stderr() {
+                crate::error::exit::USAGE
+            } else {
+                crate::error::exit::OK
+            })
+        }
+    }
+}
+
+/// The arguments before `--` (after it they are ComfyUI's or a command's), as text.
+fn before_separator(args: &[std::ffi::OsString]) -> Vec<String> {
+    args.iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .take_while(|a| a != "--")
+        .collect()
+}
+
+/// `--color` as typed (clap has not parsed yet when it prints a usage error).
+fn color_choice(args: &[String]) -> ColorChoice {
+    let mut choice = ColorChoice::Auto;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let value = match a.strip_prefix("--color=") {
+            Some(v) => Some(v.to_string()),
+            None if a == "--color" => it.next().cloned(),
+            None => None,
+        };
+        match value.as_deref() {
+            Some("always") => choice = ColorChoice::Always,
+            Some("never") => choice = ColorChoice::Never,
+            Some("auto") => choice = ColorChoice::Auto,
+            _ => {}
+        }
+    }
+    choice
+}
+
+/// A clap error as the `error` object of `--json` output.
+fn usage_error(e: &clap::Error) -> serde_json::Value {
+    let text = e.render().to_string();
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let message = lines
+        .next()
+        .unwrap_or("bad command line")
+        .trim_start_matches("error: ")
+        .to_string();
+    let hint = lines
+        .find_map(|l| l.trim().strip_prefix("tip: "))
+        .map(str::to_string)
+        .unwrap_or_else(|| "see vrambisect --help".into());
+    serde_json::json!({
+        "message": message,
+        "hint": hint,
+        "exit_code": crate::error::exit::USAGE,
+    })
 }

@@ -87,6 +87,49 @@ fn too_long(text: &str) -> String {
     format!("'{text}' is too long a duration")
 }
 
+/// The longest time limit accepted: a week. A run that long is a mistake, and adding a longer
+/// one to the clock could overflow it.
+pub const MAX_LIMIT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A time limit (`--timeout`, `--stall-timeout`, `--startup-timeout`, `sample --duration`):
+/// a duration above zero and at most [`MAX_LIMIT`]. Zero would end everything at once.
+pub fn parse_limit(text: &str) -> Result<Duration, String> {
+    let d = parse_signed(text)?;
+    if d.is_zero() {
+        return Err(format!(
+            "'{text}' would end it at once: give a time above zero, e.g. 30s, 10m or 1h"
+        ));
+    }
+    if d > MAX_LIMIT {
+        return Err(format!("'{text}' is longer than a week: give at most 168h"));
+    }
+    Ok(d)
+}
+
+/// How often `sample` reads: from 1ms (below that sampling costs more than it tells) to 1h.
+pub fn parse_interval(text: &str) -> Result<Duration, String> {
+    let d = parse_signed(text)?;
+    if d < Duration::from_millis(1) {
+        return Err(format!(
+            "'{text}' is too short an interval: use 1ms or more"
+        ));
+    }
+    if d > Duration::from_secs(3600) {
+        return Err(format!("'{text}' is too long an interval: use 1h or less"));
+    }
+    Ok(d)
+}
+
+/// [`parse_duration`], with a word for a negative value (clap hands `-5s` over as a value).
+fn parse_signed(text: &str) -> Result<Duration, String> {
+    if text.trim_start().starts_with('-') {
+        return Err(format!(
+            "'{text}' is negative: durations are positive, e.g. 100ms, 30s or 10m"
+        ));
+    }
+    parse_duration(text)
+}
+
 /// Writes a duration the way a person reads it: `850ms`, `12.3s`, `4m05s`, `1h02m`.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
@@ -157,6 +200,35 @@ mod tests {
             let err = parse_duration(text).expect_err(text);
             assert!(err.contains(want), "{text}: {err}");
             assert!(err.contains("100ms") || err.contains("too long"), "{err}");
+        }
+    }
+
+    #[test]
+    fn limits_and_intervals_have_bounds() {
+        assert_eq!(parse_limit("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse_limit("168h"), Ok(MAX_LIMIT));
+        for (text, want) in [
+            ("0s", "at once"),
+            ("0ms", "at once"),
+            ("169h", "longer than a week"),
+            ("5000000000000000h", "longer than a week"),
+            ("-5s", "negative"),
+            (" -1m", "negative"),
+        ] {
+            let err = parse_limit(text).expect_err(text);
+            assert!(err.contains(want), "{text}: {err}");
+        }
+        assert_eq!(parse_interval("10ms"), Ok(Duration::from_millis(10)));
+        assert_eq!(parse_interval("1h"), Ok(Duration::from_secs(3600)));
+        for (text, want) in [
+            ("500us", "too short"),
+            ("0s", "too short"),
+            ("2h", "too long an interval"),
+            ("5000000000000000h", "too long"),
+            ("-10ms", "negative"),
+        ] {
+            let err = parse_interval(text).expect_err(text);
+            assert!(err.contains(want), "{text}: {err}");
         }
     }
 

@@ -47,6 +47,26 @@ impl Install {
         Ok(Install { dir, version })
     }
 
+    /// Whether this is vrambisect's stand-in for ComfyUI (`fixtures/fake-comfyui`), which
+    /// needs neither torch nor a GPU.
+    pub fn is_stand_in(&self) -> bool {
+        self.dir.join("fake_comfy").join("app.py").is_file()
+    }
+
+    /// Whether this is the repository's own copy of the stand-in, which keeps state of a run
+    /// (its run counter, its simulated GPU, what ComfyUI writes to `user/` and `output/`) in
+    /// its folder and so is never run in place.
+    pub fn is_bundled_stand_in(&self) -> bool {
+        self.is_stand_in() && self.dir.file_name().is_some_and(|n| n == "fake-comfyui")
+    }
+
+    /// A fresh copy of the stand-in in `to`, without the state a previous run left in it.
+    pub fn copy_stand_in(&self, to: &Path) -> Result<Install> {
+        copy_tree(&self.dir, to, true)
+            .map_err(|e| crate::error::io_error("copy the stand-in to", to, &e))?;
+        Install::open(to)
+    }
+
     /// The Python that runs this install: `explicit`, else a venv inside the folder, else the
     /// portable build's `python_embeded` beside it, else `python3`.
     pub fn python(&self, explicit: Option<&Path>) -> Python {
@@ -148,6 +168,32 @@ impl Install {
         }
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
+}
+
+/// Copies a folder, leaving out what a run of the stand-in writes into it.
+fn copy_tree(from: &Path, to: &Path, top: bool) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let state = matches!(
+            name.as_ref(),
+            "__pycache__" | "run-counter.txt" | "gpu-state.txt"
+        ) || name.ends_with(".lock")
+            || name.ends_with(".db")
+            || (top && matches!(name.as_ref(), "user" | "output" | "temp" | "tests"));
+        if state {
+            continue;
+        }
+        let target = to.join(&*name);
+        if entry.file_type()?.is_dir() {
+            copy_tree(&entry.path(), &target, false)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
 }
 
 /// What to do about a Python that fails before ComfyUI could even print its help.

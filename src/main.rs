@@ -1,9 +1,13 @@
 //! The `vrambisect` binary: parse the command line, run, exit.
 
-use clap::Parser;
+use std::ffi::OsString;
 
 fn main() {
-    let cli = vrambisect::cli::Cli::parse();
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let cli = match vrambisect::cli::parse(&args) {
+        Ok(cli) => cli,
+        Err(code) => std::process::exit(code),
+    };
     // Neither stream is locked for the whole command: the progress display draws to stderr
     // from its own thread, and a lock held here would block it (and every draw after it)
     // for as long as the command runs.

@@ -11,6 +11,18 @@ pub enum ColorChoice {
     Never,
 }
 
+/// Whether to colour what goes to `stream`: always or never as asked; for `auto`, only on a
+/// terminal, without `NO_COLOR` (no-color.org), and not on a `TERM=dumb` terminal.
+pub fn color_enabled(choice: ColorChoice, stream: impl IsTerminal) -> bool {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let dumb = std::env::var_os("TERM").is_some_and(|t| t == "dumb");
+    match choice {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => !no_color && !dumb && stream.is_terminal(),
+    }
+}
+
 /// Paints text with ANSI colours when enabled.
 #[derive(Debug, Clone, Copy)]
 pub struct Style {
@@ -18,15 +30,11 @@ pub struct Style {
 }
 
 impl Style {
-    /// Colours on for `always`; for `auto` only on a terminal and without `NO_COLOR`.
+    /// Colours on for `always`; for `auto` only on a terminal that can show them.
     pub fn new(choice: ColorChoice) -> Style {
-        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-        let enabled = match choice {
-            ColorChoice::Always => true,
-            ColorChoice::Never => false,
-            ColorChoice::Auto => !no_color && std::io::stdout().is_terminal(),
-        };
-        Style { enabled }
+        Style {
+            enabled: color_enabled(choice, std::io::stdout()),
+        }
     }
 
     /// No colours (tests, files).
@@ -89,7 +97,12 @@ pub fn table() -> comfy_table::Table {
 pub struct StatusLine {
     pub bar: indicatif::ProgressBar,
     visible: bool,
+    /// When the last line was said (for the heartbeat without a terminal).
+    last_said: std::time::Instant,
 }
+
+/// Without a terminal, how long a run may go without a line before a heartbeat says it goes on.
+const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl StatusLine {
     /// A status line drawn with `template` (indicatif's syntax), `length` steps long when it
@@ -106,16 +119,33 @@ impl StatusLine {
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
         bar.enable_steady_tick(std::time::Duration::from_millis(150));
-        StatusLine { bar, visible }
+        StatusLine {
+            bar,
+            visible,
+            last_said: std::time::Instant::now(),
+        }
     }
 
     /// A line that must reach the user even without a terminal (waiting, stopping, a run's
     /// result): above the status line on a terminal, plainly on stderr elsewhere.
-    pub fn say(&self, msg: String) {
+    pub fn say(&mut self, msg: String) {
+        self.last_said = std::time::Instant::now();
         if self.visible {
             self.bar.println(msg);
         } else {
-            eprintln!("{msg}");
+            // A closed stderr (the reader of a pipe went away) is no reason to stop a run.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "{msg}");
+        }
+    }
+}
+
+impl StatusLine {
+    /// Without a terminal, says `what` (built only then) when nothing was said for a while,
+    /// so a log or a CI console shows that a long run is still going.
+    pub fn heartbeat(&mut self, what: impl FnOnce() -> String) {
+        if !self.visible && self.last_said.elapsed() >= HEARTBEAT {
+            self.say(what());
         }
     }
 }

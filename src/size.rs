@@ -23,8 +23,17 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
             ));
         }
     };
-    Ok((value * factor as f64).round() as u64)
+    let bytes = value * factor as f64;
+    if bytes > MAX_SIZE as f64 {
+        return Err(format!(
+            "'{text}' is more memory than any machine has: give at most 1P, e.g. 2G"
+        ));
+    }
+    Ok(bytes.round() as u64)
 }
+
+/// The largest size accepted: a pebibyte.
+const MAX_SIZE: u64 = 1 << 50;
 
 #[cfg(test)]
 mod tests {
@@ -39,5 +48,10 @@ mod tests {
         assert_eq!(parse_size("4096"), Ok(4096));
         assert!(parse_size("lots").is_err());
         assert!(parse_size("2X").is_err());
+        assert_eq!(parse_size("1024T"), Ok(1 << 50));
+        for absurd in ["99999999999999T", "1025T", "99999999999999999999999"] {
+            let err = parse_size(absurd).expect_err(absurd);
+            assert!(err.contains("more memory than any machine has"), "{err}");
+        }
     }
 }

@@ -41,7 +41,7 @@ fn without_nvidia_libraries_it_reports_and_does_not_fail() {
     assert!(stdout.contains("hint: without NVML vrambisect cannot record GPU memory"));
     assert!(stdout.contains("! GPUs and free VRAM"));
     assert!(stdout.contains("! ComfyUI folder"));
-    assert!(stdout.contains("hint: pass --comfyui DIR"));
+    assert!(stdout.contains("pass --comfyui DIR"), "{stdout}");
     assert!(stdout.trim_end().ends_with("warnings"), "{stdout}");
 
     let (code, doc, _) = support::json(&["doctor"]);

@@ -72,23 +72,63 @@ fn the_readme_bisect_finishes_in_a_terminal_that_reports_no_size() {
     );
 }
 
+/// Starts the README's bisect on `scenario` in a terminal, waits until the first run's log
+/// shows `phase_line`, presses Ctrl-C, and checks: the tool says within a second and a half
+/// that it is interrupting, exits 130, and leaves no process behind.
+fn ctrl_c_during(scenario: serde_json::Value, phase_line: &str) {
+    let install = FakeComfy::new("0.38.1", scenario);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = readme_bisect(&install, &tmp.path().join("s"));
+    cmd.args(["--stall-timeout", "5m"]);
+    let mut pty = Pty::spawn(cmd, 100, 30);
+    support::wait_for_text(&tmp.path().join("s/runs/001/comfyui.log"), phase_line);
+    pty.type_keys(b"\x03");
+    pty.wait_for("interrupting", Duration::from_millis(1500));
+    let code = pty.exit_code(Duration::from_secs(20));
+    assert_eq!(code, 130, "{}", pty.text());
+    install.assert_nothing_left();
+}
+
 #[test]
-fn ctrl_c_at_the_terminal_ends_a_bisect_cleanly() {
-    // Every prompt hangs, so the bisect is mid-run when Ctrl-C comes.
+fn ctrl_c_while_comfyui_starts() {
+    ctrl_c_during(
+        serde_json::json!({"timing": {"startup_delay": 30}}),
+        "Total VRAM",
+    );
+}
+
+#[test]
+fn ctrl_c_while_a_prompt_samples() {
+    ctrl_c_during(
+        serde_json::json!({"timing": {"node_time": 3}}),
+        "got prompt",
+    );
+}
+
+#[test]
+fn ctrl_c_while_a_prompt_hangs() {
+    ctrl_c_during(
+        serde_json::json!({"rules": [{"name": "hang", "effect": "hang", "node": "KSampler"}]}),
+        "Requested to load",
+    );
+}
+
+#[test]
+fn without_a_terminal_a_long_run_says_it_goes_on() {
     let install = FakeComfy::new(
         "0.38.1",
         serde_json::json!({"rules": [{"name": "hang", "effect": "hang", "node": "KSampler"}]}),
     );
     let tmp = tempfile::tempdir().unwrap();
-    let mut cmd = readme_bisect(&install, &tmp.path().join("s"));
-    cmd.args(["--stall-timeout", "5m"]);
-    let mut pty = Pty::spawn(cmd, 100, 30);
-    support::wait_for_text(
-        &tmp.path().join("s/runs/001/comfyui.log"),
-        "Requested to load",
+    let out = readme_bisect(&install, &tmp.path().join("s"))
+        .args(["--stall-timeout", "12s", "--max-runs", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("run 1: still running after"),
+        "no heartbeat during a 12 s silence:\n{stderr}"
     );
-    pty.type_keys(b"\x03");
-    let code = pty.exit_code(Duration::from_secs(20));
-    assert_eq!(code, 130, "{}", pty.text());
+    assert!(stderr.contains("hang"), "{stderr}");
     install.assert_nothing_left();
 }

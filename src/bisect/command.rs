@@ -242,24 +242,52 @@ fn launcher_line(
     }
 }
 
-/// The bisect's progress: runs done of planned, the current configuration, ETA.
+/// The bisect's progress: runs done of planned, the current configuration and its phase,
+/// the ETA from the runs measured so far.
 struct BisectProgress {
     line: StatusLine,
     current: String,
+    phase: String,
+    /// The run in progress and when it started.
+    run: Option<(u32, std::time::Instant)>,
+    /// Durations of the runs finished in this invocation.
+    measured: Vec<std::time::Duration>,
 }
 
 impl BisectProgress {
     fn new(visible: bool, planned: u64, done: u64) -> BisectProgress {
         let line = StatusLine::new(
             visible,
-            "{bar:20} run {pos}/{len} · {elapsed_precise} (ETA {eta}) {msg}",
+            "{bar:20} run {pos}/{len} · {elapsed_precise} ({prefix}) {msg}",
             Some(planned.max(done + 1)),
         );
         line.bar.set_position(done);
+        line.bar.set_prefix("ETA ?");
         BisectProgress {
             line,
             current: String::new(),
+            phase: String::new(),
+            run: None,
+            measured: Vec::new(),
         }
+    }
+
+    /// The time left at the mean measured run time, for the runs planned and not done.
+    fn eta(&self) -> String {
+        if self.measured.is_empty() {
+            return "ETA ?".into();
+        }
+        let mean = self.measured.iter().sum::<std::time::Duration>() / self.measured.len() as u32;
+        let left = self
+            .line
+            .bar
+            .length()
+            .unwrap_or(0)
+            .saturating_sub(self.line.bar.position());
+        format!(
+            "ETA {}",
+            crate::duration::format_duration(mean * left.min(u64::from(u32::MAX)) as u32)
+        )
     }
 }
 
@@ -269,9 +297,21 @@ impl Reporter for BisectProgress {
             self.line
                 .bar
                 .set_message(format!("{} · {phase}", self.current));
+            self.phase = phase;
             return;
         }
         match event {
+            RunEvent::Alive => {
+                if let Some((n, started)) = self.run {
+                    let (current, phase) = (&self.current, &self.phase);
+                    self.line.heartbeat(|| {
+                        format!(
+                            "run {n}: still running after {} ({current}): {phase}",
+                            crate::duration::format_duration(started.elapsed())
+                        )
+                    });
+                }
+            }
             RunEvent::WaitingForGpu { holder } => self.line.say(format!(
                 "waiting for the GPU: {holder} is running a workflow on it"
             )),
@@ -292,6 +332,7 @@ impl SessionReporter for BisectProgress {
         match event {
             SessionEvent::RunStarting { n, describe, .. } => {
                 self.current = describe.clone();
+                self.run = Some((*n, std::time::Instant::now()));
                 if u64::from(*n) > self.line.bar.length().unwrap_or(0) {
                     self.line.bar.set_length(u64::from(*n));
                 }
@@ -301,13 +342,19 @@ impl SessionReporter for BisectProgress {
                 outcome,
                 duration_ms,
             } => {
+                // The configuration goes last, so the columns stay put whatever its length.
                 self.line.say(format!(
-                    "run {n}: {:<40} {} ({:.1} s)",
+                    "run {n:>3}  {:<18} {:>7}  {}",
+                    outcome.as_str(),
+                    format!("{:.1} s", *duration_ms as f64 / 1000.0),
                     self.current,
-                    outcome,
-                    *duration_ms as f64 / 1000.0
                 ));
+                self.run = None;
+                self.measured
+                    .push(std::time::Duration::from_millis(*duration_ms));
                 self.line.bar.inc(1);
+                let eta = self.eta();
+                self.line.bar.set_prefix(eta);
             }
         }
     }

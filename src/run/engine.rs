@@ -511,7 +511,12 @@ impl Prompt<'_> {
         };
         let mut watch = PromptWatch::new(prompt_id, limits, t0.elapsed(), *self.ws_open);
         let mut inputs: VecDeque<Input> = VecDeque::new();
+        let mut alive = Instant::now();
         while !watch.is_done() {
+            if alive.elapsed() >= Duration::from_secs(1) {
+                self.reporter.event(&RunEvent::Alive);
+                alive = Instant::now();
+            }
             match self.server.feed.listen() {
                 Heard::Line(l) => inputs.push_back(Input::Line(l)),
                 Heard::Ws(ev) => {

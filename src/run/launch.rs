@@ -311,8 +311,13 @@ fn wait_ready(
     let client = Client::new(&HOST.to_string(), port);
     let started = Instant::now();
     let mut next_poll = started + Duration::from_millis(300);
+    let mut alive = started;
     loop {
         feed.listen();
+        if alive.elapsed() >= Duration::from_secs(1) {
+            reporter.event(&RunEvent::Alive);
+            alive = Instant::now();
+        }
         if let Some(exit) = child.try_wait() {
             return Ready::Died(exit);
         }

@@ -29,6 +29,8 @@ pub struct Target {
     pub flags: FlagSet,
     pub workflow: Workflow,
     pub workflow_path: PathBuf,
+    /// The copy of the bundled stand-in this command runs, removed when it ends.
+    pub stand_in_copy: Option<std::sync::Arc<tempfile::TempDir>>,
 }
 
 impl Target {
@@ -37,7 +39,17 @@ impl Target {
     /// Python that cannot run makes the workflow untestable (exit 125).
     pub fn load(comfyui: &Path, python: Option<&Path>, workflow: &Path) -> Result<Target> {
         let loaded = Workflow::load(workflow)?;
-        let install = Install::open(comfyui)?;
+        let mut install = Install::open(comfyui)?;
+        // The repository's stand-in keeps a run's state in its folder: run a fresh copy.
+        let mut stand_in_copy = None;
+        if install.is_bundled_stand_in() {
+            let tmp = tempfile::Builder::new()
+                .prefix("vrambisect-stand-in-")
+                .tempdir()
+                .map_err(|e| Error::environment(format!("cannot make a temporary folder: {e}")))?;
+            install = install.copy_stand_in(&tmp.path().join("ComfyUI"))?;
+            stand_in_copy = Some(std::sync::Arc::new(tmp));
+        }
         let python = install.python(python);
         let flags = install.flags(&python).map_err(|e| {
             if e.kind == ErrorKind::Environment {
@@ -55,6 +67,7 @@ impl Target {
             flags,
             workflow: loaded,
             workflow_path: workflow.to_path_buf(),
+            stand_in_copy,
         })
     }
 }
@@ -76,6 +89,7 @@ impl RunOptions {
     /// flags of the user's yet (a bisect sets them per run).
     pub fn new(target: Target, limits: Limits, run_dir: PathBuf) -> RunOptions {
         RunOptions {
+            stand_in_copy: target.stand_in_copy,
             install: target.install,
             python: target.python,
             flags: target.flags,
@@ -99,6 +113,8 @@ impl RunOptions {
 /// Everything one run needs, validated.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
+    /// Keeps the copy of the bundled stand-in (if that is the install) for as long as runs use it.
+    pub stand_in_copy: Option<std::sync::Arc<tempfile::TempDir>>,
     pub install: Install,
     pub python: Python,
     /// The install's flags (to predict, and to know whether `--disable-assets` exists).
@@ -167,6 +183,9 @@ pub enum RunEvent {
     },
     /// A first Ctrl-C: finishing cleanly (a second one kills ComfyUI at once).
     Interrupting,
+    /// The run goes on (sent about once a second, so a display without a terminal can say
+    /// so during long silent phases).
+    Alive,
 }
 
 impl RunEvent {
@@ -191,7 +210,10 @@ impl RunEvent {
             ),
             RunEvent::Step { value, max } => format!("step {}/{}", *value as u64, *max as u64),
             RunEvent::IterationDone { .. } | RunEvent::Stopping => "stopping ComfyUI".into(),
-            RunEvent::WaitingForGpu { .. } | RunEvent::RamGuard { .. } | RunEvent::Interrupting => {
+            RunEvent::WaitingForGpu { .. }
+            | RunEvent::RamGuard { .. }
+            | RunEvent::Interrupting
+            | RunEvent::Alive => {
                 return None;
             }
         })

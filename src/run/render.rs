@@ -8,12 +8,17 @@ use std::io::{self, Write};
 /// A one-line progress display on stderr (hidden when stderr is not a terminal).
 pub struct Progress {
     line: StatusLine,
+    /// The run's phase in words, for the heartbeat.
+    phase: String,
+    started: std::time::Instant,
 }
 
 impl Progress {
     pub fn new(visible: bool) -> Progress {
         Progress {
             line: StatusLine::new(visible, "{spinner} {elapsed_precise} {msg}", None),
+            phase: String::new(),
+            started: std::time::Instant::now(),
         }
     }
 }
@@ -21,9 +26,19 @@ impl Progress {
 impl Reporter for Progress {
     fn event(&mut self, event: &RunEvent) {
         if let Some(phase) = event.phase() {
-            self.line.bar.set_message(phase);
+            self.line.bar.set_message(phase.clone());
+            self.phase = phase;
         }
         match event {
+            RunEvent::Alive => {
+                let (phase, started) = (&self.phase, self.started);
+                self.line.heartbeat(|| {
+                    format!(
+                        "still running after {}: {phase}",
+                        crate::duration::format_duration(started.elapsed())
+                    )
+                })
+            }
             RunEvent::IterationDone { iteration, outcome } => self
                 .line
                 .bar
