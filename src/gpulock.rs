@@ -1,81 +1,415 @@
-//! One run at a time per machine: two vrambisect sessions take turns, so neither measures
-//! (or runs out of) memory the other is using. One lock for all GPUs: `--cuda-device 0`,
-//! `CUDA_VISIBLE_DEVICES=0` and no selection at all can all mean the same card, and telling
-//! them apart reliably would need CUDA's device order, which NVML does not share.
+//! Taking turns on the GPU: two vrambisect sessions on one machine, of one user or of two,
+//! run one at a time on a GPU, so neither measures (or runs out of) memory the other holds.
+//!
+//! * **One lock per GPU**, named by NVML's UUID. A run takes the locks of every GPU NVML
+//!   sees (sorted, so two sessions never wait for each other crosswise): which card a ComfyUI
+//!   run lands on depends on CUDA's device order, `CUDA_VISIBLE_DEVICES` and its flags, which
+//!   NVML does not tell. With no GPU (no NVIDIA driver, or none listed) there is nothing to
+//!   share and no lock is taken.
+//! * **Shared between users.** The locks live in `<temp>/vrambisect-locks`, a folder made
+//!   like `/tmp` itself (world-writable with the sticky bit, so nobody can remove or replace
+//!   another user's file). Lock files are opened read-only and without following links, and
+//!   nothing is ever written to them: `flock` needs no write access, so a link planted there
+//!   cannot be turned into a write anywhere. Who holds a lock is read from `/proc/locks`.
+//! * When that folder cannot be trusted (a link, not a folder, not sticky, owned by another
+//!   user), the locks go to a folder of this user's own (`$XDG_RUNTIME_DIR/vrambisect`, else
+//!   `<temp>/vrambisect-<uid>`, made `0700` and checked for its owner), and the user is told
+//!   that other users' sessions are not seen. `$VRAMBISECT_LOCK_DIR` names the folder instead.
 
 use std::fs::File;
-use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Where the locks live: `$VRAMBISECT_LOCK_DIR`, else the runtime dir, else the temp dir.
-pub fn lock_dir() -> PathBuf {
-    std::env::var_os("VRAMBISECT_LOCK_DIR")
-        .or_else(|| std::env::var_os("XDG_RUNTIME_DIR"))
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir)
-}
-
-/// A held GPU lock; released when dropped.
+/// The held GPU locks; released when dropped.
 pub struct GpuLock {
-    file: File,
-    /// How long it took to get it.
+    _files: Vec<File>,
+    /// How long it took to get them.
     pub waited: Duration,
 }
 
-/// Takes the machine's GPU lock. When another session holds it, `waiting` is called once with
-/// who holds it, then this waits; `stop` is polled so Ctrl-C still works while waiting.
-pub fn acquire(
-    waiting: &mut dyn FnMut(&str),
-    stop: &dyn Fn() -> bool,
-) -> std::io::Result<Option<GpuLock>> {
-    let dir = lock_dir();
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join("vrambisect-gpu.lock");
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&path)?;
-    let started = Instant::now();
-    let mut told = false;
-    loop {
-        let got = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-        if got {
-            file.set_len(0)?;
-            file.rewind()?;
-            write!(file, "vrambisect pid {}", std::process::id())?;
-            file.flush()?;
-            return Ok(Some(GpuLock {
-                file,
-                waited: started.elapsed(),
-            }));
-        }
-        if !told {
-            let mut who = String::new();
-            let _ = file.rewind().and_then(|_| file.read_to_string(&mut who));
-            let who = if who.trim().is_empty() {
-                "another vrambisect".to_string()
-            } else {
-                who.trim().to_string()
-            };
-            waiting(&who);
-            told = true;
-        }
-        if stop() {
-            return Ok(None);
-        }
-        std::thread::sleep(Duration::from_millis(200));
+/// Where the locks are, and what to tell the user about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockDir {
+    pub path: PathBuf,
+    /// Why the shared folder was not used, when it was not.
+    pub note: Option<String>,
+}
+
+/// The folder for the locks (see the module's documentation).
+pub fn lock_dir() -> std::io::Result<LockDir> {
+    if let Some(dir) = std::env::var_os("VRAMBISECT_LOCK_DIR") {
+        let path = PathBuf::from(dir);
+        std::fs::create_dir_all(&path)?;
+        trusted(&path).map_err(std::io::Error::other)?;
+        return Ok(LockDir { path, note: None });
+    }
+    let shared = std::env::temp_dir().join("vrambisect-locks");
+    match shared_dir(&shared) {
+        Ok(()) => Ok(LockDir {
+            path: shared,
+            note: None,
+        }),
+        Err(why) => Ok(LockDir {
+            path: private_dir()?,
+            note: Some(format!(
+                "{why}: sessions of other users on this machine are not seen"
+            )),
+        }),
     }
 }
 
-impl Drop for GpuLock {
-    fn drop(&mut self) {
-        let _ = self.file.set_len(0);
-        unsafe {
-            libc::flock(self.file.as_raw_fd(), libc::LOCK_UN);
+/// Makes (or checks) the shared folder: a real folder, sticky and world-writable, owned by
+/// this user or by root.
+fn shared_dir(dir: &Path) -> Result<(), String> {
+    match std::fs::DirBuilder::new().mode(0o777).create(dir) {
+        Ok(()) => {
+            // The umask took bits away; the folder is ours to set.
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777))
+                .map_err(|e| format!("cannot set up {}: {e}", dir.display()))?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot make {}: {e}", dir.display())),
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !meta.file_type().is_dir() {
+        return Err(format!("{} is not a folder", dir.display()));
+    }
+    let owner_ok = meta.uid() == 0 || meta.uid() == uid();
+    let shared = meta.mode() & 0o1777 == 0o1777;
+    if !(owner_ok && shared) {
+        return Err(format!(
+            "{} is not a shared folder vrambisect can trust (owner uid {}, mode {:o})",
+            dir.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// This user's own lock folder, made `0700`; refused when it belongs to someone else.
+fn private_dir() -> std::io::Result<PathBuf> {
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(run) => PathBuf::from(run).join("vrambisect"),
+        None => std::env::temp_dir().join(format!("vrambisect-{}", uid())),
+    };
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    trusted(&dir).map_err(std::io::Error::other)?;
+    Ok(dir)
+}
+
+/// A folder this user may keep locks in: a real folder (not a link), owned by this user (or
+/// a shared sticky one owned by root).
+fn trusted(dir: &Path) -> Result<(), String> {
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !meta.file_type().is_dir() {
+        return Err(format!(
+            "the lock folder {} is not a folder (a link?): remove it",
+            dir.display()
+        ));
+    }
+    let sticky_root = meta.uid() == 0 && meta.mode() & 0o1000 != 0;
+    if meta.uid() != uid() && !sticky_root {
+        return Err(format!(
+            "the lock folder {} belongs to another user (uid {}): remove it or set VRAMBISECT_LOCK_DIR",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    Ok(())
+}
+
+fn uid() -> u32 {
+    unsafe { libc::getuid() }
+}
+
+/// The lock file of a GPU (its UUID, or its index when NVML gives no UUID).
+fn lock_name(key: &str) -> String {
+    let safe: String = key
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("gpu-{safe}.lock")
+}
+
+/// Never follow a link; never wait on a FIFO planted under the name (it is refused after).
+const NO_SURPRISES: i32 = libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
+
+/// Opens a lock file read-only without following links, creating it (readable by every
+/// user) when it is missing. Never writes to it.
+fn open_lock(path: &Path) -> std::io::Result<File> {
+    let read_only = |create: bool| {
+        let mut o = std::fs::OpenOptions::new();
+        o.read(true).custom_flags(NO_SURPRISES);
+        if create {
+            // O_CREAT with read-only access; O_EXCL so an existing file (another user's, in
+            // a sticky folder) is opened plainly instead.
+            o.custom_flags(NO_SURPRISES | libc::O_CREAT | libc::O_EXCL)
+                .mode(0o444);
+        }
+        o.open(path)
+    };
+    let file = match read_only(false) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match read_only(true) {
+            Ok(f) => {
+                // Readable by every user, whatever the umask left.
+                let _ = f.set_permissions(std::fs::Permissions::from_mode(0o444));
+                f
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_only(false)?,
+            Err(e) => return Err(e),
+        },
+        other => other?,
+    }
+    .into_checked(path)?;
+    Ok(file)
+}
+
+trait Checked: Sized {
+    fn into_checked(self, path: &Path) -> std::io::Result<Self>;
+}
+
+impl Checked for File {
+    /// Refuses anything but a regular file (a FIFO or a device planted under the name).
+    fn into_checked(self, path: &Path) -> std::io::Result<File> {
+        if self.metadata()?.file_type().is_file() {
+            Ok(self)
+        } else {
+            Err(std::io::Error::other(format!(
+                "{} is not a regular file: remove it",
+                path.display()
+            )))
+        }
+    }
+}
+
+/// A clear error for a lock file that could not be opened.
+fn open_error(path: &Path, e: std::io::Error) -> std::io::Error {
+    if e.raw_os_error() == Some(libc::ELOOP) {
+        return std::io::Error::other(format!(
+            "the lock file {} is a symbolic link, which vrambisect never follows: remove it",
+            path.display()
+        ));
+    }
+    std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}
+
+/// Who holds the `flock` on `file`, from `/proc/locks`: `vrambisect pid 123 (user 1000)`.
+fn holder(file: &File) -> String {
+    let Ok(meta) = file.metadata() else {
+        return "another vrambisect".into();
+    };
+    let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
+    let id = format!("{major:02x}:{minor:02x}:{}", meta.ino());
+    let pid = std::fs::read_to_string("/proc/locks").ok().and_then(|t| {
+        t.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // `1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF`
+            (f.len() >= 6 && f[1] == "FLOCK" && f[5] == id).then(|| f[4].to_string())
+        })
+    });
+    match pid {
+        Some(pid) => {
+            let owner = std::fs::metadata(format!("/proc/{pid}"))
+                .map(|m| m.uid())
+                .ok();
+            match owner {
+                Some(u) if u != uid() => format!("vrambisect pid {pid} (another user, uid {u})"),
+                _ => format!("vrambisect pid {pid}"),
+            }
+        }
+        None => "another vrambisect".into(),
+    }
+}
+
+/// The GPUs NVML sees, as lock keys (UUIDs, or indexes where a UUID is missing).
+pub fn gpu_keys(nvml_lib: Option<&Path>) -> Vec<String> {
+    let lib = crate::machine::nvml_lib(nvml_lib);
+    let Ok(now) = crate::machine::nvml_now(lib.as_deref()) else {
+        return Vec::new();
+    };
+    let mut keys: Vec<String> = now
+        .gpus
+        .iter()
+        .map(|g| {
+            g.uuid
+                .clone()
+                .unwrap_or_else(|| format!("index{}", g.index))
+        })
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// Takes the locks of the GPUs `keys` in `dir` (an empty list takes none). When another
+/// session holds one, `waiting` is told who, once, then this waits; `stop` is polled so
+/// Ctrl-C still works while waiting (then `None`).
+pub fn acquire_in(
+    dir: &Path,
+    keys: &[String],
+    waiting: &mut dyn FnMut(&str),
+    stop: &dyn Fn() -> bool,
+) -> std::io::Result<Option<GpuLock>> {
+    let started = Instant::now();
+    let mut files = Vec::new();
+    for key in keys {
+        let path = dir.join(lock_name(key));
+        let file = open_lock(&path).map_err(|e| open_error(&path, e))?;
+        let mut told = false;
+        loop {
+            let got = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+            if got {
+                break;
+            }
+            if !told {
+                waiting(&holder(&file));
+                told = true;
+            }
+            if stop() {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        files.push(file);
+    }
+    Ok(Some(GpuLock {
+        _files: files,
+        waited: started.elapsed(),
+    }))
+}
+
+/// Takes the locks of every GPU NVML sees, in the lock folder (see [`acquire_in`]); `note`
+/// is told when the locks are private to this user.
+pub fn acquire(
+    nvml_lib: Option<&Path>,
+    note: &mut dyn FnMut(&str),
+    waiting: &mut dyn FnMut(&str),
+    stop: &dyn Fn() -> bool,
+) -> std::io::Result<Option<GpuLock>> {
+    let keys = gpu_keys(nvml_lib);
+    if keys.is_empty() {
+        return Ok(Some(GpuLock {
+            _files: Vec::new(),
+            waited: Duration::ZERO,
+        }));
+    }
+    let dir = lock_dir()?;
+    if let Some(why) = &dir.note {
+        note(why);
+    }
+    acquire_in(&dir.path, &keys, waiting, stop)
+}
+
+// Released by closing the files (flock locks belong to the open file).
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(k: &[&str]) -> Vec<String> {
+        k.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn one_session_after_another_on_a_gpu() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = keys(&["GPU-aaaa"]);
+        let first = acquire_in(dir.path(), &k, &mut |_| {}, &|| false)
+            .unwrap()
+            .unwrap();
+        // A second one waits, and hears who holds it.
+        let mut heard = String::new();
+        let second = acquire_in(dir.path(), &k, &mut |w| heard = w.into(), &|| true).unwrap();
+        assert!(second.is_none(), "it waited (and was stopped)");
+        assert_eq!(heard, format!("vrambisect pid {}", std::process::id()));
+        // Another GPU is free.
+        assert!(
+            acquire_in(dir.path(), &keys(&["GPU-bbbb"]), &mut |_| {}, &|| true)
+                .unwrap()
+                .is_some()
+        );
+        drop(first);
+        assert!(
+            acquire_in(dir.path(), &k, &mut |_| panic!("no wait"), &|| true)
+                .unwrap()
+                .is_some()
+        );
+        // Nothing was written into the lock file, and every user can read it.
+        let meta = std::fs::metadata(dir.path().join(lock_name("GPU-aaaa"))).unwrap();
+        assert_eq!(meta.len(), 0);
+        assert_eq!(meta.mode() & 0o777, 0o444);
+    }
+
+    #[test]
+    fn no_gpu_no_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = acquire_in(dir.path(), &[], &mut |_| {}, &|| false).unwrap();
+        let b = acquire_in(dir.path(), &[], &mut |_| panic!("no wait"), &|| false).unwrap();
+        assert!(a.is_some() && b.is_some());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_planted_symlink_is_refused_and_its_target_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("precious.txt");
+        std::fs::write(&target, "keep me").unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join(lock_name("GPU-aaaa"))).unwrap();
+        let err = match acquire_in(dir.path(), &keys(&["GPU-aaaa"]), &mut |_| {}, &|| true) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a link was followed"),
+        };
+        assert!(err.contains("symbolic link"), "{err}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
+    }
+
+    #[test]
+    fn a_fifo_under_the_lock_name_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(lock_name("GPU-aaaa"));
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = acquire_in(dir.path(), &keys(&["GPU-aaaa"]), &mut |_| {}, &|| true)
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+    }
+
+    #[test]
+    fn lock_names_are_plain() {
+        assert_eq!(lock_name("GPU-3f2c9a4e-0000"), "gpu-GPU-3f2c9a4e-0000.lock");
+        assert_eq!(lock_name("../../etc/x"), "gpu-______etc_x.lock");
+    }
+
+    #[test]
+    fn a_folder_of_another_user_or_a_link_is_not_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(trusted(dir.path()).is_ok());
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+        assert!(trusted(&link).unwrap_err().contains("not a folder"));
+        if uid() == 0 {
+            let theirs = dir.path().join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            let c = std::ffi::CString::new(theirs.to_str().unwrap()).unwrap();
+            assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+            assert!(trusted(&theirs).unwrap_err().contains("another user"));
+            // A shared folder that is not sticky is not used either.
+            std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o777)).unwrap();
+            assert!(shared_dir(&theirs).is_err());
         }
     }
 }

@@ -515,33 +515,46 @@ fn low_host_memory_stops_the_run_as_host_oom() {
     );
 }
 
+/// Starts `vrambisect run --json` on `install` with its output in `tmp/name`, its locks in
+/// `locks`, and (with `gpu`) the fake NVIDIA GPU the stand-in simulates.
+fn spawn_session(
+    install: &FakeComfy,
+    tmp: &std::path::Path,
+    name: &str,
+    locks: &std::path::Path,
+    gpu: Option<&support::gpu::FakeGpu>,
+) -> std::process::Child {
+    let wf = fixture(SD15);
+    let mut cmd = support::vrambisect();
+    cmd.args([
+        "run",
+        "--json",
+        "--comfyui",
+        install.path_str(),
+        "--workflow",
+    ])
+    .arg(&wf)
+    .args(["--output", &out_dir(tmp, name)])
+    .env("VRAMBISECT_LOCK_DIR", locks)
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    if let Some(gpu) = gpu {
+        cmd.env("VRAMBISECT_NVML_LIB", gpu.nvml_path())
+            .env("VRAMBISECT_FAKE_GPU_STATE", install.gpu_state());
+    }
+    cmd.spawn().unwrap()
+}
+
 #[test]
-fn two_sessions_on_one_install_take_turns_on_the_gpu() {
+fn two_sessions_on_one_gpu_take_turns() {
     let install = FakeComfy::new("0.38.1", json!({"timing": {"node_time": 0.3}}));
+    install.write_idle_gpu_state(&[]);
+    let gpu = support::sampling::fake_gpu();
     let locks = tempfile::tempdir().unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let wf = fixture(SD15);
-    let spawn = |name: &str| {
-        support::vrambisect()
-            .args([
-                "run",
-                "--json",
-                "--comfyui",
-                install.path_str(),
-                "--workflow",
-                wf.to_str().unwrap(),
-                "--output",
-                &out_dir(tmp.path(), name),
-            ])
-            .env("VRAMBISECT_LOCK_DIR", locks.path())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let a = spawn("a");
+    let a = spawn_session(&install, tmp.path(), "a", locks.path(), Some(&gpu));
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let b = spawn("b");
+    let b = spawn_session(&install, tmp.path(), "b", locks.path(), Some(&gpu));
     let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
     install.assert_nothing_left();
     let da: Value = serde_json::from_slice(&a.stdout).unwrap();
@@ -559,7 +572,87 @@ fn two_sessions_on_one_install_take_turns_on_the_gpu() {
     assert!(wa.max(wb) > 0, "one of them waited its turn");
     assert_eq!(other, 0, "the other got the GPU at once");
     assert!(
-        String::from_utf8_lossy(&waiter.stderr).contains("waiting for the GPU"),
-        "and said so"
+        String::from_utf8_lossy(&waiter.stderr).contains("waiting for the GPU: vrambisect pid"),
+        "and said who it waited for: {}",
+        String::from_utf8_lossy(&waiter.stderr)
     );
+    // One lock file per GPU, named by its UUID, empty.
+    let lock = locks
+        .path()
+        .join("gpu-GPU-3f2c9a4e-0000-4000-8000-000000000001.lock");
+    assert_eq!(std::fs::metadata(&lock).unwrap().len(), 0);
+}
+
+#[test]
+fn without_a_gpu_sessions_do_not_wait_for_each_other() {
+    let install = FakeComfy::new("0.38.1", json!({"timing": {"node_time": 0.3}}));
+    let locks = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let a = spawn_session(&install, tmp.path(), "a", locks.path(), None);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let b = spawn_session(&install, tmp.path(), "b", locks.path(), None);
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    install.assert_nothing_left();
+    for out in [&a, &b] {
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["outcome"], "pass", "{doc:#}");
+        assert_eq!(doc["gpu_wait_ms"], 0, "{doc:#}");
+    }
+    assert_eq!(std::fs::read_dir(locks.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn a_session_of_another_user_on_the_gpu_is_waited_for() {
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root to act as a second user");
+        return;
+    }
+    let install = FakeComfy::new("0.38.1", Value::Null);
+    install.write_idle_gpu_state(&[]);
+    let gpu = support::sampling::fake_gpu();
+    let locks = tempfile::tempdir().unwrap();
+    // A shared folder as vrambisect makes it (like /tmp), where user nobody's session holds
+    // the GPU's lock (a file it created itself).
+    let shared = locks.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(locks.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let lock = shared.join("gpu-GPU-3f2c9a4e-0000-4000-8000-000000000001.lock");
+    let mut theirs = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import fcntl, os, sys, time\n\
+os.setgid(65534); os.setuid(65534)\n\
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o444)\n\
+fcntl.flock(fd, fcntl.LOCK_EX)\n\
+print('held', flush=True)\n\
+time.sleep(float(sys.argv[2]))\n",
+        ])
+        .arg(&lock)
+        .arg("2")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut held = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(theirs.stdout.as_mut().unwrap()),
+        &mut held,
+    )
+    .unwrap();
+    assert_eq!(held.trim(), "held");
+    let tmp = tempfile::tempdir().unwrap();
+    let ours = spawn_session(&install, tmp.path(), "ours", &shared, Some(&gpu));
+    let out = ours.wait_with_output().unwrap();
+    theirs.wait().unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["outcome"], "pass", "{doc:#}");
+    assert!(doc["gpu_wait_ms"].as_u64().unwrap() > 500, "{doc:#}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("(another user, uid 65534)"), "{stderr}");
+    // Their file, untouched.
+    let meta = std::fs::metadata(&lock).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), 65534);
+    assert_eq!(meta.len(), 0);
+    install.assert_nothing_left();
 }

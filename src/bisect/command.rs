@@ -322,6 +322,7 @@ impl Reporter for BisectProgress {
             RunEvent::Interrupting => self.line.say(
                 "interrupting: the current run ends cleanly; resume later with --resume".into(),
             ),
+            RunEvent::Notice(text) => self.line.say(format!("note: {text}")),
             _ => {}
         }
     }

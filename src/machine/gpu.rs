@@ -20,6 +20,8 @@ pub struct GpuProcess {
 pub struct GpuNow {
     pub index: u32,
     pub name: Option<String>,
+    /// NVML's UUID (`GPU-3f2c…`), stable across reboots and device orders.
+    pub uuid: Option<String>,
     pub total_bytes: Option<u64>,
     pub free_bytes: Option<u64>,
     pub reserved_bytes: Option<u64>,
@@ -93,6 +95,7 @@ pub fn nvml_now(lib: Option<&Path>) -> Result<NvmlNow, String> {
         out.gpus.push(GpuNow {
             index,
             name: dev.name().ok(),
+            uuid: dev.uuid().ok(),
             total_bytes: mem.as_ref().map(|m| m.total),
             free_bytes: mem.as_ref().map(|m| m.free),
             reserved_bytes: mem.as_ref().map(|m| m.reserved),

@@ -32,8 +32,14 @@ const RAM_EXHAUSTED: i64 = 256 << 20;
 pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunRecord> {
     let dir = &opts.run_dir;
     // Two sessions on one GPU take turns: each would otherwise measure the other's memory.
+    let notices = std::cell::RefCell::new(Vec::new());
     let lock = crate::gpulock::acquire(
+        opts.nvml_lib.as_deref(),
+        &mut |note| notices.borrow_mut().push(note.to_string()),
         &mut |holder| {
+            for note in notices.borrow_mut().drain(..) {
+                reporter.event(&RunEvent::Notice(note));
+            }
             reporter.event(&RunEvent::WaitingForGpu {
                 holder: holder.to_string(),
             })
@@ -41,6 +47,9 @@ pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunReco
         &|| signals::requested() != Stop::No,
     )
     .map_err(|e| crate::error::Error::environment(format!("cannot take the GPU lock: {e}")))?;
+    for note in notices.into_inner() {
+        reporter.event(&RunEvent::Notice(note));
+    }
     // The sampler starts before ComfyUI, so its first readings are the pre-run baseline.
     let sampler = Sampler::start(SamplerConfig {
         nvml_lib: opts.nvml_lib.clone(),

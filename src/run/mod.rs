@@ -183,6 +183,8 @@ pub enum RunEvent {
     },
     /// A first Ctrl-C: finishing cleanly (a second one kills ComfyUI at once).
     Interrupting,
+    /// Something the user should know that is not about the run itself.
+    Notice(String),
     /// The run goes on (sent about once a second, so a display without a terminal can say
     /// so during long silent phases).
     Alive,
@@ -213,6 +215,7 @@ impl RunEvent {
             RunEvent::WaitingForGpu { .. }
             | RunEvent::RamGuard { .. }
             | RunEvent::Interrupting
+            | RunEvent::Notice(_)
             | RunEvent::Alive => {
                 return None;
             }

@@ -54,6 +54,7 @@ impl Reporter for Progress {
             RunEvent::Interrupting => self.line.say(
                 "interrupting: finishing cleanly (press Ctrl-C again to kill ComfyUI now)".into(),
             ),
+            RunEvent::Notice(text) => self.line.say(format!("note: {text}")),
             _ => {}
         }
     }
