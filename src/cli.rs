@@ -426,9 +426,16 @@ pub fn parse(args: &[std::ffi::OsString]) -> Result<Cli, i32> {
         true => clap::ColorChoice::Always,
         false => clap::ColorChoice::Never,
     };
+    // clap's `help` subcommand takes `--help` for a command name: `help --help` is `help help`.
+    let mut args = args.to_vec();
+    if ours.first().is_some_and(|a| a == "help")
+        && ours.iter().skip(1).any(|a| a == "--help" || a == "-h")
+    {
+        args = vec![args[0].clone(), "help".into(), "help".into()];
+    }
     let parsed = Cli::command()
         .color(color)
-        .try_get_matches_from(args)
+        .try_get_matches_from(&args)
         .and_then(|m| Cli::from_arg_matches(&m));
     match parsed {
         Ok(cli) => Ok(cli),

@@ -165,6 +165,19 @@ fn clap_output_follows_the_colour_choice() {
 }
 
 #[test]
+fn help_about_help_is_help() {
+    for args in [
+        vec!["help", "--help"],
+        vec!["help", "-h"],
+        vec!["help", "bisect"],
+    ] {
+        let out = vrambisect().args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
+        assert!(!out.stdout.is_empty());
+    }
+}
+
+#[test]
 fn the_bash_completion_script_loads() {
     let exe = env!("CARGO_BIN_EXE_vrambisect");
     let out = Command::new("bash")
