@@ -114,6 +114,36 @@ fn ctrl_c_while_a_prompt_hangs() {
 }
 
 #[test]
+fn ctrl_c_twice_while_comfyui_is_torn_down_kills_it_at_once() {
+    // ComfyUI takes 30 s to end after SIGTERM; the first run (it fails: the README case)
+    // reaches its teardown, then two presses of Ctrl-C.
+    let scenario: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(support::fixture("fake-comfyui/scenario.json")).unwrap(),
+    )
+    .unwrap();
+    let mut scenario = scenario.as_object().unwrap().clone();
+    scenario.insert("timing".into(), serde_json::json!({"shutdown_delay": 30}));
+    let install = FakeComfy::new("0.38.1", serde_json::Value::Object(scenario));
+    let tmp = tempfile::tempdir().unwrap();
+    let mut pty = Pty::spawn(readme_bisect(&install, &tmp.path().join("s")), 100, 30);
+    // The status line says when the teardown starts; SIGTERM follows within milliseconds.
+    pty.wait_for("stopping ComfyUI", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(500));
+    let pressed = std::time::Instant::now();
+    pty.type_keys(b"\x03");
+    std::thread::sleep(Duration::from_millis(200));
+    pty.type_keys(b"\x03");
+    let code = pty.exit_code(Duration::from_secs(20));
+    assert_eq!(code, 130, "{}", pty.text());
+    assert!(
+        pressed.elapsed() < Duration::from_secs(8),
+        "a second Ctrl-C must not wait out the grace period: {:?}",
+        pressed.elapsed()
+    );
+    install.assert_nothing_left();
+}
+
+#[test]
 fn without_a_terminal_a_long_run_says_it_goes_on() {
     let install = FakeComfy::new(
         "0.38.1",
