@@ -107,11 +107,16 @@ impl Outcome {
         !matches!(self, Outcome::Pass) && !self.is_untestable()
     }
 
-    /// Whether the workflow could not be tested at all (`run` exits 125).
+    /// Whether the workflow could not be tested at all (`run` exits 125). A flag this
+    /// ComfyUI rejects is one: in `git bisect run` across versions, a version older than the
+    /// flag must be skipped, not called bad.
     pub fn is_untestable(self) -> bool {
         matches!(
             self,
-            Outcome::StartupFailed | Outcome::InvalidWorkflow | Outcome::Interrupted
+            Outcome::FlagRejected
+                | Outcome::StartupFailed
+                | Outcome::InvalidWorkflow
+                | Outcome::Interrupted
         )
     }
 
@@ -154,8 +159,8 @@ mod tests {
         assert!(!Outcome::Pass.is_failure());
         assert!(Outcome::Oom.is_failure());
         assert!(
-            Outcome::FlagRejected.is_failure(),
-            "flags explain it: a real answer"
+            Outcome::FlagRejected.is_untestable() && !Outcome::FlagRejected.is_failure(),
+            "a version without the flag is skipped by git bisect run, not called bad"
         );
         assert!(Outcome::StartupFailed.is_untestable());
         assert!(Outcome::InvalidWorkflow.is_untestable());
