@@ -327,3 +327,44 @@ fn bad_input_before_any_run() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("session.json"));
 }
+
+#[test]
+fn flags_this_install_rejects_are_refused_before_any_run() {
+    let install = FakeComfy::new("0.38.1", when_dynamic("oom"));
+    let wf = fixture(SD15);
+    let cases: &[(&[&str], &str)] = &[
+        // A base flag ComfyUI does not know: never dropped silently.
+        (
+            &["--", "--no-such-flag"],
+            "ComfyUI 0.38.1 refuses your flags: unrecognized arguments: --no-such-flag",
+        ),
+        // Mutually exclusive base flags.
+        (
+            &["--", "--highvram", "--lowvram"],
+            "not allowed with argument --highvram",
+        ),
+        // Toggles the user named that this ComfyUI does not take.
+        (&["--toggle", "--not-a-flag"], "--toggle --not-a-flag"),
+        (&["--toggle", "--reserve-vram=lots"], "invalid float value"),
+    ];
+    for (extra, want) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let session = tmp.path().join("s");
+        let out = support::vrambisect()
+            .args(["bisect", "--comfyui", install.path_str(), "--workflow"])
+            .arg(&wf)
+            .arg("--output")
+            .arg(&session)
+            .args(*extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(want), "{extra:?}: {err}");
+        assert!(!session.exists(), "{extra:?}: a session folder was made");
+        assert!(
+            !install.path().join("run-counter.txt").exists(),
+            "{extra:?}: ComfyUI was started"
+        );
+    }
+}

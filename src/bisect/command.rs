@@ -93,7 +93,7 @@ pub fn default_toggles(iterations: u32) -> Vec<String> {
 
 /// Runs `bisect`; returns the result (also written to the session folder) and the exit code.
 pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)> {
-    let (dir, spec, entries, target) = match &req.session {
+    let (dir, spec, entries, target, space, toggles) = match &req.session {
         Session::Resume(dir) => {
             let (dir, mut spec, entries) = session::open(dir)?;
             // Everything else is the session's own; a new run budget may be given.
@@ -101,37 +101,23 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
                 spec.max_runs = max;
             }
             let target = Target::load(&spec.comfyui, spec.python.as_deref(), &spec.workflow)?;
-            (dir, spec, entries, target)
+            let (space, toggles) = space_of(&spec, &target)?;
+            (dir, spec, entries, target, space, toggles)
         }
         Session::New(new) => {
             let spec = new.spec(req.max_runs);
-            // The inputs are checked before a session folder is made.
+            // The inputs and the flags are checked before a session folder is made.
             let target = Target::load(&spec.comfyui, spec.python.as_deref(), &spec.workflow)?;
+            let (space, toggles) = space_of(&spec, &target)?;
             let dir = new
                 .output
                 .clone()
                 .unwrap_or_else(|| run::folder::fresh(Path::new("vrambisect-sessions"), "bisect"));
             let dir = session::create(&dir, &spec)?;
-            (dir, spec, Vec::new(), target)
+            (dir, spec, Vec::new(), target, space, toggles)
         }
     };
     let python = target.python.clone();
-    let toggles = if spec.default_toggles {
-        default_toggles(spec.iterations)
-    } else {
-        spec.toggles.clone()
-    };
-    let ctx = Context {
-        env: spec.env.clone(),
-        ..Context::new(Platform::host())
-    };
-    let space = Space::new(
-        &target.flags,
-        target.install.version.clone(),
-        ctx,
-        &spec.base_flags,
-        &toggles,
-    );
     if spec.strategy == Strategy::Matrix && matrix_size(&space) > 1024 {
         return Err(Error::usage(format!(
             "--strategy matrix would need up to {} runs for these toggles",
@@ -195,6 +181,41 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
         _ => exit::FAILED,
     };
     Ok((result, code))
+}
+
+/// The search space of a session on this install, and the toggles it tries. Refuses, before
+/// any run, base flags this ComfyUI rejects (argparse's own words) and toggles the user named
+/// that it does not take; default toggles this version lacks are only skipped (with a note).
+fn space_of(spec: &SessionSpec, target: &Target) -> Result<(Space, Vec<String>)> {
+    let version = target.install.version.clone();
+    let base = crate::flags::argparse::parse(&target.flags, &spec.base_flags, version.as_ref());
+    if let Some(error) = &base.error {
+        let shown = version
+            .as_ref()
+            .map(|v| format!("ComfyUI {v}"))
+            .unwrap_or_else(|| "this ComfyUI".into());
+        return Err(Error::usage(format!(
+            "{shown} refuses your flags: {error}"
+        ))
+        .hint("fix the flags after -- (or in the launcher); vrambisect explain shows what this install accepts"));
+    }
+    let toggles = if spec.default_toggles {
+        default_toggles(spec.iterations)
+    } else {
+        spec.toggles.clone()
+    };
+    let ctx = Context {
+        env: spec.env.clone(),
+        ..Context::new(Platform::host())
+    };
+    let space = Space::new(&target.flags, version, ctx, &spec.base_flags, &toggles);
+    if !spec.default_toggles
+        && let Some(s) = space.skipped.iter().find(|s| s.refused)
+    {
+        return Err(Error::usage(format!("--toggle {}: {}", s.toggle, s.reason))
+            .hint("give toggles this install accepts (vrambisect doctor lists its memory flags)"));
+    }
+    Ok((space, toggles))
 }
 
 /// How many runs the strategy is expected to take (the progress bar grows if it takes more).

@@ -72,6 +72,10 @@ pub struct Config {
 pub struct Skipped {
     pub toggle: String,
     pub reason: String,
+    /// This ComfyUI does not take it (an unknown flag, a bad value); otherwise it changes
+    /// nothing (already among the user's flags).
+    #[serde(default, skip_serializing)]
+    pub refused: bool,
 }
 
 /// The whole space.
@@ -131,6 +135,7 @@ impl Space {
                 skipped.push(Skipped {
                     toggle: toggle.clone(),
                     reason,
+                    refused: true,
                 });
                 continue;
             }
@@ -140,6 +145,7 @@ impl Space {
                 skipped.push(Skipped {
                     toggle: toggle.clone(),
                     reason: format!("{canonical} is already among your flags (the bisect tries removing it instead)"),
+                    refused: false,
                 });
                 continue;
             }
