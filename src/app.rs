@@ -84,6 +84,8 @@ fn run_explain(args: ExplainArgs, global: &Global, out: &mut dyn Write) -> Resul
 fn run_run(args: RunArgs, global: &Global, out: &mut dyn Write) -> Result<i32, Failure> {
     use crate::run;
     use std::io::IsTerminal;
+    // Before anything is made that must be cleaned up (the stand-in's copy, a run folder).
+    crate::signals::install();
     let target = run::Target::load(&args.comfyui, args.python.as_deref(), &args.workflow)?;
     let run_dir = match &args.output {
         Some(dir) => dir.clone(),
@@ -103,7 +105,6 @@ fn run_run(args: RunArgs, global: &Global, out: &mut dyn Write) -> Result<i32, F
         cuda: args.cuda,
         ..run::RunOptions::new(target, limits, run_dir)
     };
-    crate::signals::install();
     let record = {
         let mut progress = run::render::Progress::new(!global.json && io::stderr().is_terminal());
         run::execute(&opts, &mut progress)?
@@ -160,6 +161,7 @@ fn run_sample(
 
 fn run_bisect(args: BisectArgs, global: &Global, out: &mut dyn Write) -> Result<i32, Failure> {
     use std::io::IsTerminal;
+    crate::signals::install();
     let req = bisect_request(args)?;
     let visible = !global.json && io::stderr().is_terminal();
     let (result, code) = crate::bisect::command::run(&req, visible)?;

@@ -422,17 +422,15 @@ const EXAMPLES_DOCTOR: &str = "Examples:
 pub fn parse(args: &[std::ffi::OsString]) -> Result<Cli, i32> {
     use clap::{CommandFactory, FromArgMatches};
     let ours = before_separator(args);
-    let color = match crate::output::color_enabled(color_choice(&ours), std::io::stderr()) {
-        true => clap::ColorChoice::Always,
-        false => clap::ColorChoice::Never,
+    // clap decides per stream (help goes to stdout, errors to stderr) whether it is a
+    // terminal; NO_COLOR and TERM=dumb are ours to apply.
+    let color = match color_choice(&ours) {
+        ColorChoice::Always => clap::ColorChoice::Always,
+        ColorChoice::Never => clap::ColorChoice::Never,
+        ColorChoice::Auto if crate::output::color_allowed() => clap::ColorChoice::Auto,
+        ColorChoice::Auto => clap::ColorChoice::Never,
     };
-    // clap's `help` subcommand takes `--help` for a command name: `help --help` is `help help`.
-    let mut args = args.to_vec();
-    if ours.first().is_some_and(|a| a == "help")
-        && ours.iter().skip(1).any(|a| a == "--help" || a == "-h")
-    {
-        args = vec![args[0].clone(), "help".into(), "help".into()];
-    }
+    let args = help_with_help(args);
     let parsed = Cli::command()
         .color(color)
         .try_get_matches_from(&args)
@@ -455,6 +453,45 @@ pub fn parse(args: &[std::ffi::OsString]) -> Result<Cli, i32> {
             })
         }
     }
+}
+
+/// clap's `help` subcommand takes `--help` for a command name: `help --help` becomes
+/// `help help`, and `help run --help` becomes `help run`.
+fn help_with_help(args: &[std::ffi::OsString]) -> Vec<std::ffi::OsString> {
+    let text: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    // The first word that is not a global option or its value.
+    let mut i = 1;
+    while i < text.len() {
+        match text[i].as_str() {
+            "--json" => i += 1,
+            "--color" => i += 2,
+            a if a.starts_with("--color=") => i += 1,
+            _ => break,
+        }
+    }
+    if text.get(i).map(String::as_str) != Some("help") {
+        return args.to_vec();
+    }
+    let end = text.iter().position(|a| a == "--").unwrap_or(text.len());
+    let is_help = |a: &String| a == "--help" || a == "-h";
+    if !text[i + 1..end].iter().any(is_help) {
+        return args.to_vec();
+    }
+    let mut out: Vec<std::ffi::OsString> = args[..=i].to_vec();
+    out.extend(
+        args[i + 1..end]
+            .iter()
+            .zip(&text[i + 1..end])
+            .filter(|(_, t)| !is_help(t))
+            .map(|(a, _)| a.clone()),
+    );
+    if out.len() == i + 1 {
+        out.push("help".into());
+    }
+    out
 }
 
 /// The arguments before `--` (after it they are ComfyUI's or a command's), as text.
@@ -490,11 +527,19 @@ fn color_choice(args: &[String]) -> ColorChoice {
 fn usage_error(e: &clap::Error) -> serde_json::Value {
     let text = e.render().to_string();
     let mut lines = text.lines().filter(|l| !l.trim().is_empty());
-    let message = lines
-        .next()
-        .unwrap_or("bad command line")
-        .trim_start_matches("error: ")
-        .to_string();
+    use clap::error::ErrorKind;
+    let message = if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand
+    ) {
+        "no command given: one of explain, run, bisect, sample, logscan, report, doctor, completions, man".to_string()
+    } else {
+        lines
+            .next()
+            .unwrap_or("bad command line")
+            .trim_start_matches("error: ")
+            .to_string()
+    };
     let hint = lines
         .find_map(|l| l.trim().strip_prefix("tip: "))
         .map(str::to_string)

@@ -6,15 +6,17 @@
 //!   run lands on depends on CUDA's device order, `CUDA_VISIBLE_DEVICES` and its flags, which
 //!   NVML does not tell. With no GPU (no NVIDIA driver, or none listed) there is nothing to
 //!   share and no lock is taken.
-//! * **Shared between users.** The locks live in `<temp>/vrambisect-locks`, a folder made
+//! * **Shared between users.** The locks live in `/tmp/vrambisect-locks`, a folder made
 //!   like `/tmp` itself (world-writable with the sticky bit, so nobody can remove or replace
-//!   another user's file). Lock files are opened read-only and without following links, and
+//!   another user's file), whichever user made it first. Lock files are opened read-only and without following links, and
 //!   nothing is ever written to them: `flock` needs no write access, so a link planted there
 //!   cannot be turned into a write anywhere. Who holds a lock is read from `/proc/locks`.
-//! * When that folder cannot be trusted (a link, not a folder, not sticky, owned by another
-//!   user), the locks go to a folder of this user's own (`$XDG_RUNTIME_DIR/vrambisect`, else
-//!   `<temp>/vrambisect-<uid>`, made `0700` and checked for its owner), and the user is told
+//! * When that folder cannot be trusted (a link, not a folder, not sticky), or something
+//!   unusable was planted under a lock's name there, the locks go to a folder of this user's own (`$XDG_RUNTIME_DIR/vrambisect`, else
+//!   `<temp>/vrambisect-<uid>`, made `0700` and checked for its owner and mode), and the user is told
 //!   that other users' sessions are not seen. `$VRAMBISECT_LOCK_DIR` names the folder instead.
+//! * When NVML is there but fails (a driver mismatch, no permission), the GPUs are unknown:
+//!   one lock for the whole machine, and the user is told why.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -45,10 +47,9 @@ pub fn lock_dir() -> std::io::Result<LockDir> {
         trusted(&path).map_err(std::io::Error::other)?;
         return Ok(LockDir { path, note: None });
     }
-    let shared = std::env::temp_dir().join("vrambisect-locks");
-    match shared_dir(&shared) {
+    match shared_dir(&shared_path()) {
         Ok(()) => Ok(LockDir {
-            path: shared,
+            path: shared_path(),
             note: None,
         }),
         Err(why) => Ok(LockDir {
@@ -60,8 +61,20 @@ pub fn lock_dir() -> std::io::Result<LockDir> {
     }
 }
 
-/// Makes (or checks) the shared folder: a real folder, sticky and world-writable, owned by
-/// this user or by root.
+/// The shared folder: under `/tmp` itself, not a per-user `$TMPDIR` (which would share with
+/// nobody).
+fn shared_path() -> PathBuf {
+    let tmp = Path::new("/tmp");
+    if tmp.is_dir() {
+        tmp.join("vrambisect-locks")
+    } else {
+        std::env::temp_dir().join("vrambisect-locks")
+    }
+}
+
+/// Makes (or checks) the shared folder: a real folder, sticky and world-writable, whoever
+/// made it (its owner can only break the turn-taking, which using the GPU anyway does too:
+/// lock files are never written and never followed).
 fn shared_dir(dir: &Path) -> Result<(), String> {
     match std::fs::DirBuilder::new().mode(0o777).create(dir) {
         Ok(()) => {
@@ -76,9 +89,13 @@ fn shared_dir(dir: &Path) -> Result<(), String> {
     if !meta.file_type().is_dir() {
         return Err(format!("{} is not a folder", dir.display()));
     }
-    let owner_ok = meta.uid() == 0 || meta.uid() == uid();
-    let shared = meta.mode() & 0o1777 == 0o1777;
-    if !(owner_ok && shared) {
+    if meta.mode() & 0o1777 != 0o1777 && meta.uid() == uid() {
+        // Ours, made by another session of ours between its mkdir and its chmod.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777))
+            .map_err(|e| format!("cannot set up {}: {e}", dir.display()))?;
+        return Ok(());
+    }
+    if meta.mode() & 0o1777 != 0o1777 {
         return Err(format!(
             "{} is not a shared folder vrambisect can trust (owner uid {}, mode {:o})",
             dir.display(),
@@ -104,8 +121,8 @@ fn private_dir() -> std::io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// A folder this user may keep locks in: a real folder (not a link), owned by this user (or
-/// a shared sticky one owned by root).
+/// A folder this user may keep locks in: a real folder (not a link), owned by this user and
+/// writable by nobody else (or a shared sticky one owned by root).
 fn trusted(dir: &Path) -> Result<(), String> {
     let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     if !meta.file_type().is_dir() {
@@ -120,6 +137,13 @@ fn trusted(dir: &Path) -> Result<(), String> {
             "the lock folder {} belongs to another user (uid {}): remove it or set VRAMBISECT_LOCK_DIR",
             dir.display(),
             meta.uid()
+        ));
+    }
+    if !sticky_root && meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "the lock folder {} is writable by other users (mode {:o}): chmod go-w it or set VRAMBISECT_LOCK_DIR",
+            dir.display(),
+            meta.mode() & 0o7777
         ));
     }
     Ok(())
@@ -234,11 +258,22 @@ fn holder(file: &File) -> String {
     }
 }
 
-/// The GPUs NVML sees, as lock keys (UUIDs, or indexes where a UUID is missing).
-pub fn gpu_keys(nvml_lib: Option<&Path>) -> Vec<String> {
+/// The GPUs NVML sees, as lock keys (UUIDs, or indexes where a UUID is missing). No NVIDIA
+/// library: no GPU to share, no key. A library that is there but fails (a driver mismatch,
+/// no permission): the GPUs are unknown, so one key for the whole machine, and why.
+pub fn gpu_keys(nvml_lib: Option<&Path>) -> (Vec<String>, Option<String>) {
     let lib = crate::machine::nvml_lib(nvml_lib);
-    let Ok(now) = crate::machine::nvml_now(lib.as_deref()) else {
-        return Vec::new();
+    let now = match crate::machine::nvml_now(lib.as_deref()) {
+        Ok(now) => now,
+        Err(e) if e.contains("is not installed") => return (Vec::new(), None),
+        Err(e) => {
+            return (
+                vec!["all".into()],
+                Some(format!(
+                    "{e}: the GPUs are unknown, so one lock is taken for the whole machine"
+                )),
+            );
+        }
     };
     let mut keys: Vec<String> = now
         .gpus
@@ -251,7 +286,7 @@ pub fn gpu_keys(nvml_lib: Option<&Path>) -> Vec<String> {
         .collect();
     keys.sort();
     keys.dedup();
-    keys
+    (keys, None)
 }
 
 /// Takes the locks of the GPUs `keys` in `dir` (an empty list takes none). When another
@@ -270,9 +305,17 @@ pub fn acquire_in(
         let file = open_lock(&path).map_err(|e| open_error(&path, e))?;
         let mut told = false;
         loop {
-            let got = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-            if got {
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
                 break;
+            }
+            // Only "another holds it" is a reason to wait (a file system without flock, as
+            // some network ones, says something else).
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot lock {}: {e}", path.display()),
+                ));
             }
             if !told {
                 waiting(&holder(&file));
@@ -299,7 +342,10 @@ pub fn acquire(
     waiting: &mut dyn FnMut(&str),
     stop: &dyn Fn() -> bool,
 ) -> std::io::Result<Option<GpuLock>> {
-    let keys = gpu_keys(nvml_lib);
+    let (keys, why) = gpu_keys(nvml_lib);
+    if let Some(why) = &why {
+        note(why);
+    }
     if keys.is_empty() {
         return Ok(Some(GpuLock {
             _files: Vec::new(),
@@ -310,7 +356,17 @@ pub fn acquire(
     if let Some(why) = &dir.note {
         note(why);
     }
-    acquire_in(&dir.path, &keys, waiting, stop)
+    match acquire_in(&dir.path, &keys, waiting, stop) {
+        // Something planted in the shared folder (a link, a FIFO, a file nobody may read)
+        // is not ours to remove there: use this user's own folder instead, and say so.
+        Err(e) if dir.note.is_none() && std::env::var_os("VRAMBISECT_LOCK_DIR").is_none() => {
+            note(&format!(
+                "{e}; sessions of other users on this machine are not seen"
+            ));
+            acquire_in(&private_dir()?, &keys, waiting, stop)
+        }
+        other => other,
+    }
 }
 
 // Released by closing the files (flock locks belong to the open file).
@@ -389,6 +445,44 @@ mod tests {
     }
 
     #[test]
+    fn the_shared_folder_is_made_sticky_and_a_sticky_one_of_anyone_is_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("locks");
+        shared_dir(&shared).unwrap();
+        let mode = std::fs::metadata(&shared).unwrap().mode() & 0o7777;
+        assert_eq!(mode, 0o1777);
+        // Ours but not sticky (another session of ours between mkdir and chmod): mended.
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).unwrap();
+        shared_dir(&shared).unwrap();
+        assert_eq!(std::fs::metadata(&shared).unwrap().mode() & 0o7777, 0o1777);
+        if uid() == 0 {
+            // Another user made it, as the first user on a machine does: still shared.
+            let c = std::ffi::CString::new(shared.to_str().unwrap()).unwrap();
+            assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+            std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+            assert!(shared_dir(&shared).is_ok());
+            // Not sticky and not ours: not used.
+            std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+            assert!(shared_dir(&shared).is_err());
+        }
+        // A link where the folder should be: not used.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&shared, &link).unwrap();
+        assert!(shared_dir(&link).unwrap_err().contains("not a folder"));
+    }
+
+    #[test]
+    fn a_private_folder_others_may_write_to_is_not_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(
+            trusted(dir.path())
+                .unwrap_err()
+                .contains("writable by other users")
+        );
+    }
+
+    #[test]
     fn lock_names_are_plain() {
         assert_eq!(lock_name("GPU-3f2c9a4e-0000"), "gpu-GPU-3f2c9a4e-0000.lock");
         assert_eq!(lock_name("../../etc/x"), "gpu-______etc_x.lock");
@@ -407,9 +501,6 @@ mod tests {
             let c = std::ffi::CString::new(theirs.to_str().unwrap()).unwrap();
             assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
             assert!(trusted(&theirs).unwrap_err().contains("another user"));
-            // A shared folder that is not sticky is not used either.
-            std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o777)).unwrap();
-            assert!(shared_dir(&theirs).is_err());
         }
     }
 }

@@ -187,7 +187,10 @@ fn copy_tree(from: &Path, to: &Path, top: bool) -> std::io::Result<()> {
             continue;
         }
         let target = to.join(&*name);
-        if entry.file_type()?.is_dir() {
+        let kind = entry.file_type()?;
+        if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &target)?;
+        } else if kind.is_dir() {
             copy_tree(&entry.path(), &target, false)?;
         } else {
             std::fs::copy(entry.path(), &target)?;

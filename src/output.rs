@@ -14,13 +14,18 @@ pub enum ColorChoice {
 /// Whether to colour what goes to `stream`: always or never as asked; for `auto`, only on a
 /// terminal, without `NO_COLOR` (no-color.org), and not on a `TERM=dumb` terminal.
 pub fn color_enabled(choice: ColorChoice, stream: impl IsTerminal) -> bool {
-    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-    let dumb = std::env::var_os("TERM").is_some_and(|t| t == "dumb");
     match choice {
         ColorChoice::Always => true,
         ColorChoice::Never => false,
-        ColorChoice::Auto => !no_color && !dumb && stream.is_terminal(),
+        ColorChoice::Auto => color_allowed() && stream.is_terminal(),
     }
+}
+
+/// Whether the environment allows colour at all: no `NO_COLOR`, no `TERM=dumb`.
+pub fn color_allowed() -> bool {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let dumb = std::env::var_os("TERM").is_some_and(|t| t == "dumb");
+    !no_color && !dumb
 }
 
 /// Paints text with ANSI colours when enabled.

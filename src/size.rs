@@ -24,6 +24,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         }
     };
     let bytes = value * factor as f64;
+    if bytes > 0.0 && bytes < 1.0 {
+        return Err(format!(
+            "'{text}' is less than a byte: give 0 (off) or a size such as 512M"
+        ));
+    }
     if bytes > MAX_SIZE as f64 {
         return Err(format!(
             "'{text}' is more memory than any machine has: give at most 1P, e.g. 2G"
@@ -49,6 +54,7 @@ mod tests {
         assert!(parse_size("lots").is_err());
         assert!(parse_size("2X").is_err());
         assert_eq!(parse_size("1024T"), Ok(1 << 50));
+        assert!(parse_size("0.4").unwrap_err().contains("less than a byte"));
         for absurd in ["99999999999999T", "1025T", "99999999999999999999999"] {
             let err = parse_size(absurd).expect_err(absurd);
             assert!(err.contains("more memory than any machine has"), "{err}");

@@ -166,15 +166,33 @@ fn clap_output_follows_the_colour_choice() {
 
 #[test]
 fn help_about_help_is_help() {
-    for args in [
-        vec!["help", "--help"],
-        vec!["help", "-h"],
-        vec!["help", "bisect"],
-    ] {
-        let out = vrambisect().args(&args).output().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["help", "--help"],
+            "Print this message or the help of the given subcommand",
+        ),
+        (
+            &["--color", "never", "help", "-h"],
+            "Print this message or the help",
+        ),
+        (&["help", "bisect"], "Find the minimal set of flags"),
+        (&["help", "run", "--help"], "Run a workflow once"),
+    ];
+    for (args, want) in cases {
+        let out = vrambisect().args(*args).output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
-        assert!(!out.stdout.is_empty());
+        let shown = String::from_utf8_lossy(&out.stdout);
+        assert!(shown.contains(want), "{args:?}: {shown}");
     }
+    let out = vrambisect().arg("--json").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("no command given")
+    );
 }
 
 #[test]

@@ -137,7 +137,6 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
         nvml_lib: req.nvml_lib.clone(),
         ..RunOptions::new(target, limits, dir.clone())
     };
-    signals::install();
     let planned = planned_runs(&space, spec.strategy, spec.repeat);
     let mut progress = BisectProgress::new(progress_visible, planned, entries.len() as u64);
     let launcher_line = launcher_line(&spec, &python);

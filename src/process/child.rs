@@ -44,6 +44,8 @@ pub struct Child {
     pub pid: u32,
     pub started: Instant,
     readers: Vec<std::thread::JoinHandle<()>>,
+    /// Whether dropping the child kills what is left of its group (see [`Child::release`]).
+    kill_on_drop: bool,
 }
 
 /// How a child was stopped.
@@ -130,7 +132,14 @@ impl Child {
             pid,
             started: Instant::now(),
             readers: Vec::new(),
+            kill_on_drop: true,
         }
+    }
+
+    /// Lets go of a child that has exited by itself, leaving alone what it started in its
+    /// group (a command `sample` followed may leave a daemon behind on purpose).
+    pub fn release(mut self) {
+        self.kill_on_drop = false;
     }
 
     /// The exit status, if the child has ended.
@@ -211,7 +220,7 @@ impl Child {
 impl Drop for Child {
     fn drop(&mut self) {
         // Whatever path dropped us (a panic included), the group must not outlive the run.
-        if self.group_alive() {
+        if self.kill_on_drop && self.group_alive() {
             sys::signal_group(self.pid, Signal::Kill);
             let _ = self.wait_until(Instant::now() + Duration::from_secs(5));
             sys::wait_group_gone(self.pid, Duration::from_secs(5));

@@ -554,10 +554,14 @@ impl Prompt<'_> {
                 stop: signals::requested(),
             });
             while let Some(input) = inputs.pop_front() {
-                for action in watch.feed(t0.elapsed(), input) {
-                    if let Some(answer) = self.act(action, prompt_id) {
-                        inputs.push_front(answer);
-                    }
+                // The answers to this input's actions come next, in the order asked.
+                let answers: Vec<Input> = watch
+                    .feed(t0.elapsed(), input)
+                    .into_iter()
+                    .filter_map(|action| self.act(action, prompt_id))
+                    .collect();
+                for answer in answers.into_iter().rev() {
+                    inputs.push_front(answer);
                 }
             }
         }

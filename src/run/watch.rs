@@ -108,6 +108,8 @@ pub struct PromptWatch {
     ended_at: Option<Duration>,
     interrupt_sent: Option<Duration>,
     ws_open: bool,
+    /// ComfyUI died after the prompt had ended (the verdict stands; the run cannot go on).
+    died_after: Option<ExitStatus>,
     next_history_poll: Duration,
     next_ram_check: Duration,
 }
@@ -139,6 +141,7 @@ impl PromptWatch {
             ended_at: None,
             interrupt_sent: None,
             ws_open,
+            died_after: None,
             next_history_poll: at,
             next_ram_check: at,
         }
@@ -185,6 +188,8 @@ impl PromptWatch {
                 if self.phase == Phase::Running {
                     self.obs.exit = Some(exit);
                     self.obs.ram_exhausted = ram_exhausted;
+                } else {
+                    self.died_after = Some(exit);
                 }
                 // Dead: no more log is coming.
                 self.phase = Phase::Done;
@@ -339,6 +344,10 @@ impl PromptWatch {
         match stop {
             Stop::Now => {
                 self.obs.interrupted_by_user = true;
+                if self.obs.end.is_some() {
+                    // It had ended: keep its history, but read no more log (kill at once).
+                    actions.push(Action::SaveHistory);
+                }
                 self.phase = Phase::Done;
                 return;
             }
@@ -353,7 +362,10 @@ impl PromptWatch {
                     .interrupt_sent
                     .is_some_and(|t| at.saturating_sub(t) > INTERRUPT_GRACE)
                 {
-                    self.phase = Phase::Done;
+                    match self.obs.end {
+                        Some(_) => self.end_running(at, actions),
+                        None => self.phase = Phase::Done,
+                    }
                     return;
                 }
             }
@@ -396,7 +408,7 @@ impl PromptWatch {
     /// The verdict, from everything seen.
     pub fn finish(mut self) -> Watched {
         self.obs.log = self.window.into_iter().collect();
-        let exit = self.obs.exit;
+        let exit = self.obs.exit.or(self.died_after);
         let stop_run = self.obs.interrupted_by_user
             || exit.is_some()
             || self.obs.stalled

@@ -180,7 +180,9 @@ pub fn sample(req: &Request, err: &mut dyn Write) -> Result<Sampled> {
             break StoppedBy::Interrupted;
         }
         if let Some(s) = child.as_ref().and_then(|c| c.try_wait()) {
-            child = None;
+            if let Some(c) = child.take() {
+                c.release();
+            }
             status = Some(s);
             break StoppedBy::CommandExited;
         }

@@ -592,3 +592,41 @@ fn the_window_keeps_the_last_lines_of_a_long_log() {
         &format!("line {}", WINDOW_LINES + 9)
     );
 }
+
+#[test]
+fn comfyui_dying_after_the_prompt_ended_keeps_the_verdict_and_stops_the_run() {
+    let mut r = Replay::new(limits());
+    r.ws(
+        0.5,
+        WsEvent::ExecutionSuccess {
+            prompt_id: ID.into(),
+        },
+    )
+    .ws(0.5, executing_none());
+    assert!(!r.watch.is_done(), "reading the log's last lines");
+    r.feed(
+        0.6,
+        Input::Exited {
+            exit: ExitStatus::signal(11),
+            ram_exhausted: false,
+        },
+    );
+    let w = r.done();
+    assert_eq!(w.verdict.outcome, Outcome::Pass);
+    assert_eq!(w.exit, Some(ExitStatus::signal(11)));
+    assert!(w.stop_run, "no next prompt for a dead server");
+}
+
+#[test]
+fn a_second_ctrl_c_after_the_end_keeps_the_history() {
+    let mut r = Replay::new(limits());
+    r.ws(
+        0.5,
+        WsEvent::ExecutionSuccess {
+            prompt_id: ID.into(),
+        },
+    )
+    .feed(0.6, Input::Tick { stop: Stop::Now });
+    assert_eq!(r.actions, [Action::SaveHistory]);
+    assert_eq!(r.done().verdict.outcome, Outcome::Interrupted);
+}
