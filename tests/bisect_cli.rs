@@ -368,3 +368,22 @@ fn flags_this_install_rejects_are_refused_before_any_run() {
         );
     }
 }
+
+#[test]
+fn a_flag_the_model_once_called_a_no_op_is_run_not_assumed() {
+    // ComfyUI 0.3.64 acts on --async-offload under --cpu (it logs 2 streams there); here
+    // that is what fails. The configuration without it must run, not be merged with the
+    // baseline as "no GPU is used with --cpu".
+    let install = FakeComfy::new(
+        "0.3.64",
+        json!({"rules": [{"when": {"state": {"async_offload": 2}}, "effect": "oom"}]}),
+    );
+    let (code, doc, _) = bisect(&install, SD15, &["--", "--cpu", "--async-offload"]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["verdict"]["kind"], "caused_by", "{doc:#}");
+    assert_eq!(doc["verdict"]["culprit_flags"], json!(["--async-offload"]));
+    // Every configuration named is one that ran, with its own runs.
+    for c in doc["configs"].as_array().unwrap() {
+        assert!(c["runs"].as_u64().unwrap() >= 1, "{c}");
+    }
+}

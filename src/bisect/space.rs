@@ -2,7 +2,7 @@
 //! configurations they make (valid ones only, equivalent ones merged).
 
 use crate::flags::argparse::{self, Given};
-use crate::flags::decide::{self, Context};
+use crate::flags::decide::Context;
 use crate::flags::help::FlagSet;
 use crate::version::Version;
 use serde::{Deserialize, Serialize};
@@ -218,22 +218,13 @@ impl Space {
         if !parsed.accepted() {
             return None;
         }
-        let effective = decide::decide(&parsed, &self.ctx);
-        // Merge only where the flags alone decide: `--lowvram` is a no-op under Dynamic VRAM,
-        // but the hardware can turn Dynamic VRAM off (AMD below ROCm 7.14, PyTorch < 2.8, a
-        // broken comfy-aimdo) unless `--enable-dynamic-vram` forces it; `--cuda-malloc` is
-        // the default except on cards ComfyUI blacklists. Those configurations run.
-        let forced_dynamic = parsed.has("--enable-dynamic-vram");
-        let no_ops: Vec<&str> = effective
-            .no_op
-            .iter()
-            .map(|n| n.flag.as_str())
-            .filter(|f| !(*f == "--cuda-malloc" || (*f == "--lowvram" && !forced_dynamic)))
-            .collect();
+        // Two configurations are one only when ComfyUI would parse them to the same
+        // arguments (an abbreviation, a flag given twice). What the flag model predicts (a
+        // no-op, an implied setting) may order the search, never stand in for a run: the
+        // real ComfyUI acts on flags the model calls no-ops (`--async-offload` under `--cpu`).
         let mut key_parts: Vec<String> = parsed
             .given
             .iter()
-            .filter(|g| !no_ops.contains(&g.flag.as_str()))
             .map(|g| {
                 let mut s = g.flag.clone();
                 for v in &g.values {
@@ -414,14 +405,25 @@ mod tests {
     }
 
     #[test]
-    fn no_op_toggles_make_equivalent_configurations() {
+    fn predicted_no_ops_are_not_merged_only_what_argparse_makes_the_same() {
+        // The model calls --disable-nvml-pressure a no-op without Dynamic VRAM; a real
+        // ComfyUI may disagree, so both run.
         let sp = space(&[], &["--disable-dynamic-vram", "--disable-nvml-pressure"]);
         let off = sp.config(&[(0, 0)]).unwrap();
         let off_and_noop = sp.config(&[(0, 0), (1, 0)]).unwrap();
-        assert_eq!(
-            off.key, off_and_noop.key,
-            "--disable-nvml-pressure does nothing without Dynamic VRAM"
-        );
+        assert_ne!(off.key, off_and_noop.key);
+        // Under --cpu the model predicts no GPU at all; --reserve-vram still runs apart.
+        let sp = space(&["--cpu"], &["--reserve-vram=2", "--async-offload"]);
+        assert_ne!(sp.config(&[(0, 0)]).unwrap().key, sp.baseline().key);
         assert_ne!(sp.config(&[(1, 0)]).unwrap().key, sp.baseline().key);
+        // What argparse reads the same is one configuration: an abbreviation, a repeat.
+        let sp = space(&["--disable-dynamic"], &["--disable-dynamic-vram"]);
+        assert!(
+            sp.skipped
+                .iter()
+                .any(|s| s.toggle == "--disable-dynamic-vram")
+        );
+        let sp = space(&["--reserve-vram", "2", "--reserve-vram", "2"], &[]);
+        assert_eq!(sp.baseline().key, "--reserve-vram=2");
     }
 }

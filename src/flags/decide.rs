@@ -139,15 +139,17 @@ pub const DYNAMIC_VRAM_OFF_FLAGS: &[&str] = &[
 ];
 
 /// Flags that only matter when a GPU is used.
+/// Flags that change nothing under `--cpu`. Not listed, because a real ComfyUI acts on them
+/// there: `--async-offload` (0.3.64 logs "Using async weight offloading with 2 streams" under
+/// `--cpu --async-offload`), `--reserve-vram` (`EXTRA_RESERVED_VRAM` is set from the flag
+/// whatever the device) and `--disable-cuda-malloc` (`cuda_malloc.py` runs before torch,
+/// whatever the device).
 const GPU_ONLY_FLAGS: &[&str] = &[
     "--disable-pinned-memory",
-    "--async-offload",
     "--disable-async-offload",
-    "--reserve-vram",
     "--vram-headroom",
     "--disable-nvml-pressure",
     "--cuda-malloc",
-    "--disable-cuda-malloc",
     "--fast-disk",
 ];
 
@@ -294,12 +296,13 @@ pub fn decide(parsed: &Parsed, ctx: &Context) -> Predicted {
 }
 
 fn async_streams(parsed: &Parsed, ctx: &Context, cpu: bool) -> Option<u32> {
-    if cpu || parsed.has("--disable-async-offload") {
+    if parsed.has("--disable-async-offload") {
         return None;
     }
+    // Asked for, it is on even with --cpu (observed on 0.3.64); by default only on NVIDIA.
     match parsed.last("--async-offload") {
         Some(g) => Some(g.values.first().and_then(|v| v.parse().ok()).unwrap_or(2)),
-        None if ctx.is_legacy() => None,
+        None if ctx.is_legacy() || cpu => None,
         None => Some(2),
     }
 }
@@ -376,7 +379,11 @@ fn no_ops(parsed: &Parsed, ctx: &Context, dynamic: &DynamicVram) -> Vec<NoOp> {
     let bare_async = parsed
         .last("--async-offload")
         .is_some_and(|g| g.values.is_empty());
-    if !ctx.is_legacy() && bare_async && !parsed.has("--disable-async-offload") {
+    if !ctx.is_legacy()
+        && bare_async
+        && !parsed.has("--disable-async-offload")
+        && !parsed.has("--cpu")
+    {
         add(
             "--async-offload",
             "async offload with 2 streams is already the default on NVIDIA and AMD",
@@ -594,6 +601,11 @@ mod tests {
         assert!(e.no_op.is_empty(), "--lowvram works on 0.3.64");
         assert!(!e.pinned_memory);
         assert_eq!(e.async_offload_streams, None);
+        // Asked for under --cpu, it is on (0.3.64 logs 2 streams there).
+        assert_eq!(
+            run(&["--cpu", "--async-offload"], &ctx).async_offload_streams,
+            Some(2)
+        );
         assert_eq!(
             run(&["--async-offload"], &ctx).async_offload_streams,
             Some(2)
@@ -643,10 +655,13 @@ mod tests {
                 &["--enable-dynamic-vram", "--disable-dynamic-vram"],
                 &["--disable-dynamic-vram"],
             ),
+            // A real ComfyUI acts on --reserve-vram, --async-offload and
+            // --disable-cuda-malloc under --cpu: no claim is made about them.
             (
                 &["--cpu", "--disable-pinned-memory", "--reserve-vram", "1"],
-                &["--disable-pinned-memory", "--reserve-vram"],
+                &["--disable-pinned-memory"],
             ),
+            (&["--cpu", "--async-offload", "--disable-cuda-malloc"], &[]),
             (&["--async-offload"], &["--async-offload"]),
             (&["--async-offload", "4"], &[]),
             (&["--cuda-malloc"], &["--cuda-malloc"]),
