@@ -387,3 +387,51 @@ fn a_flag_the_model_once_called_a_no_op_is_run_not_assumed() {
         assert!(c["runs"].as_u64().unwrap() >= 1, "{c}");
     }
 }
+
+#[test]
+fn resuming_a_finished_session_shows_its_verdict_and_runs_nothing() {
+    let install = FakeComfy::new("0.38.1", when_dynamic("oom"));
+    let (code, first, tmp) = bisect(&install, SD15, &[]);
+    assert_eq!(code, 0, "{first:#}");
+    let session = tmp.path().join("session");
+    let journal = || std::fs::read_to_string(session.join("journal.jsonl")).unwrap();
+    let before = journal();
+    for _ in 0..2 {
+        let (code, again, _) = support::json(&["bisect", "--resume", session.to_str().unwrap()]);
+        assert_eq!(code, 0);
+        assert_eq!(again, first, "the same result, as it was");
+        assert_eq!(journal(), before, "no run was added");
+    }
+    install.assert_nothing_left();
+}
+
+#[test]
+fn a_spent_budget_names_max_runs_in_the_advice() {
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"rules": [{"when": {"state": {"dynamic_vram": true}}, "effect": "oom"}]}),
+    );
+    let (code, doc, tmp) = bisect(&install, SD15, &["--max-runs", "1"]);
+    assert_eq!(code, 1, "{doc:#}");
+    assert_eq!(doc["verdict"]["kind"], "incomplete");
+    let session = tmp.path().join("session");
+    let advice = doc["continue_with"].as_str().unwrap();
+    assert_eq!(
+        advice,
+        format!(
+            "vrambisect bisect --resume {} --max-runs 17",
+            session.display()
+        )
+    );
+    // Every configuration listed ran.
+    for c in doc["configs"].as_array().unwrap() {
+        assert!(c["runs"].as_u64().unwrap() >= 1, "{c}");
+    }
+    // Taking the advice finishes the bisect.
+    let args: Vec<&str> = advice.split(' ').skip(1).collect();
+    let (code, done, _) = support::json(&args);
+    assert_eq!(code, 0, "{done:#}");
+    assert_eq!(done["verdict"]["kind"], "fixed_by");
+    assert!(done.get("continue_with").is_none());
+    install.assert_nothing_left();
+}

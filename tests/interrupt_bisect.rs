@@ -122,12 +122,27 @@ fn resume_gives(install: &FakeComfy, session: &std::path::Path, expected: &[Stri
     let (code, doc, out) = support::json(&["bisect", "--resume", session.to_str().unwrap()]);
     install.assert_nothing_left();
     assert_eq!(code, 0, "{when}: {}", String::from_utf8_lossy(&out.stderr));
+    resume_warned_of_torn_lines(session, &out, when);
     assert_eq!(
         doc["verdict"]["fixing_flags"],
         json!(["--disable-dynamic-vram"])
     );
     assert_eq!(journal_keys(session), expected, "{when}");
     assert_eq!(doc["runs_total"].as_u64().unwrap() as usize, expected.len());
+}
+
+/// A resume says which journal lines it could not read (none, unless one was torn).
+fn resume_warned_of_torn_lines(session: &std::path::Path, out: &std::process::Output, when: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let torn = std::fs::read_to_string(session.join("journal.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .any(|l| serde_json::from_str::<Value>(l).is_err());
+    assert_eq!(
+        stderr.contains("cannot be read (cut short by a crash?): the run after run"),
+        torn,
+        "{when}: {stderr}"
+    );
 }
 
 /// A journal whose last line was torn mid-write (what a crash or a power loss leaves; a
@@ -158,6 +173,8 @@ fn a_journal_torn_mid_write_is_resumed_without_losing_a_run() {
         let half = &lines[torn][..lines[torn].len() / 2];
         std::fs::write(&path, format!("{whole}{half}")).unwrap();
         assert_eq!(journal_keys(&session), expected[..torn]);
+        // A crash mid-write leaves no result behind it.
+        std::fs::remove_file(session.join("result.json")).unwrap();
 
         // The torn entry's run is made again and recorded on a line of its own.
         resume_gives(

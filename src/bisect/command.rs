@@ -96,6 +96,15 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
     let (dir, spec, entries, target, space, toggles) = match &req.session {
         Session::Resume(dir) => {
             let (dir, mut spec, entries) = session::open(dir)?;
+            // A session with its verdict is done: resuming shows the verdict, runs nothing.
+            if let Some(done) = finished(&dir) {
+                let code = exit_code(done.verdict.kind);
+                return Ok((done, code));
+            }
+            for warning in session::unreadable_lines(&dir.join(session::JOURNAL_FILE)) {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "warning: {warning}");
+            }
             // Everything else is the session's own; a new run budget may be given.
             if let Some(max) = req.max_runs {
                 spec.max_runs = max;
@@ -171,15 +180,41 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
         toggles,
         launcher: &launcher_line,
     };
-    let result = result::build(&space, &found, &tallies, runs, info);
+    let mut result = result::build(&space, &found, &tallies, runs, info);
+    if found.kind == VerdictKind::Incomplete {
+        let mut line = format!(
+            "vrambisect bisect --resume {}",
+            crate::text::command_line(&[dir.display().to_string()])
+        );
+        // The budget, not Ctrl-C, stopped it: continuing needs a larger one.
+        if runs >= spec.max_runs {
+            line.push_str(&format!(
+                " --max-runs {}",
+                spec.max_runs.saturating_mul(2).max(runs + 16)
+            ));
+        }
+        result.continue_with = Some(line);
+    }
     run::folder::write_json(&dir.join(session::RESULT_FILE), &result)?;
-    let code = match found.kind {
+    let code = exit_code(found.kind);
+    Ok((result, code))
+}
+
+/// The result of a session that reached its verdict (not one stopped before it).
+fn finished(dir: &Path) -> Option<BisectResult> {
+    let text = std::fs::read_to_string(dir.join(session::RESULT_FILE)).ok()?;
+    let result: BisectResult = serde_json::from_str(&text).ok()?;
+    (result.verdict.kind != VerdictKind::Incomplete).then_some(result)
+}
+
+/// The exit status of a bisect with this verdict.
+fn exit_code(kind: VerdictKind) -> i32 {
+    match kind {
         VerdictKind::FixedBy | VerdictKind::CausedBy => exit::OK,
         VerdictKind::Untestable => exit::UNTESTABLE,
         VerdictKind::Incomplete if signals::requested() != Stop::No => exit::INTERRUPTED,
         _ => exit::FAILED,
-    };
-    Ok((result, code))
+    }
 }
 
 /// The search space of a session on this install, and the toggles it tries. Refuses, before

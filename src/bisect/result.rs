@@ -75,6 +75,10 @@ pub struct BisectResult {
     pub strategy: Strategy,
     pub toggles: Vec<String>,
     pub skipped_toggles: Vec<Skipped>,
+    /// For a bisect stopped before its verdict: the command that continues it (with a larger
+    /// `--max-runs` when the budget was spent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continue_with: Option<String>,
 }
 
 fn most_frequent_failure(t: &Tally) -> Option<Outcome> {
@@ -120,8 +124,10 @@ pub fn build(
         runs: base.map(Tally::runs).unwrap_or(0),
         failures: base.map(|t| t.runs() - t.passes()).unwrap_or(0),
     };
+    // Only configurations that ran (a journal may list one whose runs were all cut short).
     let configs: Vec<ConfigResult> = tallies
         .iter()
+        .filter(|t| t.runs() > 0)
         .map(|t| ConfigResult {
             flags: t.config.flags.clone(),
             changes: if t.config.choice.is_empty() {
@@ -167,6 +173,7 @@ pub fn build(
         strategy,
         toggles,
         skipped_toggles: space.skipped.clone(),
+        continue_with: None,
     }
 }
 
@@ -316,12 +323,8 @@ pub fn render(r: &BisectResult, style: &Style, out: &mut dyn Write) -> io::Resul
         r.runs_total,
         r.session_dir.display()
     )?;
-    if r.verdict.kind == VerdictKind::Incomplete {
-        writeln!(
-            out,
-            "  continue with: vrambisect bisect --resume {}",
-            r.session_dir.display()
-        )?;
+    if let Some(line) = &r.continue_with {
+        writeln!(out, "  continue with: {line}")?;
     }
     Ok(())
 }

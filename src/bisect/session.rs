@@ -78,6 +78,30 @@ pub fn read_journal(path: &Path) -> Vec<Entry> {
     parse_journal(&text)
 }
 
+/// What cannot be read back from a journal: one sentence per unreadable line, naming the
+/// run that will be redone.
+pub fn unreadable_lines(path: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let mut last_run = 0;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Entry>(line) {
+            Ok(e) => last_run = e.n,
+            Err(_) => out.push(format!(
+                "line {} of {} cannot be read (cut short by a crash?): the run after run {last_run} will be redone",
+                i + 1,
+                path.display()
+            )),
+        }
+    }
+    out
+}
+
 /// The complete entries of a journal's text.
 pub fn parse_journal(text: &str) -> Vec<Entry> {
     text.lines()
