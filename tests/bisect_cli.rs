@@ -190,14 +190,33 @@ fn a_base_flag_that_causes_it() {
 }
 
 #[test]
-fn unknown_toggles_are_skipped_and_said() {
-    let install = FakeComfy::new("0.3.64", json!({"rules": [{"effect": "oom"}]}));
-    let (_, doc, _) = bisect(&install, SD15, &["--", "--cpu"]);
-    let skipped = doc["skipped_toggles"].to_string();
-    assert!(
-        skipped.contains("--disable-dynamic-vram arrived in 0.15.0"),
-        "{skipped}"
+fn an_install_without_dynamic_vram_gets_the_memory_flags_it_has() {
+    // 0.3.64 predates Dynamic VRAM; its failure here goes away with --disable-smart-memory.
+    let install = FakeComfy::new(
+        "0.3.64",
+        json!({"rules": [{"when": {"state": {"smart_memory": true}}, "effect": "oom"}]}),
     );
+    let (code, doc, _) = bisect(&install, SD15, &["--", "--cpu"]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["verdict"]["kind"], "fixed_by", "{doc:#}");
+    assert_eq!(
+        doc["verdict"]["fixing_flags"],
+        json!(["--disable-smart-memory"])
+    );
+    let set = doc["toggle_set"].as_str().unwrap();
+    assert!(set.contains("without Dynamic VRAM"), "{set}");
+    let toggles = doc["toggles"].to_string();
+    assert!(!toggles.contains("--disable-dynamic-vram"), "{toggles}");
+    assert!(toggles.contains("--reserve-vram=1"), "{toggles}");
+    // A Dynamic VRAM toggle named on this install is refused before any run.
+    let out = support::vrambisect()
+        .args(["bisect", "--comfyui", install.path_str(), "--workflow"])
+        .arg(fixture(SD15))
+        .args(["--toggle", "--disable-dynamic-vram"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("arrived in 0.15.0"));
 }
 
 #[test]

@@ -78,22 +78,53 @@ impl NewSession {
     }
 }
 
-/// The toggles tried when none are given. The cache modes are left out by default: every
+/// The toggles tried when none are given, chosen for this install, and why (one sentence).
+///
+/// With Dynamic VRAM (0.15 and later): its own switches. The cache modes are left out: every
 /// run starts a fresh ComfyUI, so with one prompt per run the cache holds nothing that
 /// matters; with --iterations 2 or more it does, and --cache-none joins. --disable-smart-memory
 /// is left out too: in v0.38 it no longer touches Dynamic VRAM, made no difference in the
 /// RAM fill-up reports (#12332), and makes every prompt reload its models.
-pub fn default_toggles(iterations: u32) -> Vec<String> {
-    let mut out: Vec<String> = DEFAULT_TOGGLES.iter().map(|s| s.to_string()).collect();
-    if iterations >= 2 {
+///
+/// Older installs: the memory flags they have — offloading more eagerly
+/// (--disable-smart-memory, --lowvram), reserving VRAM for others (--reserve-vram 1, then 2:
+/// the least that works is searched), PyTorch's own allocator (--disable-cuda-malloc), async
+/// offload, and --cache-none with --iterations 2 or more.
+pub fn default_toggles(
+    iterations: u32,
+    flags: &crate::flags::help::FlagSet,
+) -> (Vec<String>, String) {
+    let mut out: Vec<String>;
+    let why;
+    if flags.has("--disable-dynamic-vram") {
+        out = DEFAULT_TOGGLES.iter().map(|s| s.to_string()).collect();
+        why = "the default set for an install with Dynamic VRAM".to_string();
+    } else {
+        out = [
+            "--disable-smart-memory",
+            "--lowvram",
+            "--reserve-vram=1",
+            "--reserve-vram=2",
+            "--disable-cuda-malloc",
+            "--async-offload",
+            "--disable-pinned-memory",
+        ]
+        .iter()
+        .filter(|t| flags.has(t.split('=').next().unwrap_or(t)))
+        .map(|s| s.to_string())
+        .collect();
+        why = "the default set for an install without Dynamic VRAM: the memory flags it has"
+            .to_string();
+    }
+    if iterations >= 2 && flags.has("--cache-none") {
         out.push("--cache-none".into());
     }
-    out
+    (out, why)
 }
 
 /// Runs `bisect`; returns the result (also written to the session folder) and the exit code.
 pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)> {
-    let (dir, spec, entries, target, space, toggles) = match &req.session {
+    let (dir, spec, entries, target, (space, toggles, toggle_set)) = match &req.session {
         Session::Resume(dir) => {
             let (dir, mut spec, entries) = session::open(dir)?;
             // A session with its verdict is done: resuming shows the verdict, runs nothing.
@@ -110,20 +141,20 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
                 spec.max_runs = max;
             }
             let target = Target::load(&spec.comfyui, spec.python.as_deref(), &spec.workflow)?;
-            let (space, toggles) = space_of(&spec, &target)?;
-            (dir, spec, entries, target, space, toggles)
+            let space = space_of(&spec, &target)?;
+            (dir, spec, entries, target, space)
         }
         Session::New(new) => {
             let spec = new.spec(req.max_runs);
             // The inputs and the flags are checked before a session folder is made.
             let target = Target::load(&spec.comfyui, spec.python.as_deref(), &spec.workflow)?;
-            let (space, toggles) = space_of(&spec, &target)?;
+            let space = space_of(&spec, &target)?;
             let dir = new
                 .output
                 .clone()
                 .unwrap_or_else(|| run::folder::fresh(Path::new("vrambisect-sessions"), "bisect"));
             let dir = session::create(&dir, &spec)?;
-            (dir, spec, Vec::new(), target, space, toggles)
+            (dir, spec, Vec::new(), target, space)
         }
     };
     let python = target.python.clone();
@@ -181,6 +212,7 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
         launcher: &launcher_line,
     };
     let mut result = result::build(&space, &found, &tallies, runs, info);
+    result.toggle_set = toggle_set;
     if found.kind == VerdictKind::Incomplete {
         let mut line = format!(
             "vrambisect bisect --resume {}",
@@ -220,7 +252,7 @@ fn exit_code(kind: VerdictKind) -> i32 {
 /// The search space of a session on this install, and the toggles it tries. Refuses, before
 /// any run, base flags this ComfyUI rejects (argparse's own words) and toggles the user named
 /// that it does not take; default toggles this version lacks are only skipped (with a note).
-fn space_of(spec: &SessionSpec, target: &Target) -> Result<(Space, Vec<String>)> {
+fn space_of(spec: &SessionSpec, target: &Target) -> Result<(Space, Vec<String>, Option<String>)> {
     let version = target.install.version.clone();
     let base = crate::flags::argparse::parse(&target.flags, &spec.base_flags, version.as_ref());
     if let Some(error) = &base.error {
@@ -233,10 +265,11 @@ fn space_of(spec: &SessionSpec, target: &Target) -> Result<(Space, Vec<String>)>
         ))
         .hint("fix the flags after -- (or in the launcher); vrambisect explain shows what this install accepts"));
     }
-    let toggles = if spec.default_toggles {
-        default_toggles(spec.iterations)
+    let (toggles, toggle_set) = if spec.default_toggles {
+        let (t, why) = default_toggles(spec.iterations, &target.flags);
+        (t, Some(why))
     } else {
-        spec.toggles.clone()
+        (spec.toggles.clone(), None)
     };
     let ctx = Context {
         env: spec.env.clone(),
@@ -249,7 +282,7 @@ fn space_of(spec: &SessionSpec, target: &Target) -> Result<(Space, Vec<String>)>
         return Err(Error::usage(format!("--toggle {}: {}", s.toggle, s.reason))
             .hint("give toggles this install accepts (vrambisect doctor lists its memory flags)"));
     }
-    Ok((space, toggles))
+    Ok((space, toggles, toggle_set))
 }
 
 /// How many runs the strategy is expected to take (the progress bar grows if it takes more).

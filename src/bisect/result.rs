@@ -79,6 +79,9 @@ pub struct BisectResult {
     /// `--max-runs` when the budget was spent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continue_with: Option<String>,
+    /// Which toggles were tried and why, when the user named none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toggle_set: Option<String>,
 }
 
 fn most_frequent_failure(t: &Tally) -> Option<Outcome> {
@@ -174,6 +177,7 @@ pub fn build(
         toggles,
         skipped_toggles: space.skipped.clone(),
         continue_with: None,
+        toggle_set: None,
     }
 }
 
@@ -281,6 +285,14 @@ pub fn render(r: &BisectResult, style: &Style, out: &mut dyn Write) -> io::Resul
     if !r.configs.is_empty() {
         writeln!(out, "{table}")?;
         writeln!(out)?;
+    }
+    if let Some(why) = &r.toggle_set {
+        writeln!(
+            out,
+            "{} toggles tried ({why}): {}",
+            style.dim("note:"),
+            r.toggles.join(" ")
+        )?;
     }
     for s in &r.skipped_toggles {
         writeln!(
