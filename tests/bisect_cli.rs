@@ -454,3 +454,30 @@ fn a_spent_budget_names_max_runs_in_the_advice() {
     assert!(done.get("continue_with").is_none());
     install.assert_nothing_left();
 }
+
+#[test]
+fn a_base_flag_this_machine_cannot_drop_is_untestable_here_not_a_failure() {
+    // No GPU without --cpu on this (simulated) machine; with --cpu the workflow fails.
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"rules": [
+            {"when": {"state": {"cpu": false}}, "effect": "startup_crash", "kind": "no_nvidia_driver"},
+            {"when": {"state": {"cpu": true}}, "effect": "oom"}
+        ]}),
+    );
+    let (code, doc, _) = bisect(&install, SD15, &["--", "--cpu"]);
+    assert_eq!(code, 1, "{doc:#}");
+    assert_eq!(doc["verdict"]["kind"], "no_fix_found", "{doc:#}");
+    let without_cpu = doc["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["changes"] == json!(["without --cpu"]))
+        .expect("removing --cpu was tried");
+    assert_eq!(without_cpu["untestable_here"], true, "{without_cpu}");
+    let statement = doc["verdict"]["statement"].as_str().unwrap();
+    assert!(
+        statement.contains("more could not start on this machine: untestable here"),
+        "{statement}"
+    );
+}

@@ -48,6 +48,10 @@ impl Verdict {
 /// One configuration tried.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConfigResult {
+    /// It could not start on this machine (every run ended at start-up): untestable here,
+    /// not a failure of the flags.
+    #[serde(default)]
+    pub untestable_here: bool,
     pub flags: Vec<String>,
     /// What differs from the baseline, in words.
     pub changes: Vec<String>,
@@ -132,6 +136,7 @@ pub fn build(
         .iter()
         .filter(|t| t.runs() > 0)
         .map(|t| ConfigResult {
+            untestable_here: could_not_start(t),
             flags: t.config.flags.clone(),
             changes: if t.config.choice.is_empty() {
                 vec!["(your flags)".into()]
@@ -157,7 +162,15 @@ pub fn build(
         .config
         .as_ref()
         .and_then(|c| tallies.iter().find(|t| t.config.key == c.key));
-    let statement = statement(found, &baseline, verdict_tally, tallies.len());
+    let ran: Vec<&Tally> = tallies.iter().filter(|t| t.runs() > 0).collect();
+    let untestable = ran.iter().filter(|t| could_not_start(t)).count();
+    let statement = statement(
+        found,
+        &baseline,
+        verdict_tally,
+        ran.len() - untestable,
+        untestable,
+    );
     BisectResult {
         baseline,
         verdict: Verdict {
@@ -188,7 +201,13 @@ pub fn statement(
     baseline: &Baseline,
     verdict: Option<&Tally>,
     configs_tried: usize,
+    untestable: usize,
 ) -> String {
+    let apart = match untestable {
+        0 => String::new(),
+        1 => " (1 more could not start on this machine: untestable here, not a failure)".into(),
+        n => format!(" ({n} more could not start on this machine: untestable here, not failures)"),
+    };
     let what = found.target.map(|o| o.describe()).unwrap_or("failure");
     let fails = format!(
         "fails {}/{} with your flags ({what})",
@@ -230,9 +249,12 @@ pub fn statement(
             {
                 format!("{}; no fix was confirmed: {reason}.", capitalise(&fails))
             }
-            (_, 0) => format!("{}; there was nothing else to try.", capitalise(&fails)),
+            (_, 0) => format!(
+                "{}; there was nothing else to try{apart}.",
+                capitalise(&fails)
+            ),
             (_, n) => format!(
-                "{}; none of the {n} other configurations tried passed.",
+                "{}; none of the {n} other configurations tried passed{apart}.",
                 capitalise(&fails)
             ),
         },
@@ -245,6 +267,15 @@ pub fn statement(
             found.reason.as_deref().unwrap_or("")
         ),
     }
+}
+
+/// Whether every run of a configuration ended before ComfyUI could start (ComfyUI refused
+/// its flags, or it died at start-up): a question this machine cannot answer, not a failure.
+fn could_not_start(t: &Tally) -> bool {
+    t.runs() > 0
+        && t.trials
+            .iter()
+            .all(|r| matches!(r.outcome, Outcome::StartupFailed | Outcome::FlagRejected))
 }
 
 fn capitalise(s: &str) -> String {
@@ -270,6 +301,9 @@ pub fn render(r: &BisectResult, style: &Style, out: &mut dyn Write) -> io::Resul
     ]);
     for c in &r.configs {
         let mut outcome = c.outcome.to_string();
+        if c.untestable_here {
+            outcome = format!("untestable here ({outcome})");
+        }
         if c.unresolved > 0 {
             outcome.push_str(&format!(" ({} unresolved)", c.unresolved));
         }
