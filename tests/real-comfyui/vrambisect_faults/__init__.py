@@ -1,0 +1,67 @@
+"""A ComfyUI custom node that fails on purpose, as a function of ComfyUI's own parsed flags.
+
+vrambisect's real-ComfyUI tests put this folder into a copy of a ComfyUI checkout
+(``custom_nodes/vrambisect_faults``) with a ``faults.json`` beside this file, then run
+workflows that pass an image through ``VrambisectFault``. The node reads the flags ComfyUI
+really parsed (``comfy.cli_args.args``), so what fails is decided by the real server, not by
+vrambisect's model of it.
+
+``faults.json``: ``{"rules": [{"when": {"FLAG_ATTR": VALUE, ...}, "effect": EFFECT}]}`` where
+``FLAG_ATTR`` is an attribute of ``comfy.cli_args.args`` (``async_offload``,
+``disable_smart_memory``, ``cpu``, ``reserve_vram``, ``disable_cuda_malloc``, ...) and
+``EFFECT`` is ``oom`` (raise torch's out-of-memory error, as a CUDA allocation that fails),
+``hang`` (block until the process ends), ``crash`` (end the process at once) or ``pass``.
+The first rule whose conditions all hold decides; no rule means pass.
+"""
+
+import json
+import os
+import time
+
+import torch
+
+from comfy.cli_args import args
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _rules():
+    path = os.path.join(HERE, "faults.json")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh).get("rules", [])
+
+
+def _effect():
+    for rule in _rules():
+        if all(getattr(args, key, None) == value for key, value in rule.get("when", {}).items()):
+            return rule.get("effect", "pass")
+    return "pass"
+
+
+class VrambisectFault:
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"image": ("IMAGE",)}}
+
+    RETURN_TYPES = ("IMAGE",)
+    FUNCTION = "run"
+    CATEGORY = "testing"
+
+    def run(self, image):
+        effect = _effect()
+        if effect == "oom":
+            raise torch.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 1.14 GiB. GPU 0 has a total capacity of "
+                "7.96 GiB of which 33.64 MiB is free. (raised by vrambisect_faults)"
+            )
+        if effect == "hang":
+            while True:
+                time.sleep(3600)
+        if effect == "crash":
+            os._exit(134)
+        return (image,)
+
+
+NODE_CLASS_MAPPINGS = {"VrambisectFault": VrambisectFault}
