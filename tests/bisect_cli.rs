@@ -481,3 +481,50 @@ fn a_base_flag_this_machine_cannot_drop_is_untestable_here_not_a_failure() {
         "{statement}"
     );
 }
+
+#[test]
+fn a_disk_that_fills_mid_session_stops_it_without_a_verdict_and_resume_finishes_it() {
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"timing": {"node_time": 0.3}, "rules": [{"when": {"state": {"dynamic_vram": true}}, "effect": "oom"}]}),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let session = tmp.path().join("session");
+    let child = support::vrambisect()
+        .args([
+            "bisect",
+            "--json",
+            "--comfyui",
+            install.path_str(),
+            "--workflow",
+        ])
+        .arg(fixture(SD15))
+        .arg("--output")
+        .arg(&session)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first run is under way; from now on the journal's disk is full.
+    support::wait_for_text(&session.join("runs/001/comfyui.log"), "got prompt");
+    std::os::unix::fs::symlink("/dev/full", session.join("journal.jsonl")).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("journal.jsonl"), "{stderr}");
+    assert!(stderr.contains("--resume"), "{stderr}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["error"].is_object(), "an error, not a verdict: {doc:#}");
+    assert!(
+        !session.join("result.json").exists(),
+        "no verdict was written"
+    );
+    install.assert_nothing_left();
+
+    // Room again: --resume finishes it, redoing the run that was never journaled.
+    std::fs::remove_file(session.join("journal.jsonl")).unwrap();
+    let (code, done, _) = support::json(&["bisect", "--resume", session.to_str().unwrap()]);
+    assert_eq!(code, 0, "{done:#}");
+    assert_eq!(done["verdict"]["kind"], "fixed_by");
+    install.assert_nothing_left();
+}

@@ -194,6 +194,7 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
                     space_ref.describe(&c.choice).join(", ")
                 }
             }),
+            failure: None,
         };
         let mut search = Search::new(
             &space,
@@ -202,7 +203,18 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
             session::tallies(&entries),
         );
         let found = search.run();
-        (found, search.tallies.clone(), search.runs)
+        let (tallies, runs) = (search.tallies.clone(), search.runs);
+        drop(search);
+        // A write that failed (a full disk) ends the session with that error and no
+        // verdict; --resume continues once there is room.
+        if let Some(e) = oracle.failure.take() {
+            let hint = format!(
+                "every finished run is kept; free some space and continue with vrambisect bisect --resume {}",
+                crate::text::command_line(&[dir.display().to_string()])
+            );
+            return Err(e.hint(hint));
+        }
+        (found, tallies, runs)
     };
     drop(progress);
     let info = result::SessionInfo {

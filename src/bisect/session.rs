@@ -176,6 +176,9 @@ pub struct LiveOracle<'a> {
     pub reporter: &'a mut dyn SessionReporter,
     pub next: u32,
     pub describe: Box<dyn Fn(&Config) -> String + 'a>,
+    /// Why the session could not go on (a run folder, a record or the journal could not be
+    /// written): the bisect then ends with this error, and no verdict.
+    pub failure: Option<crate::error::Error>,
 }
 
 impl Oracle for LiveOracle<'_> {
@@ -190,7 +193,13 @@ impl Oracle for LiveOracle<'_> {
         if run_dir.exists() {
             let _ = std::fs::remove_dir_all(&run_dir);
         }
-        let run_dir = run::folder::create(&run_dir).map_err(|_| Stopped::Interrupted)?;
+        let run_dir = match run::folder::create(&run_dir) {
+            Ok(d) => d,
+            Err(e) => {
+                self.failure = Some(e);
+                return Err(Stopped::Interrupted);
+            }
+        };
         let mut opts = self.base.clone();
         opts.comfy_flags = config.flags.clone();
         opts.run_dir = run_dir.clone();
@@ -201,7 +210,10 @@ impl Oracle for LiveOracle<'_> {
         });
         let record = match run::execute(&opts, &mut *self.reporter) {
             Ok(r) => r,
-            Err(_) => return Err(Stopped::Interrupted),
+            Err(e) => {
+                self.failure = Some(e);
+                return Err(Stopped::Interrupted);
+            }
         };
         if record.outcome == Outcome::Interrupted && signals::requested() != Stop::No {
             return Err(Stopped::Interrupted);
@@ -218,16 +230,17 @@ impl Oracle for LiveOracle<'_> {
             outcome: record.outcome,
             duration_ms: record.duration_ms,
         });
-        if append(
-            &self.dir.join(JOURNAL_FILE),
-            &Entry {
-                n,
-                config: config.clone(),
-                trial: trial.clone(),
-            },
-        )
-        .is_err()
-        {
+        let journal = self.dir.join(JOURNAL_FILE);
+        let entry = Entry {
+            n,
+            config: config.clone(),
+            trial: trial.clone(),
+        };
+        if let Err(e) = append(&journal, &entry) {
+            self.failure = Some(crate::error::Error {
+                kind: crate::error::ErrorKind::Environment,
+                ..io_error("write", &journal, &e)
+            });
             return Err(Stopped::Interrupted);
         }
         self.next += 1;

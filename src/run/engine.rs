@@ -660,6 +660,14 @@ fn compare_with_prediction(opts: &RunOptions, effective: &Effective) -> Vec<Stri
             ));
         }
     }
+    out.extend(disagreements(&predicted, effective));
+    out
+}
+
+/// Where the startup log says something else was in force than the flags predict (the log
+/// wins: it is what ran).
+fn disagreements(predicted: &decide::Predicted, effective: &Effective) -> Vec<String> {
+    let mut out = Vec::new();
     if let Some(actual) = effective.dynamic_vram
         && actual != predicted.dynamic_vram.enabled
     {
@@ -680,6 +688,21 @@ fn compare_with_prediction(opts: &RunOptions, effective: &Effective) -> Vec<Stri
             predicted.vram_state
         ));
     }
+    // The log names async offload and pinned memory only when they are on.
+    if let Some(streams) = effective.async_offload_streams
+        && predicted.async_offload_streams != Some(streams)
+    {
+        out.push(format!(
+            "the log says async offload runs with {streams} streams, the flags predict {}",
+            match predicted.async_offload_streams {
+                Some(n) => format!("{n} streams"),
+                None => "it off".into(),
+            }
+        ));
+    }
+    if effective.pinned_memory == Some(true) && !predicted.pinned_memory {
+        out.push("the log says pinned memory is on, the flags predict it off".into());
+    }
     out
 }
 
@@ -689,4 +712,47 @@ fn client_id() -> String {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     format!("vrambisect-{:x}-{:x}", std::process::id(), nanos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flags::decide::{Context, Platform};
+
+    fn predicted(args: &[&str]) -> decide::Predicted {
+        let p = crate::flags::profile::builtin(None);
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let parsed = argparse::parse(&p.flags, &args, Some(&p.version));
+        decide::decide(&parsed, &Context::new(Platform::Linux))
+    }
+
+    #[test]
+    fn the_log_contradicting_the_prediction_is_said() {
+        let logged = Effective {
+            async_offload_streams: Some(2),
+            pinned_memory: Some(true),
+            ..Effective::default()
+        };
+        // --cpu predicts neither (async offload is on only when asked for there).
+        let said = disagreements(&predicted(&["--cpu"]), &logged);
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(
+            said[0].contains("async offload runs with 2 streams"),
+            "{said:?}"
+        );
+        assert!(said[1].contains("pinned memory is on"), "{said:?}");
+        // What the flags predict, the log confirming it: nothing to say.
+        assert!(
+            disagreements(
+                &predicted(&["--cpu", "--async-offload"]),
+                &Effective {
+                    async_offload_streams: Some(2),
+                    ..Effective::default()
+                }
+            )
+            .is_empty()
+        );
+        // A log that says nothing contradicts nothing.
+        assert!(disagreements(&predicted(&[]), &Effective::default()).is_empty());
+    }
 }
