@@ -656,3 +656,17 @@ time.sleep(float(sys.argv[2]))\n",
     assert_eq!(meta.len(), 0);
     install.assert_nothing_left();
 }
+
+#[test]
+fn a_long_silent_load_that_fills_ram_is_not_a_hang() {
+    // 12 s without a log line or a websocket message about the prompt, the process's RAM
+    // growing all along (a model read from a slow disk): with a 5 s stall timeout it passes.
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"rules": [{"effect": "slow_load", "load_seconds": 12, "node": "CheckpointLoaderSimple"}]}),
+    );
+    let (code, doc, _) = run(&install, SD15, &["--stall-timeout", "5s"]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["outcome"], "pass");
+    assert!(doc["iterations"][0]["duration_ms"].as_u64().unwrap() >= 12_000);
+}

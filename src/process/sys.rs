@@ -88,6 +88,41 @@ pub fn pid_alive(pid: u32) -> bool {
     }
 }
 
+/// Bytes the processes of group `pgid` have read from storage so far (`/proc/PID/io`,
+/// `read_bytes`), or `None` where that cannot be read.
+pub fn group_read_bytes(pgid: u32) -> Option<u64> {
+    let mut total = None;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // Field 5, after the parenthesised command name: the process group.
+        let in_group = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_ascii_whitespace().nth(2))
+            .and_then(|g| g.parse::<u32>().ok())
+            == Some(pgid);
+        if !in_group {
+            continue;
+        }
+        let Ok(io) = std::fs::read_to_string(format!("/proc/{pid}/io")) else {
+            continue;
+        };
+        if let Some(bytes) = io
+            .lines()
+            .find_map(|l| l.strip_prefix("read_bytes:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            total = Some(total.unwrap_or(0) + bytes);
+        }
+    }
+    total
+}
+
 /// The signal that ended a process, if one did.
 pub fn signal_of(status: &std::process::ExitStatus) -> Option<i32> {
     use std::os::unix::process::ExitStatusExt;

@@ -521,10 +521,16 @@ impl Prompt<'_> {
         let mut watch = PromptWatch::new(prompt_id, limits, t0.elapsed(), *self.ws_open);
         let mut inputs: VecDeque<Input> = VecDeque::new();
         let mut alive = Instant::now();
+        let mut signs = self.signs_of_life();
         while !watch.is_done() {
             if alive.elapsed() >= Duration::from_secs(1) {
                 self.reporter.event(&RunEvent::Alive);
                 alive = Instant::now();
+                let now = self.signs_of_life();
+                if let Some(what) = signs.moved_to(&now) {
+                    inputs.push_back(Input::Moving(what));
+                }
+                signs = now;
             }
             match self.server.feed.listen() {
                 Heard::Line(l) => inputs.push_back(Input::Line(l)),
@@ -566,6 +572,19 @@ impl Prompt<'_> {
             }
         }
         watch.finish()
+    }
+
+    /// What ComfyUI's process group is doing besides talking: its resident memory and VRAM
+    /// (from the sampler) and what it has read from disk.
+    fn signs_of_life(&self) -> SignsOfLife {
+        let snap = self.sampler.map(|s| s.snapshot());
+        let last = |name: &str| snap.as_ref().and_then(|s| s.get(name)).map(|s| s.last);
+        SignsOfLife {
+            rss: last(series::TREE_RSS),
+            vram: last(&series::gpu(0, series::TREE_USED))
+                .or_else(|| last(&series::gpu(0, series::NVML_USED))),
+            read: crate::process::sys::group_read_bytes(self.server.child.pid),
+        }
     }
 
     /// Does what the watch asked; some actions have an answer for it.
@@ -630,6 +649,41 @@ impl Prompt<'_> {
                 None
             }
         }
+    }
+}
+
+/// Readings that show a silent ComfyUI is still working (see [`SignsOfLife::moved_to`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct SignsOfLife {
+    rss: Option<i64>,
+    vram: Option<i64>,
+    read: Option<u64>,
+}
+
+impl SignsOfLife {
+    /// What moved since `self` (a second earlier), in words: reads from disk of 1 MiB or
+    /// more, resident memory or VRAM changing by 8 MiB or more. CPU time is not counted: a
+    /// driver call spinning at 100% must still end as a hang.
+    fn moved_to(&self, now: &SignsOfLife) -> Option<String> {
+        const READ: u64 = 1 << 20;
+        const MEMORY: i64 = 8 << 20;
+        let mut moved = Vec::new();
+        if let (Some(a), Some(b)) = (self.read, now.read)
+            && b >= a + READ
+        {
+            moved.push(format!("disk reads ({} MiB/s)", (b - a) >> 20));
+        }
+        if let (Some(a), Some(b)) = (self.rss, now.rss)
+            && (b - a).abs() >= MEMORY
+        {
+            moved.push(format!("RAM ({:+} MiB)", (b - a) >> 20));
+        }
+        if let (Some(a), Some(b)) = (self.vram, now.vram)
+            && (b - a).abs() >= MEMORY
+        {
+            moved.push(format!("VRAM ({:+} MiB)", (b - a) >> 20));
+        }
+        (!moved.is_empty()).then(|| moved.join(", "))
     }
 }
 
@@ -724,6 +778,41 @@ mod tests {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         let parsed = argparse::parse(&p.flags, &args, Some(&p.version));
         decide::decide(&parsed, &Context::new(Platform::Linux))
+    }
+
+    #[test]
+    fn only_disk_reads_ram_and_vram_are_signs_of_life() {
+        let before = SignsOfLife {
+            rss: Some(1 << 30),
+            vram: Some(2 << 30),
+            read: Some(100 << 20),
+        };
+        assert_eq!(before.moved_to(&before), None, "nothing moved");
+        let small = SignsOfLife {
+            rss: Some((1 << 30) + (4 << 20)),
+            read: Some((100 << 20) + 4096),
+            ..before
+        };
+        assert_eq!(before.moved_to(&small), None, "noise is not progress");
+        let loading = SignsOfLife {
+            rss: Some((1 << 30) + (300 << 20)),
+            read: Some(400 << 20),
+            ..before
+        };
+        assert_eq!(
+            before.moved_to(&loading).as_deref(),
+            Some("disk reads (300 MiB/s), RAM (+300 MiB)")
+        );
+        let freeing = SignsOfLife {
+            vram: Some(1 << 30),
+            ..before
+        };
+        assert_eq!(
+            before.moved_to(&freeing).as_deref(),
+            Some("VRAM (-1024 MiB)")
+        );
+        // Unknown readings say nothing either way.
+        assert_eq!(SignsOfLife::default().moved_to(&loading), None);
     }
 
     #[test]

@@ -57,6 +57,10 @@ pub enum Input {
     },
     /// Time passed; `stop` is what the user's signals ask for now.
     Tick { stop: Stop },
+    /// Something of ComfyUI's still moves though it says nothing: disk reads, RAM or VRAM
+    /// changing (a model loading from a slow disk). A busy CPU alone is not sent: a driver
+    /// call stuck at 100% must still end as a hang.
+    Moving(String),
 }
 
 /// What the engine must do.
@@ -110,6 +114,8 @@ pub struct PromptWatch {
     ws_open: bool,
     /// ComfyUI died after the prompt had ended (the verdict stands; the run cannot go on).
     died_after: Option<ExitStatus>,
+    /// The last sign of life that was not a message (disk reads, RAM, VRAM).
+    last_moving: Option<String>,
     next_history_poll: Duration,
     next_ram_check: Duration,
 }
@@ -142,6 +148,7 @@ impl PromptWatch {
             interrupt_sent: None,
             ws_open,
             died_after: None,
+            last_moving: None,
             next_history_poll: at,
             next_ram_check: at,
         }
@@ -195,6 +202,12 @@ impl PromptWatch {
                 self.phase = Phase::Done;
             }
             Input::Tick { stop } => self.tick(at, stop, &mut actions),
+            Input::Moving(what) => {
+                if self.phase == Phase::Running {
+                    self.last_activity = at;
+                    self.last_moving = Some(what);
+                }
+            }
         }
         actions
     }
@@ -413,8 +426,19 @@ impl PromptWatch {
             || exit.is_some()
             || self.obs.stalled
             || self.obs.timed_out;
+        let mut verdict = classify::classify_prompt(&self.obs);
+        if self.obs.stalled {
+            verdict.evidence.push(format!(
+                "nothing moved for {}: no log line, no websocket message about the prompt, no disk reads, no RAM or VRAM change{}",
+                crate::duration::format_duration(self.limits.stall),
+                match &self.last_moving {
+                    Some(what) => format!(" (the last sign of life was {what})"),
+                    None => String::new(),
+                }
+            ));
+        }
         Watched {
-            verdict: classify::classify_prompt(&self.obs),
+            verdict,
             nodes: self.nodes,
             exit,
             stop_run,

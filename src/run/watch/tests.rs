@@ -630,3 +630,28 @@ fn a_second_ctrl_c_after_the_end_keeps_the_history() {
     assert_eq!(r.actions, [Action::SaveHistory]);
     assert_eq!(r.done().verdict.outcome, Outcome::Interrupted);
 }
+
+#[test]
+fn a_silent_load_that_still_moves_is_no_hang() {
+    let mut r = Replay::new(limits());
+    r.node(0.0, "4").line(0.1, "Requested to load SDXL");
+    // Three minutes without a word, but reading weights from disk all along.
+    for t in 1..180 {
+        r.feed(
+            t as f64,
+            Input::Moving("disk reads (40 MiB/s), RAM (+40 MiB)".into()),
+        )
+        .tick(t as f64);
+    }
+    assert!(!r.watch.is_done(), "still loading");
+    // Then nothing moves any more: a hang, and the evidence says so.
+    r.ticks(180.0, 250.0);
+    let w = r.done();
+    assert_eq!(w.verdict.outcome, Outcome::Hang);
+    let last = w.verdict.evidence.last().unwrap();
+    assert!(last.starts_with("nothing moved for 1m00s"), "{last}");
+    assert!(
+        last.contains("the last sign of life was disk reads (40 MiB/s)"),
+        "{last}"
+    );
+}
