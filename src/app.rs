@@ -19,6 +19,10 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Doctor(args) => run_doctor(args, &global, out),
         Command::Completions(args) => run_completions(args.shell, &global, out),
         Command::Man => run_man(&global, out),
+        Command::Guard { pgid } => {
+            crate::process::guardian(pgid);
+            Ok(exit::OK)
+        }
     };
     match result {
         Ok(code) => code,

@@ -670,3 +670,40 @@ fn a_long_silent_load_that_fills_ram_is_not_a_hang() {
     assert_eq!(doc["outcome"], "pass");
     assert!(doc["iterations"][0]["duration_ms"].as_u64().unwrap() >= 12_000);
 }
+
+#[test]
+fn sigkill_of_the_tool_takes_comfyui_with_it_behind_a_wrapper_that_does_not_exec() {
+    // A launcher-style wrapper: ComfyUI is its child, not the process vrambisect started, so
+    // the parent-death signal reaches only the wrapper.
+    let install = FakeComfy::new("0.38.1", rule("hang"));
+    let tmp = tempfile::tempdir().unwrap();
+    let wrapper = tmp.path().join("python-wrapper.sh");
+    std::fs::write(&wrapper, "#!/bin/sh\npython3 \"$@\"\necho wrapper done\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = out_dir(tmp.path(), "run");
+    let mut child = support::vrambisect()
+        .args([
+            "run",
+            "--json",
+            "--comfyui",
+            install.path_str(),
+            "--workflow",
+        ])
+        .arg(fixture(SD15))
+        .arg("--python")
+        .arg(&wrapper)
+        .args(["--output", &out, "--stall-timeout", "1m"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    support::wait_for_text(&tmp.path().join("run/comfyui.log"), "Requested to load");
+    assert!(
+        install.processes().len() >= 2,
+        "the wrapper and ComfyUI run"
+    );
+    child.kill().unwrap(); // SIGKILL: no cleanup code of the tool runs
+    child.wait().unwrap();
+    install.assert_nothing_left();
+}

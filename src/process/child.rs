@@ -46,6 +46,9 @@ pub struct Child {
     readers: Vec<std::thread::JoinHandle<()>>,
     /// Whether dropping the child kills what is left of its group (see [`Child::release`]).
     kill_on_drop: bool,
+    /// The guardian's end of the pipe (see [`guard`]): closing it without a word makes the
+    /// guardian kill the group.
+    guardian: Option<(std::process::Child, std::process::ChildStdin)>,
 }
 
 /// How a child was stopped.
@@ -102,6 +105,7 @@ impl Child {
         // The expression held the pipes' write ends; dropping it lets readers see EOF.
         drop(expr);
         let mut child = Child::from_handle(handle);
+        child.guardian = guard(child.pid);
         child.readers = vec![
             reader(
                 out_r,
@@ -133,6 +137,24 @@ impl Child {
             started: Instant::now(),
             readers: Vec::new(),
             kill_on_drop: true,
+            guardian: None,
+        }
+    }
+
+    /// Tells the guardian that the group was taken care of, and lets it go.
+    fn dismiss_guardian(&mut self) {
+        if let Some((mut process, mut pipe)) = self.guardian.take() {
+            use std::io::Write;
+            let _ = pipe.write_all(b"d");
+            drop(pipe);
+            // It exits at once; reap it (bounded, it is not worth a hang).
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = process.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
     }
 
@@ -209,9 +231,13 @@ impl Child {
                 let _ = r.join();
             }
         }
+        let group_empty = !self.group_alive();
+        if group_empty {
+            self.dismiss_guardian();
+        }
         Teardown {
             killed,
-            group_empty: !self.group_alive(),
+            group_empty,
             exit,
         }
     }
@@ -225,6 +251,49 @@ impl Drop for Child {
             let _ = self.wait_until(Instant::now() + Duration::from_secs(5));
             sys::wait_group_gone(self.pid, Duration::from_secs(5));
         }
+        if !self.group_alive() {
+            self.dismiss_guardian();
+        }
+    }
+}
+
+/// Starts this tool's guardian for group `pgid` (`vrambisect __guard PGID`), in a group of
+/// its own and deaf to Ctrl-C. It waits on a pipe from this process; if the pipe closes with
+/// no word (this tool was killed, SIGKILL included), it kills the group. That reaches what
+/// the parent-death signal cannot: ComfyUI started by a wrapper script that does not `exec`
+/// (the signal only reaches the wrapper). Only the vrambisect binary has a guardian; `None`
+/// elsewhere (tests of this module run under the test harness).
+fn guard(pgid: u32) -> Option<(std::process::Child, std::process::ChildStdin)> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().ok()?;
+    if exe.file_stem()? != "vrambisect" {
+        return None;
+    }
+    let mut process = std::process::Command::new(exe)
+        .args(["__guard", &pgid.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .ok()?;
+    let pipe = process.stdin.take()?;
+    Some((process, pipe))
+}
+
+/// The guardian's side (`vrambisect __guard PGID`): waits until the tool's end of the pipe
+/// closes; unless the tool said the group was taken care of, kills the group.
+pub fn guardian(pgid: u32) {
+    use std::io::Read;
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+    }
+    let mut word = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut word);
+    if word.first() != Some(&b'd') {
+        sys::signal_group(pgid, Signal::Kill);
     }
 }
 
