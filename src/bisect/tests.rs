@@ -290,3 +290,14 @@ fn verdict_kinds_are_named_as_in_json() {
         assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
     }
 }
+
+#[test]
+fn the_failure_rate_of_few_runs_is_not_taken_at_its_word() {
+    use super::search::wilson_lower;
+    assert_eq!(wilson_lower(0, 0), 1.0);
+    let three_of_three = wilson_lower(3, 3);
+    assert!((0.80..0.82).contains(&three_of_three), "{three_of_three}");
+    // More evidence, a tighter bound.
+    assert!(wilson_lower(30, 30) > 0.97);
+    assert!(wilson_lower(7, 10) < 0.7 && wilson_lower(7, 10) > 0.5);
+}
