@@ -14,6 +14,16 @@ fn bisect(install: &FakeComfy, workflow: &str, extra: &[&str]) -> (i32, Value, t
     support::on_install("bisect", install, workflow, "session", &args)
 }
 
+/// `vrambisect bisect` on `install` and the SD1.5 workflow, then `extra`, to be run as the
+/// test likes (its own output, a session folder of its choosing).
+fn bisect_command(install: &FakeComfy, extra: &[&str]) -> std::process::Command {
+    let mut cmd = support::vrambisect();
+    cmd.args(["bisect", "--comfyui", install.path_str(), "--workflow"])
+        .arg(fixture(SD15))
+        .args(extra);
+    cmd
+}
+
 fn when_dynamic(effect: &str) -> Value {
     json!({"rules": [{"when": {"state": {"dynamic_vram": true}}, "effect": effect}]})
 }
@@ -214,10 +224,7 @@ fn an_install_without_dynamic_vram_gets_the_memory_flags_it_has() {
     assert!(!toggles.contains("--disable-dynamic-vram"), "{toggles}");
     assert!(toggles.contains("--reserve-vram=1"), "{toggles}");
     // A Dynamic VRAM toggle named on this install is refused before any run.
-    let out = support::vrambisect()
-        .args(["bisect", "--comfyui", install.path_str(), "--workflow"])
-        .arg(fixture(SD15))
-        .args(["--toggle", "--disable-dynamic-vram"])
+    let out = bisect_command(&install, &["--toggle", "--disable-dynamic-vram"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -355,7 +362,6 @@ fn bad_input_before_any_run() {
 #[test]
 fn flags_this_install_rejects_are_refused_before_any_run() {
     let install = FakeComfy::new("0.38.1", when_dynamic("oom"));
-    let wf = fixture(SD15);
     let cases: &[(&[&str], &str)] = &[
         // A base flag ComfyUI does not know: never dropped silently.
         (
@@ -374,11 +380,7 @@ fn flags_this_install_rejects_are_refused_before_any_run() {
     for (extra, want) in cases {
         let tmp = tempfile::tempdir().unwrap();
         let session = tmp.path().join("s");
-        let out = support::vrambisect()
-            .args(["bisect", "--comfyui", install.path_str(), "--workflow"])
-            .arg(&wf)
-            .arg("--output")
-            .arg(&session)
+        let out = bisect_command(&install, &["--output", session.to_str().unwrap()])
             .args(*extra)
             .output()
             .unwrap();

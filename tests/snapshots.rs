@@ -164,7 +164,7 @@ struct Session {
 fn session() -> &'static Session {
     static SESSION: OnceLock<Session> = OnceLock::new();
     SESSION.get_or_init(|| {
-        let install = readme_install();
+        let install = FakeComfy::readme();
         let tmp = tempfile::tempdir().unwrap();
         let wf = support::fixture(SD15);
         let session = tmp.path().join("session");
@@ -184,14 +184,6 @@ fn session() -> &'static Session {
             human,
         }
     })
-}
-
-fn readme_install() -> FakeComfy {
-    let scenario: Value = serde_json::from_str(
-        &std::fs::read_to_string(support::fixture("fake-comfyui/scenario.json")).unwrap(),
-    )
-    .unwrap();
-    FakeComfy::new("0.38.1", scenario)
 }
 
 fn paths_of<'a>(install: &'a FakeComfy, tmp: &'a Path) -> [(&'a Path, &'a str); 2] {
@@ -272,7 +264,7 @@ fn run_on(install: &FakeComfy, gpu: &FakeGpu, json: bool, flags: &[&str]) -> Str
 
 #[test]
 fn run_that_runs_out_of_memory() {
-    let install = readme_install();
+    let install = FakeComfy::readme();
     let gpu = FakeGpu::build();
     insta::assert_snapshot!(run_on(&install, &gpu, false, &[]));
     insta::assert_snapshot!(run_on(&install, &gpu, true, &[]));
@@ -280,7 +272,7 @@ fn run_that_runs_out_of_memory() {
 
 #[test]
 fn run_that_passes() {
-    let install = readme_install();
+    let install = FakeComfy::readme();
     let gpu = FakeGpu::build();
     let flags = ["--disable-dynamic-vram"];
     insta::assert_snapshot!(run_on(&install, &gpu, false, &flags));

@@ -9,16 +9,7 @@ use std::time::Duration;
 use support::comfy::FakeComfy;
 use support::pty::Pty;
 
-/// The stand-in as the README's main command finds it (its bundled scenario: Dynamic VRAM
-/// runs out of memory), copied to a temporary folder.
-fn readme_install() -> FakeComfy {
-    let scenario: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(support::fixture("fake-comfyui/scenario.json")).unwrap(),
-    )
-    .unwrap();
-    FakeComfy::new("0.38.1", scenario)
-}
-
+/// The README's main command on `install`, its session in `session`.
 fn readme_bisect(install: &FakeComfy, session: &std::path::Path) -> std::process::Command {
     let mut cmd = support::vrambisect();
     cmd.env_remove("NO_COLOR")
@@ -38,7 +29,7 @@ fn readme_bisect(install: &FakeComfy, session: &std::path::Path) -> std::process
 }
 
 fn readme_bisect_finishes_on(cols: u16, rows: u16) -> String {
-    let install = readme_install();
+    let install = FakeComfy::readme();
     let tmp = tempfile::tempdir().unwrap();
     let mut pty = Pty::spawn(readme_bisect(&install, &tmp.path().join("s")), cols, rows);
     let code = pty.exit_code(Duration::from_secs(60));
@@ -117,11 +108,10 @@ fn ctrl_c_while_a_prompt_hangs() {
 fn ctrl_c_twice_while_comfyui_is_torn_down_kills_it_at_once() {
     // ComfyUI takes 30 s to end after SIGTERM; the first run (it fails: the README case)
     // reaches its teardown, then two presses of Ctrl-C.
-    let scenario: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(support::fixture("fake-comfyui/scenario.json")).unwrap(),
-    )
-    .unwrap();
-    let mut scenario = scenario.as_object().unwrap().clone();
+    let mut scenario = support::comfy::readme_scenario()
+        .as_object()
+        .unwrap()
+        .clone();
     scenario.insert("timing".into(), serde_json::json!({"shutdown_delay": 30}));
     let install = FakeComfy::new("0.38.1", serde_json::Value::Object(scenario));
     let tmp = tempfile::tempdir().unwrap();

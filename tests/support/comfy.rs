@@ -81,7 +81,19 @@ pub fn write_idle_gpu_state(path: &Path, others: &[(u32, u64)]) {
     std::fs::rename(tmp, path).unwrap();
 }
 
+/// The bundled stand-in's own scenario (what the README's main job runs into: Dynamic VRAM
+/// runs out of memory).
+pub fn readme_scenario() -> serde_json::Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fake-comfyui/scenario.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 impl FakeComfy {
+    /// The stand-in as the README's main job finds it, copied to a temporary folder.
+    pub fn readme() -> FakeComfy {
+        FakeComfy::new("0.38.1", readme_scenario())
+    }
+
     /// Installs the stand-in as ComfyUI `version` with `scenario` (`null` for none).
     pub fn new(version: &str, scenario: serde_json::Value) -> FakeComfy {
         let dir = tempfile::Builder::new()
