@@ -4,6 +4,8 @@ use std::ffi::OsString;
 
 fn main() {
     let args: Vec<OsString> = std::env::args_os().collect();
+    // ComfyUI started from here gets a guardian that kills its group if this process dies.
+    vrambisect::process::enable_guardian();
     let cli = match vrambisect::cli::parse(&args) {
         Ok(cli) => cli,
         Err(code) => std::process::exit(code),

@@ -145,10 +145,15 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
             (dir, spec, entries, target, space)
         }
         Session::New(new) => {
-            let spec = new.spec(req.max_runs);
+            let mut spec = new.spec(req.max_runs);
             // The inputs and the flags are checked before a session folder is made.
             let target = Target::load(&spec.comfyui, spec.python.as_deref(), &spec.workflow)?;
             let space = space_of(&spec, &target)?;
+            // The default set is kept as chosen, so a resume searches the same space even if
+            // ComfyUI was updated in between.
+            if spec.default_toggles {
+                spec.toggles = space.1.clone();
+            }
             let dir = new
                 .output
                 .clone()
@@ -208,10 +213,17 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
         // A write that failed (a full disk) ends the session with that error and no
         // verdict; --resume continues once there is room.
         if let Some(e) = oracle.failure.take() {
-            let hint = format!(
-                "every finished run is kept; free some space and continue with vrambisect bisect --resume {}",
+            let resume = format!(
+                "vrambisect bisect --resume {}",
                 crate::text::command_line(&[dir.display().to_string()])
             );
+            let hint = if e.message.starts_with("cannot write")
+                || e.message.starts_with("cannot create")
+            {
+                format!("every finished run is kept; free some space and continue with {resume}")
+            } else {
+                format!("every finished run is kept; continue with {resume}")
+            };
             return Err(e.hint(hint));
         }
         (found, tallies, runs)
@@ -278,7 +290,13 @@ fn space_of(spec: &SessionSpec, target: &Target) -> Result<(Space, Vec<String>, 
         .hint("fix the flags after -- (or in the launcher); vrambisect explain shows what this install accepts"));
     }
     let (toggles, toggle_set) = if spec.default_toggles {
-        let (t, why) = default_toggles(spec.iterations, &target.flags);
+        let (chosen, why) = default_toggles(spec.iterations, &target.flags);
+        // A session keeps the set it started with (sessions from before it kept one have none).
+        let t = if spec.toggles.is_empty() {
+            chosen
+        } else {
+            spec.toggles.clone()
+        };
         (t, Some(why))
     } else {
         (spec.toggles.clone(), None)

@@ -136,7 +136,7 @@ pub fn build(
         .iter()
         .filter(|t| t.runs() > 0)
         .map(|t| ConfigResult {
-            untestable_here: could_not_start(t),
+            untestable_here: could_not_start(t, space),
             flags: t.config.flags.clone(),
             changes: if t.config.choice.is_empty() {
                 vec!["(your flags)".into()]
@@ -163,7 +163,7 @@ pub fn build(
         .as_ref()
         .and_then(|c| tallies.iter().find(|t| t.config.key == c.key));
     let ran: Vec<&Tally> = tallies.iter().filter(|t| t.runs() > 0).collect();
-    let untestable = ran.iter().filter(|t| could_not_start(t)).count();
+    let untestable = ran.iter().filter(|t| could_not_start(t, space)).count();
     let statement = statement(
         found,
         &baseline,
@@ -249,10 +249,11 @@ pub fn statement(
             {
                 format!("{}; no fix was confirmed: {reason}.", capitalise(&fails))
             }
-            (_, 0) => format!(
-                "{}; there was nothing else to try{apart}.",
+            (_, 0) if untestable > 0 => format!(
+                "{}; the other configurations could not start on this machine (untestable here).",
                 capitalise(&fails)
             ),
+            (_, 0) => format!("{}; there was nothing else to try.", capitalise(&fails)),
             (_, n) => format!(
                 "{}; none of the {n} other configurations tried passed{apart}.",
                 capitalise(&fails)
@@ -269,10 +270,18 @@ pub fn statement(
     }
 }
 
-/// Whether every run of a configuration ended before ComfyUI could start (ComfyUI refused
-/// its flags, or it died at start-up): a question this machine cannot answer, not a failure.
-fn could_not_start(t: &Tally) -> bool {
-    t.runs() > 0
+/// Whether a configuration that leaves out one of the user's own flags could not start at
+/// all (every run ended at start-up): the machine needs that flag (`--cpu` without a GPU), a
+/// question it cannot answer, not a failure. A configuration that adds a toggle and then
+/// cannot start failed because of that toggle, since the baseline started: that counts.
+fn could_not_start(t: &Tally, space: &Space) -> bool {
+    let removes_own_flag = t
+        .config
+        .choice
+        .iter()
+        .any(|(d, _)| matches!(space.dims[*d], crate::bisect::space::Dim::Remove { .. }));
+    removes_own_flag
+        && t.runs() > 0
         && t.trials
             .iter()
             .all(|r| matches!(r.outcome, Outcome::StartupFailed | Outcome::FlagRejected))

@@ -265,10 +265,16 @@ impl Drop for Child {
 /// elsewhere (tests of this module run under the test harness).
 fn guard(pgid: u32) -> Option<(std::process::Child, std::process::ChildStdin)> {
     use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe().ok()?;
-    if exe.file_stem()? != "vrambisect" {
+    if !GUARDIAN.load(std::sync::atomic::Ordering::Relaxed) {
         return None;
     }
+    // This very binary, even if the file was replaced or removed since it started.
+    let self_exe = std::path::PathBuf::from("/proc/self/exe");
+    let exe = if self_exe.exists() {
+        self_exe
+    } else {
+        std::env::current_exe().ok()?
+    };
     let mut process = std::process::Command::new(exe)
         .args(["__guard", &pgid.to_string()])
         .stdin(std::process::Stdio::piped())
@@ -281,10 +287,24 @@ fn guard(pgid: u32) -> Option<(std::process::Child, std::process::ChildStdin)> {
     Some((process, pipe))
 }
 
+/// Whether ComfyUI launches get a guardian: switched on by the vrambisect binary (`main`),
+/// off in tests of this crate's modules, which run under the test harness.
+static GUARDIAN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Gives every ComfyUI launched from now on a guardian (see [`guard`]).
+pub fn enable_guardian() {
+    GUARDIAN.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The guardian's side (`vrambisect __guard PGID`): waits until the tool's end of the pipe
-/// closes; unless the tool said the group was taken care of, kills the group.
+/// closes; unless the tool said the group was taken care of, kills the group. Never group 1,
+/// nor its own.
 pub fn guardian(pgid: u32) {
     use std::io::Read;
+    let own = unsafe { libc::getpgrp() } as u32;
+    if pgid <= 1 || pgid == own {
+        return;
+    }
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGTERM, libc::SIG_IGN);

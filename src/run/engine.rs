@@ -530,7 +530,7 @@ impl Prompt<'_> {
                 if let Some(what) = signs.moved_to(&now) {
                     inputs.push_back(Input::Moving(what));
                 }
-                signs = now;
+                signs = signs.highest(&now);
             }
             match self.server.feed.listen() {
                 Heard::Line(l) => inputs.push_back(Input::Line(l)),
@@ -581,8 +581,8 @@ impl Prompt<'_> {
         let last = |name: &str| snap.as_ref().and_then(|s| s.get(name)).map(|s| s.last);
         SignsOfLife {
             rss: last(series::TREE_RSS),
-            vram: last(&series::gpu(0, series::TREE_USED))
-                .or_else(|| last(&series::gpu(0, series::NVML_USED))),
+            // ComfyUI's own VRAM only: the whole GPU's would count another program's work.
+            vram: last(&series::gpu(0, series::TREE_USED)),
             read: crate::process::sys::group_read_bytes(self.server.child.pid),
         }
     }
@@ -661,9 +661,20 @@ struct SignsOfLife {
 }
 
 impl SignsOfLife {
-    /// What moved since `self` (a second earlier), in words: reads from disk of 1 MiB or
-    /// more, resident memory or VRAM changing by 8 MiB or more. CPU time is not counted: a
-    /// driver call spinning at 100% must still end as a hang.
+    /// The highest of each reading (what progress is measured against: memory that only
+    /// goes up and down again is not progress).
+    fn highest(&self, now: &SignsOfLife) -> SignsOfLife {
+        let max_i = |a: Option<i64>, b: Option<i64>| a.max(b);
+        SignsOfLife {
+            rss: max_i(self.rss, now.rss),
+            vram: max_i(self.vram, now.vram),
+            read: self.read.max(now.read),
+        }
+    }
+
+    /// What moved past `self` (the highest readings so far), in words: reads from disk of
+    /// 1 MiB or more, resident memory or VRAM 8 MiB or more above their highest. CPU time is
+    /// not counted: a driver call spinning at 100% must still end as a hang.
     fn moved_to(&self, now: &SignsOfLife) -> Option<String> {
         const READ: u64 = 1 << 20;
         const MEMORY: i64 = 8 << 20;
@@ -674,12 +685,12 @@ impl SignsOfLife {
             moved.push(format!("disk reads ({} MiB/s)", (b - a) >> 20));
         }
         if let (Some(a), Some(b)) = (self.rss, now.rss)
-            && (b - a).abs() >= MEMORY
+            && b >= a + MEMORY
         {
             moved.push(format!("RAM ({:+} MiB)", (b - a) >> 20));
         }
         if let (Some(a), Some(b)) = (self.vram, now.vram)
-            && (b - a).abs() >= MEMORY
+            && b >= a + MEMORY
         {
             moved.push(format!("VRAM ({:+} MiB)", (b - a) >> 20));
         }
@@ -803,13 +814,26 @@ mod tests {
             before.moved_to(&loading).as_deref(),
             Some("disk reads (300 MiB/s), RAM (+300 MiB)")
         );
+        // Memory going down, or back up to where it was, is no progress.
         let freeing = SignsOfLife {
             vram: Some(1 << 30),
             ..before
         };
+        assert_eq!(before.moved_to(&freeing), None);
+        let highest = before.highest(&freeing);
+        assert_eq!(highest.vram, Some(2 << 30));
+        let back = SignsOfLife {
+            vram: Some(2 << 30),
+            ..before
+        };
+        assert_eq!(highest.moved_to(&back), None);
+        let loading_vram = SignsOfLife {
+            vram: Some(3 << 30),
+            ..before
+        };
         assert_eq!(
-            before.moved_to(&freeing).as_deref(),
-            Some("VRAM (-1024 MiB)")
+            highest.moved_to(&loading_vram).as_deref(),
+            Some("VRAM (+1024 MiB)")
         );
         // Unknown readings say nothing either way.
         assert_eq!(SignsOfLife::default().moved_to(&loading), None);

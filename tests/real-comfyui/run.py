@@ -97,6 +97,9 @@ CASES = [
         "flags": ["--cpu", "--no-such-flag"],
         "rules": [],
         "expect": {"exit": 2},
+        # Refused for that flag, by argparse's words, before any folder or run.
+        "stderr": "unrecognized arguments: --no-such-flag",
+        "no_output": True,
     },
 ]
 
@@ -161,6 +164,10 @@ def run_case(case, exe, comfyui, python, tmp):
         got["fixing_flags"] = verdict.get("fixing_flags")
         got["culprit_flags"] = verdict.get("culprit_flags")
     ok = all(got.get(k) == v for k, v in expect.items() if v is not None and k != "min_version")
+    if case.get("stderr") and case["stderr"] not in proc.stderr:
+        ok = False
+    if case.get("no_output") and os.path.exists(out_dir):
+        ok = False
     detail = verdict.get("statement") or "; ".join(doc.get("evidence", [])[:1]) or \
         (proc.stderr.strip().splitlines() or [""])[-1]
     runs = doc.get("runs_total")
@@ -175,7 +182,8 @@ def main():
                         help="the vrambisect binary (default: target/release/vrambisect)")
     parser.add_argument("--only", help="run only the cases whose name contains this")
     opts = parser.parse_args()
-    if not os.path.exists(opts.vrambisect):
+    if opts.vrambisect == os.path.join(REPO, "target", "release", "vrambisect"):
+        # Always the binary of this checkout as it is now, never a stale one.
         subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=REPO, check=True)
     version = version_of(opts.comfyui)
     tmp = tempfile.mkdtemp(prefix="vrambisect-real-")
