@@ -433,10 +433,7 @@ fn resuming_a_finished_session_shows_its_verdict_and_runs_nothing() {
 
 #[test]
 fn a_spent_budget_names_max_runs_in_the_advice() {
-    let install = FakeComfy::new(
-        "0.38.1",
-        json!({"rules": [{"when": {"state": {"dynamic_vram": true}}, "effect": "oom"}]}),
-    );
+    let install = FakeComfy::new("0.38.1", when_dynamic("oom"));
     let (code, doc, tmp) = bisect(&install, SD15, &["--max-runs", "1"]);
     assert_eq!(code, 1, "{doc:#}");
     assert_eq!(doc["verdict"]["kind"], "incomplete");

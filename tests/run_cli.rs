@@ -428,6 +428,11 @@ fn an_existing_run_folder_is_never_overwritten() {
 
 /// Starts `run` on a prompt that hangs after `Requested to load`, and waits until it does.
 fn start_hanging_run() -> (FakeComfy, tempfile::TempDir, std::process::Child) {
+    start_hanging_run_with(&[])
+}
+
+/// A run whose prompt hangs, started with `extra` arguments, once ComfyUI is loading.
+fn start_hanging_run_with(extra: &[&str]) -> (FakeComfy, tempfile::TempDir, std::process::Child) {
     let install = FakeComfy::new("0.38.1", rule("hang"));
     let tmp = tempfile::tempdir().unwrap();
     let out = out_dir(tmp.path(), "run");
@@ -442,6 +447,7 @@ fn start_hanging_run() -> (FakeComfy, tempfile::TempDir, std::process::Child) {
             wf.to_str().unwrap(),
         ])
         .args(["--output", &out, "--stall-timeout", "1m"])
+        .args(extra)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -675,30 +681,13 @@ fn a_long_silent_load_that_fills_ram_is_not_a_hang() {
 fn sigkill_of_the_tool_takes_comfyui_with_it_behind_a_wrapper_that_does_not_exec() {
     // A launcher-style wrapper: ComfyUI is its child, not the process vrambisect started, so
     // the parent-death signal reaches only the wrapper.
-    let install = FakeComfy::new("0.38.1", rule("hang"));
-    let tmp = tempfile::tempdir().unwrap();
-    let wrapper = tmp.path().join("python-wrapper.sh");
+    let bin = tempfile::tempdir().unwrap();
+    let wrapper = bin.path().join("python-wrapper.sh");
     std::fs::write(&wrapper, "#!/bin/sh\npython3 \"$@\"\necho wrapper done\n").unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = out_dir(tmp.path(), "run");
-    let mut child = support::vrambisect()
-        .args([
-            "run",
-            "--json",
-            "--comfyui",
-            install.path_str(),
-            "--workflow",
-        ])
-        .arg(fixture(SD15))
-        .arg("--python")
-        .arg(&wrapper)
-        .args(["--output", &out, "--stall-timeout", "1m"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    support::wait_for_text(&tmp.path().join("run/comfyui.log"), "Requested to load");
+    let (install, _tmp, mut child) =
+        start_hanging_run_with(&["--python", wrapper.to_str().unwrap()]);
     assert!(
         install.processes().len() >= 2,
         "the wrapper and ComfyUI run"
