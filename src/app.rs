@@ -82,7 +82,11 @@ fn run_explain(args: ExplainArgs, global: &Global, out: &mut dyn Write) -> Resul
     } else {
         explain::render(&e, &Style::new(global.color), out)?;
     }
-    Ok(if e.accepted { exit::OK } else { exit::FAILED })
+    Ok(if e.accepted == Some(false) {
+        exit::FAILED
+    } else {
+        exit::OK
+    })
 }
 
 fn run_run(args: RunArgs, global: &Global, out: &mut dyn Write) -> Result<i32, Failure> {

@@ -2,7 +2,7 @@
 
 use crate::error::Result;
 use crate::flags::argparse::{self, Ambiguous, BadValue};
-use crate::flags::decide::{self, Advice, Context, DynamicVram, NoOp, Platform};
+use crate::flags::decide::{self, Advice, Context, DynamicVram, NoOp, Platform, Precision};
 use crate::flags::defs;
 use crate::flags::help::FlagSet;
 use crate::flags::profile;
@@ -76,8 +76,9 @@ pub struct Explanation {
     pub launcher: Option<LauncherOut>,
     /// ComfyUI's arguments as they will reach it.
     pub argv: Vec<String>,
-    /// Whether ComfyUI starts with these flags.
-    pub accepted: bool,
+    /// Whether ComfyUI starts with these flags; `null` when that depends on flags that are
+    /// not in the built-in list (read the install with `--comfyui` to know).
+    pub accepted: Option<bool>,
     /// The line ComfyUI prints before exiting 2, when it refuses.
     pub startup_error: Option<String>,
     pub help_requested: bool,
@@ -90,6 +91,10 @@ pub struct Explanation {
     pub allocator: &'static str,
     pub cache: &'static str,
     pub single_gpu_forced: bool,
+    /// Weight and compute precisions the flags set.
+    pub precision: Vec<Precision>,
+    /// The attention implementation asked for, if any.
+    pub attention: Option<String>,
     pub no_op_flags: Vec<NoOp>,
     pub conflicts: Vec<ConflictOut>,
     pub unknown_flags: Vec<UnknownFlag>,
@@ -225,14 +230,35 @@ pub fn analyse(
             message: c.message.clone(),
         })
         .collect();
+    // The built-in list is one version's: a flag missing from it may be in the user's install.
+    let builtin = flags_source.kind == "builtin";
+    let unknown_only = parsed
+        .error
+        .as_deref()
+        .is_some_and(|e| e.starts_with("unrecognized arguments"));
     let unknown_flags = parsed
         .unknown
         .iter()
         .map(|flag| UnknownFlag {
             flag: flag.clone(),
-            hint: unknown_hint(flag, flags, version.as_ref()),
+            hint: if builtin {
+                builtin_unknown_hint(flag, flags, version.as_ref())
+            } else {
+                unknown_hint(flag, flags, version.as_ref())
+            },
         })
         .collect();
+    let (accepted, startup_error) = if builtin && unknown_only {
+        (None, None)
+    } else {
+        (
+            Some(parsed.accepted()),
+            parsed
+                .error
+                .as_ref()
+                .map(|e| format!("main.py: error: {e}")),
+        )
+    };
     Explanation {
         comfyui_version: version.as_ref().map(ToString::to_string),
         flags_source,
@@ -246,11 +272,8 @@ pub fn analyse(
             passthrough: launch.passthrough,
         }),
         argv: launch.args.clone(),
-        accepted: parsed.accepted(),
-        startup_error: parsed
-            .error
-            .as_ref()
-            .map(|e| format!("main.py: error: {e}")),
+        accepted,
+        startup_error,
         help_requested: parsed.help_requested,
         dynamic_vram: effective.dynamic_vram,
         vram_state: effective.vram_state,
@@ -261,6 +284,8 @@ pub fn analyse(
         allocator: effective.allocator,
         cache: effective.cache,
         single_gpu_forced: effective.single_gpu_forced,
+        precision: effective.precision,
+        attention: effective.attention,
         no_op_flags: effective.no_op,
         conflicts,
         unknown_flags,
@@ -312,6 +337,30 @@ pub fn unknown_hint(flag: &str, flags: &FlagSet, version: Option<&Version>) -> S
     format!(
         "not a flag of {of_this} (a custom node's flag?): ComfyUI refuses unknown flags with exit 2"
     )
+}
+
+/// What a flag missing from the built-in list means: only that vrambisect's list lacks it.
+fn builtin_unknown_hint(flag: &str, flags: &FlagSet, version: Option<&Version>) -> String {
+    let list = version
+        .map(|v| format!("vrambisect's list for ComfyUI {v}"))
+        .unwrap_or_else(|| "vrambisect's built-in list".into());
+    if !flag.starts_with('-') {
+        return format!(
+            "a value that no flag in {list} takes (the value of an unknown flag before it?)"
+        );
+    }
+    let name = flag.split('=').next().unwrap_or(flag);
+    let mut hint = format!("not in {list}: run with --comfyui DIR to check your install");
+    if let Some(def) = defs::lookup(name)
+        && let Some(defs::Removed(present, gone)) = def.removed
+    {
+        hint = format!(
+            "{name} was removed from ComfyUI (it is in {present}, not in {gone}); an install newer than {present} may refuse it: run with --comfyui DIR to check yours"
+        );
+    } else if let Some(near) = closest(name, flags.options.iter().map(|o| o.name())) {
+        hint.push_str(&format!("; did you mean {near}?"));
+    }
+    hint
 }
 
 /// The known flag within a small edit distance of `name`.
@@ -372,6 +421,12 @@ pub fn render(e: &Explanation, style: &Style, out: &mut dyn Write) -> io::Result
         )?;
         writeln!(out, "    {err}")?;
         writeln!(out)?;
+    } else if e.accepted.is_none() {
+        writeln!(
+            out,
+            "? Whether ComfyUI starts depends on flags that are not in vrambisect's list (see Unknown flags)"
+        )?;
+        writeln!(out)?;
     } else if e.help_requested {
         writeln!(out, "! ComfyUI will print its help and exit (--help)")?;
         writeln!(out)?;
@@ -402,6 +457,19 @@ pub fn render(e: &Explanation, style: &Style, out: &mut dyn Write) -> io::Result
         ("Allocator", e.allocator.to_string()),
         ("Cache", e.cache.replace('_', " ")),
     ];
+    let mut rows = rows;
+    if !e.precision.is_empty() {
+        let text = e
+            .precision
+            .iter()
+            .map(|p| format!("{} {} ({})", p.part, p.dtype, p.flag))
+            .collect::<Vec<_>>()
+            .join(", ");
+        rows.push(("Precision", text));
+    }
+    if let Some(flag) = &e.attention {
+        rows.push(("Attention", flag.clone()));
+    }
     for (label, value) in rows {
         writeln!(out, "{:<14} {value}", style.bold(label))?;
     }
@@ -537,7 +605,7 @@ mod tests {
             &p.flags,
             Some(v),
             FlagsSource {
-                kind: "builtin",
+                kind: "install",
                 detail: String::new(),
             },
             Platform::Linux,
@@ -551,7 +619,7 @@ mod tests {
     #[test]
     fn cpu_with_highvram_is_a_conflict() {
         let e = builtin(&["--cpu", "--highvram"], Platform::Linux);
-        assert!(!e.accepted);
+        assert_eq!(e.accepted, Some(false));
         assert_eq!(e.conflicts.len(), 1);
         assert_eq!(
             e.conflicts[0].flags,
@@ -579,14 +647,65 @@ mod tests {
         );
         let e = builtin(&["--highvrma"], Platform::Linux);
         assert!(e.unknown_flags[0].hint.contains("did you mean --highvram?"));
-        let e = builtin(&["--my-custom-node-flag"], Platform::Linux);
+        let e = old(&["--my-custom-node-flag"]);
         assert!(e.unknown_flags[0].hint.contains("custom node"));
+    }
+
+    #[test]
+    fn a_flag_missing_from_the_builtin_list_is_not_a_refusal() {
+        let e = builtin(&["--flag-from-next-week"], Platform::Linux);
+        assert_eq!(e.accepted, None);
+        assert_eq!(e.startup_error, None);
+        assert_eq!(
+            e.unknown_flags[0].hint,
+            "not in vrambisect's list for ComfyUI 0.38.1: run with --comfyui DIR to check your install"
+        );
+        let mut buf = Vec::new();
+        render(&e, &Style::plain(), &mut buf).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        assert!(!text.contains("refuse"), "{text}");
+        // An install that lacks a flag does refuse it.
+        let e = old(&["--flag-from-next-week"]);
+        assert_eq!(e.accepted, Some(false));
+        assert!(e.startup_error.is_some());
+    }
+
+    #[test]
+    fn flags_of_the_real_source_are_known_and_modelled() {
+        // In the real cli_args.py of the v0.38 line, missing from the list written before it.
+        for flag in [
+            "--fp16-intermediates",
+            "--enable-triton-backend",
+            "--disable-triton-backend",
+            "--enable-asset-hashing",
+            "--date-based-output",
+        ] {
+            let e = builtin(&[flag], Platform::Linux);
+            assert_eq!(e.accepted, Some(true), "{flag}");
+        }
+        let e = builtin(&["--force-fp16", "--fp16-intermediates"], Platform::Linux);
+        let parts: Vec<(&str, &str)> = e.precision.iter().map(|p| (p.part, p.dtype)).collect();
+        assert_eq!(
+            parts,
+            [
+                ("diffusion model", "fp16"),
+                ("intermediates", "fp16"),
+                ("compute", "fp16")
+            ]
+        );
+        let e = builtin(&["--use-split-cross-attention"], Platform::Linux);
+        assert_eq!(e.attention.as_deref(), Some("--use-split-cross-attention"));
+        // Gone from the real list.
+        assert_eq!(
+            builtin(&["--disable-ipex-optimize"], Platform::Linux).accepted,
+            None
+        );
     }
 
     #[test]
     fn prefix_is_explained() {
         let e = builtin(&["--disable-dyn"], Platform::Linux);
-        assert!(e.accepted);
+        assert_eq!(e.accepted, Some(true));
         assert!(!e.dynamic_vram.enabled);
         assert!(e.advice.iter().any(|a| a.text.contains("abbreviation")));
     }

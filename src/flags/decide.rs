@@ -125,6 +125,10 @@ pub struct Predicted {
     pub cache: &'static str,
     /// Windows hides every GPU but the first unless told otherwise (`main.py`).
     pub single_gpu_forced: bool,
+    /// Precisions the flags set (empty: the model files and ComfyUI decide).
+    pub precision: Vec<Precision>,
+    /// The attention flag given, if any (otherwise ComfyUI picks one for the device).
+    pub attention: Option<String>,
     pub no_op: Vec<NoOp>,
     pub advice: Vec<Advice>,
 }
@@ -290,6 +294,8 @@ pub fn decide(parsed: &Parsed, ctx: &Context) -> Predicted {
         allocator,
         cache,
         single_gpu_forced,
+        precision: precision(parsed),
+        attention: attention(parsed),
         no_op,
         advice,
     }
@@ -399,7 +405,92 @@ fn no_ops(parsed: &Parsed, ctx: &Context, dynamic: &DynamicVram) -> Vec<NoOp> {
         "--enable-assets",
         "deprecated: the assets system is on by default",
     );
+    // `unet_dtype()` tests fp32, fp64, bf16, fp16 and only then the fp8 flags, and
+    // `--force-fp16` sets `fp16_unet`.
+    if parsed.has("--force-fp16") {
+        for flag in FP8_UNET_FLAGS {
+            add(
+                flag,
+                "--force-fp16 also sets --fp16-unet, which ComfyUI tests first: the diffusion model is stored in fp16, twice the memory of fp8",
+            );
+        }
+    }
     out
+}
+
+/// The fp8 diffusion-model flags that `--force-fp16` overrides.
+const FP8_UNET_FLAGS: &[&str] = &["--fp8_e4m3fn-unet", "--fp8_e5m2-unet", "--fp8_e8m0fnu-unet"];
+
+/// Weight and compute precision as the flags set it: `(what, dtype, flag)`, in `unet_dtype()`'s
+/// order; empty when everything is left to ComfyUI and the model files.
+pub fn precision(parsed: &Parsed) -> Vec<Precision> {
+    let mut out = Vec::new();
+    let mut push = |part: &'static str, dtype: &'static str, flag: &str| {
+        out.push(Precision {
+            part,
+            dtype,
+            flag: flag.to_string(),
+        });
+    };
+    let unet: &[(&str, &str)] = &[
+        ("--fp32-unet", "fp32"),
+        ("--fp64-unet", "fp64"),
+        ("--bf16-unet", "bf16"),
+        ("--fp16-unet", "fp16"),
+        ("--force-fp16", "fp16"),
+        ("--fp8_e4m3fn-unet", "fp8_e4m3fn"),
+        ("--fp8_e5m2-unet", "fp8_e5m2"),
+        ("--fp8_e8m0fnu-unet", "fp8_e8m0fnu"),
+    ];
+    if let Some((flag, dtype)) = unet.iter().find(|(f, _)| parsed.has(f)) {
+        push("diffusion model", dtype, flag);
+    }
+    let text_encoder: &[(&str, &str)] = &[
+        ("--fp8_e4m3fn-text-enc", "fp8_e4m3fn"),
+        ("--fp8_e5m2-text-enc", "fp8_e5m2"),
+        ("--fp16-text-enc", "fp16"),
+        ("--fp32-text-enc", "fp32"),
+        ("--bf16-text-enc", "bf16"),
+    ];
+    if let Some((flag, dtype)) = text_encoder.iter().find(|(f, _)| parsed.has(f)) {
+        push("text encoders", dtype, flag);
+    }
+    let vae: &[(&str, &str)] = &[
+        ("--fp16-vae", "fp16"),
+        ("--fp32-vae", "fp32"),
+        ("--bf16-vae", "bf16"),
+    ];
+    if let Some((flag, dtype)) = vae.iter().find(|(f, _)| parsed.has(f)) {
+        push("VAE", dtype, flag);
+    }
+    if parsed.has("--fp16-intermediates") {
+        push("intermediates", "fp16", "--fp16-intermediates");
+    }
+    for (flag, dtype) in [("--force-fp32", "fp32"), ("--force-fp16", "fp16")] {
+        if parsed.has(flag) {
+            push("compute", dtype, flag);
+        }
+    }
+    out
+}
+
+/// One precision the flags set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Precision {
+    /// `diffusion model`, `text encoders`, `VAE`, `intermediates` or `compute`.
+    pub part: &'static str,
+    pub dtype: &'static str,
+    /// The flag that set it.
+    pub flag: String,
+}
+
+/// The attention implementation the flags ask for, if any.
+pub fn attention(parsed: &Parsed) -> Option<String> {
+    super::defs::ALL
+        .iter()
+        .filter(|d| d.group == Some(super::defs::Group::Attention))
+        .find(|d| parsed.has(d.name))
+        .map(|d| d.name.to_string())
 }
 
 fn advice(
@@ -472,6 +563,31 @@ fn advice(
             Some("--disable-comfy-compiler"),
             "--disable-comfy-compiler also disables CUDA graphs (--disable-cuda-graphs)".into(),
         );
+    }
+    if parsed.has("--force-fp16") {
+        let unet = if ["--fp32-unet", "--fp64-unet", "--bf16-unet"]
+            .iter()
+            .any(|f| parsed.has(f))
+        {
+            String::new()
+        } else {
+            "; it also sets --fp16-unet, so a diffusion model shipped in fp8 is stored in fp16 (twice the memory)".into()
+        };
+        say(
+            Some("--force-fp16"),
+            format!("--force-fp16 forces fp16 compute{unet}"),
+        );
+    }
+    if parsed.has("--fp16-intermediates") {
+        say(
+            Some("--fp16-intermediates"),
+            "--fp16-intermediates (experimental) keeps the tensors passed between nodes in fp16: about half their memory, at some risk to quality".into(),
+        );
+    }
+    if let Some(flag) = attention(parsed)
+        && let Some(def) = super::defs::lookup(&flag)
+    {
+        say(Some(&flag), format!("{flag}: {}", def.effect));
     }
     if parsed.has("--high-ram") {
         say(

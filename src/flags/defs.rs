@@ -64,7 +64,7 @@ pub enum Group {
     VramMode,
     /// `--cuda-malloc | --disable-cuda-malloc`
     CudaMalloc,
-    /// `--cache-ram | --cache-classic | --cache-lru | --cache-none`
+    /// `--cache-ram | --cache-classic | --cache-lru | --cache-none | --high-ram`
     Cache,
     /// The diffusion model's weight dtype.
     UnetDtype,
@@ -72,6 +72,10 @@ pub enum Group {
     TextEncoderDtype,
     /// The VAE's dtype.
     VaeDtype,
+    /// `--force-fp32 | --force-fp16`
+    ForceDtype,
+    /// `--use-split-cross-attention | --use-quad-cross-attention | … | --use-ck-attention`
+    Attention,
 }
 
 impl Group {
@@ -84,6 +88,8 @@ impl Group {
             Group::UnetDtype => "diffusion model dtype",
             Group::TextEncoderDtype => "text encoder dtype",
             Group::VaeDtype => "VAE dtype",
+            Group::ForceDtype => "forced precision",
+            Group::Attention => "attention implementation",
         }
     }
 }
@@ -104,6 +110,8 @@ pub enum Category {
     Allocator,
     /// The dtype weights are stored in (their size in memory).
     Precision,
+    /// Which attention implementation runs (its peak memory while sampling).
+    Attention,
     /// Help for diagnosing hangs.
     Diagnostics,
 }
@@ -189,7 +197,8 @@ impl FlagDef {
     /// "arrived in 0.15.0" / "arrived between 0.3.64 and 0.38.1" / "is in 0.3.64 and later".
     pub fn since_text(&self) -> String {
         match self.since {
-            Since::Old => format!("is in {OLDEST} and later"),
+            Since::Old => super::history::arrival_text(self.name)
+                .unwrap_or_else(|| format!("is in {OLDEST} and later")),
             Since::Release(r) => format!("arrived in {r}"),
             Since::Between(a, b) => format!("arrived after {a} (it is in {b})"),
         }
@@ -757,11 +766,11 @@ pub const HIGH_RAM: FlagDef = FlagDef {
     value: Switch,
     legacy_value: None,
     default: SWITCH_OFF,
-    group: None,
+    group: Some(Group::Cache),
     since: Since::Between("0.3.64", "0.38.1"),
     removed: None,
     category: Cache,
-    effect: "Switches to classic caching and lets pinned memory grow (it sets cache_classic after parsing).",
+    effect: "Switches to classic caching and lets pinned memory grow (it sets cache_classic after parsing). In the cache group: it cannot be combined with another cache flag.",
 };
 #[test]
 fn high_ram() {
@@ -1038,6 +1047,157 @@ dtype_flag!(
 );
 dtype_flag!(BF16_VAE, bf16_vae, "--bf16-vae", VaeDtype, "VAE in bf16.");
 
+// ---------------------------------------------------------------------------------------
+// Forced precision and intermediates.
+
+/// `--force-fp32`
+pub const FORCE_FP32: FlagDef = FlagDef {
+    name: "--force-fp32",
+    value: Switch,
+    legacy_value: None,
+    default: SWITCH_OFF,
+    group: Some(Group::ForceDtype),
+    since: Since::Old,
+    removed: None,
+    category: Precision,
+    effect: "Computes in fp32 where ComfyUI would use fp16 or bf16: models that are cast for compute take about twice the memory.",
+};
+#[test]
+fn force_fp32() {
+    tests::check(&FORCE_FP32);
+}
+
+/// `--force-fp16` (also sets `fp16_unet` in `cli_args.py`)
+pub const FORCE_FP16: FlagDef = FlagDef {
+    name: "--force-fp16",
+    value: Switch,
+    legacy_value: None,
+    default: SWITCH_OFF,
+    group: Some(Group::ForceDtype),
+    since: Since::Old,
+    removed: None,
+    category: Precision,
+    effect: "Forces fp16 compute, and also sets --fp16-unet: the diffusion model is stored in fp16 even when its file is fp8 (twice the memory), unless --fp32-unet, --fp64-unet or --bf16-unet is given.",
+};
+#[test]
+fn force_fp16() {
+    tests::check(&FORCE_FP16);
+    // `fp16_unet` is tested before the fp8 flags in `unet_dtype()`.
+    assert!(
+        tests::decide(&["--force-fp16", "--fp8_e4m3fn-unet"])
+            .no_op
+            .iter()
+            .any(|n| n.flag == "--fp8_e4m3fn-unet")
+    );
+    assert!(tests::advises(&["--force-fp16"], "--force-fp16"));
+}
+
+/// `--fp16-intermediates`
+pub const FP16_INTERMEDIATES: FlagDef = FlagDef {
+    name: "--fp16-intermediates",
+    value: Switch,
+    legacy_value: None,
+    default: SWITCH_OFF,
+    group: None,
+    since: Since::Between("0.3.64", "0.38.1"),
+    removed: None,
+    category: Precision,
+    effect: "Experimental: the tensors passed between nodes (latents, images) are kept in fp16 instead of fp32, about half their memory.",
+};
+#[test]
+fn fp16_intermediates() {
+    tests::check(&FP16_INTERMEDIATES);
+    assert!(tests::advises(
+        &["--fp16-intermediates"],
+        "--fp16-intermediates"
+    ));
+}
+
+// ---------------------------------------------------------------------------------------
+// Attention: the largest transient allocations while sampling.
+
+macro_rules! attention_flag {
+    ($(#[$doc:meta])* $const:ident, $test:ident, $name:literal, $since:expr, $effect:literal) => {
+        $(#[$doc])*
+        pub const $const: FlagDef = FlagDef {
+            name: $name,
+            value: Switch,
+            legacy_value: None,
+            default: "chosen by ComfyUI for the device",
+            group: Some(Group::Attention),
+            since: $since,
+            removed: None,
+            category: Attention,
+            effect: $effect,
+        };
+        #[test]
+        fn $test() {
+            tests::check(&$const);
+            assert!(tests::advises(&[$name], $name));
+        }
+    };
+}
+
+attention_flag!(
+    USE_SPLIT_CROSS_ATTENTION,
+    use_split_cross_attention,
+    "--use-split-cross-attention",
+    Since::Old,
+    "Computes cross attention in slices sized to free VRAM: lower peaks, slower. Ignored when xformers is used."
+);
+attention_flag!(
+    USE_QUAD_CROSS_ATTENTION,
+    use_quad_cross_attention,
+    "--use-quad-cross-attention",
+    Since::Old,
+    "Sub-quadratic attention in chunks: lower peaks than plain attention at large sizes, slower. Ignored when xformers is used."
+);
+attention_flag!(
+    USE_PYTORCH_CROSS_ATTENTION,
+    use_pytorch_cross_attention,
+    "--use-pytorch-cross-attention",
+    Since::Old,
+    "PyTorch's scaled_dot_product_attention (memory-efficient kernels where the GPU has them)."
+);
+attention_flag!(
+    USE_SAGE_ATTENTION,
+    use_sage_attention,
+    "--use-sage-attention",
+    Since::Old,
+    "SageAttention kernels (the sageattention package must be installed)."
+);
+attention_flag!(
+    USE_FLASH_ATTENTION,
+    use_flash_attention,
+    "--use-flash-attention",
+    Since::Old,
+    "FlashAttention kernels (the flash-attn package must be installed)."
+);
+attention_flag!(
+    USE_CK_ATTENTION,
+    use_ck_attention,
+    "--use-ck-attention",
+    Since::Between("0.3.64", "0.38.1"),
+    "comfy-kitchen's attention kernels."
+);
+
+/// `--disable-xformers`
+pub const DISABLE_XFORMERS: FlagDef = FlagDef {
+    name: "--disable-xformers",
+    value: Switch,
+    legacy_value: None,
+    default: SWITCH_OFF,
+    group: None,
+    since: Since::Old,
+    removed: None,
+    category: Attention,
+    effect: "Does not use xformers even when it is installed; attention falls back to PyTorch's or to the split/quad paths.",
+};
+#[test]
+fn disable_xformers() {
+    tests::check(&DISABLE_XFORMERS);
+}
+
 /// Every flag in the model, in ComfyUI's definition order within each part.
 pub const ALL: &[&FlagDef] = &[
     &GPU_ONLY,
@@ -1091,6 +1251,16 @@ pub const ALL: &[&FlagDef] = &[
     &FP16_VAE,
     &FP32_VAE,
     &BF16_VAE,
+    &FORCE_FP32,
+    &FORCE_FP16,
+    &FP16_INTERMEDIATES,
+    &USE_SPLIT_CROSS_ATTENTION,
+    &USE_QUAD_CROSS_ATTENTION,
+    &USE_PYTORCH_CROSS_ATTENTION,
+    &USE_SAGE_ATTENTION,
+    &USE_FLASH_ATTENTION,
+    &USE_CK_ATTENTION,
+    &DISABLE_XFORMERS,
 ];
 
 /// The model's entry for `name` (an exact long flag name).

@@ -5,9 +5,11 @@
 //! - [`argparse`]: how ComfyUI's argparse reads a command line (prefixes, groups, errors).
 //! - [`decide`]: what a parsed command line does (Dynamic VRAM, VRAM state, reserve, no-ops).
 //! - [`profile`]: built-in flag lists for known versions, for when no install is at hand.
+//! - [`history`]: when each recorded flag arrived, and the flags the model leaves out on purpose.
 
 pub mod argparse;
 pub mod decide;
 pub mod defs;
 pub mod help;
+pub mod history;
 pub mod profile;

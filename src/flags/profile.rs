@@ -8,7 +8,8 @@ use crate::version::Version;
 
 /// The `--help` of ComfyUI 0.3.64 as recorded on a real install.
 pub const HELP_0_3_64: &str = include_str!("../../fixtures/help/v0.3.64.txt");
-/// The `--help` of the v0.38 line, written from the documented v0.38 flag set.
+/// The `--help` of the v0.38 line, generated from its real `comfy/cli_args.py` (see
+/// `fixtures/help/README.md` for the commit).
 pub const HELP_0_38_1: &str = include_str!("../../fixtures/help/v0.38.1.txt");
 
 /// A built-in flag list and the version it belongs to.
