@@ -76,6 +76,10 @@ impl StartupFacts {
             self.python_version = Some(v.to_string());
         } else if let Some(v) = line.strip_prefix("ComfyUI version: ") {
             self.comfyui_version = Some(v.trim().to_string());
+            // A version from before Dynamic VRAM has none, whatever else the log shows.
+            if Version::parse(v.trim()).is_some_and(|v| v < version::dynamic_vram_release()) {
+                self.dynamic_vram_off("this ComfyUI predates Dynamic VRAM");
+            }
         } else if let Some(v) = line.strip_prefix("comfy-aimdo version: ") {
             self.comfy_aimdo_version = Some(v.trim().to_string());
         } else if let Some(v) = line.strip_prefix("comfy-kitchen version: ") {

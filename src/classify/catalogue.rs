@@ -123,6 +123,19 @@ pub const SIGNATURES: &[Signature] = &[
         issues: &[13598, 13210],
     },
     Signature {
+        id: "gpu_oom_other_backend",
+        outcome: Outcome::Oom,
+        phase: Phase::Prompt,
+        // PyTorch's wording on ROCm (`HIP out of memory`, also as `torch.OutOfMemoryError`),
+        // Intel XPU, Apple MPS, and torch-directml's own message (real pastes in
+        // `fixtures/logs/real/3[0-5]-*`).
+        pattern: r"HIP out of memory|XPU out of memory|MPS backend out of memory|Could not allocate tensor with \d+ bytes\. There is not enough GPU video memory available",
+        title: "GPU out of memory (ROCm, XPU, MPS or DirectML)",
+        meaning: "PyTorch could not allocate GPU memory on a non-CUDA backend; the CUDA allocator flags do not apply there",
+        flags_to_try: &["--reserve-vram=1", "--disable-dynamic-vram", "--lowvram"],
+        issues: &[13730],
+    },
+    Signature {
         id: "cuda_oom_native",
         outcome: Outcome::Oom,
         phase: Phase::Prompt,
@@ -153,7 +166,7 @@ pub const SIGNATURES: &[Signature] = &[
         phase: Phase::Prompt,
         // Also the frontend's error report (`Exception Message: CUDA error: out of memory`) and
         // older PyTorch, which raised the same CUDA error as a RuntimeError.
-        pattern: r"AcceleratorError: CUDA error: out of memory|cudaErrorMemoryAllocation|(RuntimeError: |Exception Message:\** |^)CUDA error: out of memory",
+        pattern: r"AcceleratorError: CUDA error: out of memory|cudaErrorMemoryAllocation|(: |Exception Message:\** |!!! |^)CUDA error: out of memory",
         title: "CUDA error: out of memory (AcceleratorError)",
         meaning: "a raw CUDA allocation failed outside PyTorch's allocator; ComfyUI before v0.38 did not even treat it as an OOM",
         flags_to_try: &[
@@ -167,7 +180,7 @@ pub const SIGNATURES: &[Signature] = &[
         id: "vbar_allocation_failed",
         outcome: Outcome::Vbar,
         phase: Phase::Prompt,
-        pattern: r"VBAR allocation failed|Could not reseve Virtual Address space for VBAR",
+        pattern: r"VBAR allocation failed|MemoryError: VBAR OOM|Could not reseve Virtual Address space for VBAR",
         title: "VBAR allocation failed",
         meaning: "Dynamic VRAM could not reserve virtual address space for a model (seen on laptop GPUs)",
         flags_to_try: &["--disable-dynamic-vram"],
@@ -208,6 +221,19 @@ pub const SIGNATURES: &[Signature] = &[
         issues: &[15255, 15591, 15575],
     },
     Signature {
+        id: "windows_commit_limit",
+        outcome: Outcome::HostOom,
+        phase: Phase::Prompt,
+        // Windows error 1455 (ERROR_COMMITMENT_LIMIT). The sentence is localized ("El archivo
+        // de paginación es demasiado pequeño…", `fixtures/logs/real/11-*`): the code is what
+        // is matched.
+        pattern: r"\(os error 1455\)|\[WinError 1455\]|The paging file is too small for this operation",
+        title: "Windows commit limit reached (RAM + page file)",
+        meaning: "Windows could not commit more memory: on Windows 'out of RAM' is the commit limit, RAM plus the page file. Loading a large model is the usual moment; a bigger page file (System > Advanced > Performance > Virtual memory) or fewer programs open fixes it more often than a flag",
+        flags_to_try: &["--disable-pinned-memory", "--cache-none", "--disable-mmap"],
+        issues: &[],
+    },
+    Signature {
         id: "cpu_allocator",
         outcome: Outcome::HostOom,
         phase: Phase::Prompt,
@@ -224,7 +250,7 @@ pub const SIGNATURES: &[Signature] = &[
         // The case of "Error code" and "Cuda" varies between TensorRT versions (`fixtures/logs/sig-tensorrt.log` and the cases below);
         // the file name and ComfyUI_TensorRT's own messages do not, which keeps the literal
         // part case-sensitive for `logscan`'s pre-filter.
-        pattern: r"[dD]efault[aA]llocator\.cpp.*(?i:error code 1: cuda runtime)|DefaultAllocator::allocate: \d+ \(out of memory\)|TensorRT has encountered an error|Failed to load TensorRT engine|Requested amount of GPU memory \(\d+ bytes\) could not be allocated",
+        pattern: r"[dD]efault[aA]llocator\.cpp.*(?i:error code 1: cuda runtime)|DefaultAllocator::allocate: \d+ \(out of memory\)|TensorRT has encountered an error|Failed to load TensorRT engine|Requested amount of GPU memory \(\d+ bytes\) could not be allocated|Error Code 2: OutOfMemory",
         title: "TensorRT allocator error",
         meaning: "TensorRT's own CUDA allocator failed; its nodes ignore the result, so the prompt can 'succeed' with garbage output. Dynamic VRAM holding VRAM TensorRT cannot reclaim is the suspected cause",
         flags_to_try: &[
@@ -252,7 +278,7 @@ pub const SIGNATURES: &[Signature] = &[
         outcome: Outcome::Crash,
         phase: Phase::Prompt,
         // What a shell or launcher prints when its child dies of SIGKILL.
-        pattern: r"^Killed$|^Killed: 9$|: line \d+: +\d+ Killed +|^\[\d+\]\+? +Killed +|^zsh: killed +",
+        pattern: r"^Killed$|^Killed: 9$|: line \d+: +\d+ Killed +|^\[\d+\]\+? +Killed +|^zsh: killed +|^(\[\d+\]\+? +)?\d+ +killed +\S",
         title: "ComfyUI was killed (SIGKILL)",
         meaning: "something killed ComfyUI from outside; on Linux that is most often the kernel's OOM killer when RAM and swap run out (look for 'Out of memory: Killed process' in 'dmesg' or 'journalctl -k')",
         flags_to_try: &["--disable-pinned-memory", "--cache-none", "--cache-ram=4"],
@@ -273,6 +299,23 @@ pub const SIGNATURES: &[Signature] = &[
             "--disable-async-offload",
         ],
         issues: &[13730, 15255],
+    },
+    Signature {
+        id: "process_exited",
+        outcome: Outcome::Crash,
+        phase: Phase::Prompt,
+        // What is left when ComfyUI dies without a word: the portable build's `.bat` runs
+        // `pause` after python returns (its echo `…>pause` and the localized prompt), and the
+        // Desktop app logs the exit code (`fixtures/logs/real/01-*`, `02-*`, `24-*`).
+        pattern: r">pause$|^Press any key to continue \. \. \.|^请按任意键继续|Python process exited with code -?\d+",
+        title: "ComfyUI exited without a message",
+        meaning: "the Python process ended while this prompt ran and printed nothing: a native crash (Windows access violation, 3221225477 = 0xC0000005) or the system ending it for memory",
+        flags_to_try: &[
+            "--disable-dynamic-vram",
+            "--disable-pinned-memory",
+            "--disable-async-offload",
+        ],
+        issues: &[],
     },
     Signature {
         id: "fatal_python_error",

@@ -29,6 +29,49 @@ impl Level {
             _ => return None,
         })
     }
+
+    /// The Desktop app's own tags (`[info]`, `[warn]`, `[error]`).
+    fn parse_lower(s: &str) -> Option<Level> {
+        Some(match s {
+            "debug" => Level::Debug,
+            "info" => Level::Info,
+            "warn" | "warning" => Level::Warning,
+            "error" => Level::Error,
+            _ => return None,
+        })
+    }
+}
+
+/// Python's logging formats that older ComfyUI versions and some launchers use:
+/// `ERROR:root:message` (`basicConfig`'s default) and `root - ERROR - message` (what is left of
+/// `%(asctime)s - %(name)s - %(levelname)s - %(message)s` once the time is gone).
+fn strip_logging_prefix(text: &str) -> Option<(Level, &str)> {
+    for level in ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] {
+        if let Some(rest) = text.strip_prefix(level)
+            && let Some(rest) = rest.strip_prefix(':')
+            && let Some(colon) = rest.find(':')
+            && is_logger_name(&rest[..colon])
+        {
+            return Some((Level::parse(level)?, &rest[colon + 1..]));
+        }
+    }
+    let dash = text.find(" - ")?;
+    let name = &text[..dash];
+    if !is_logger_name(name) {
+        return None;
+    }
+    let rest = &text[dash + 3..];
+    let end = rest.find(" - ")?;
+    let level = Level::parse(&rest[..end])?;
+    Some((level, &rest[end + 3..]))
+}
+
+/// `root`, `comfy.model_management`, `_logger.py`: a logger's name.
+fn is_logger_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 60
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
 /// One normalised line.
@@ -61,6 +104,16 @@ pub fn normalize(raw: &str) -> Line {
             .strip_prefix(' ')
             .unwrap_or(&rest[end + 1..]);
         // A `--verbose LEVEL FILE` log: `[2026-…] [INFO] message` — timestamp first, then level.
+    } else if let Some(rest) = text.strip_prefix('[')
+        && let Some(end) = rest.find(']')
+        && let Some(l) = Level::parse_lower(&rest[..end])
+    {
+        // The Desktop app's `main.log`/`comfyui.log`: `[2025-05-15 10:28:50.212] [info]  text`.
+        level = Some(l);
+        text = rest[end + 1..].trim_start_matches(' ');
+    } else if let Some((l, rest)) = strip_logging_prefix(text) {
+        level = Some(l);
+        text = rest;
     } else if let Some(rest) = text.strip_prefix("** ") {
         text = rest;
     }
@@ -94,6 +147,55 @@ pub fn strip_ansi(s: &str) -> String {
     out
 }
 
+/// The time a launcher stamped at the start of a raw line, in seconds on a day count from
+/// 1970 (`2026-01-16T18:19:56.130066 - `, `[2025-05-15 10:28:50.070] `, `[2024-08-22 14:11] `,
+/// `2024-09-15 22:48:26,085 - `). Only differences between two stamps of one log mean anything.
+pub fn timestamp_secs(raw: &[u8]) -> Option<f64> {
+    let b = raw.strip_prefix(b"[").unwrap_or(raw);
+    let num = |s: &[u8]| -> Option<i64> {
+        if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(s).ok()?.parse().ok()
+    };
+    if b.len() < 16
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !(b[10] == b'T' || b[10] == b' ')
+        || b[13] != b':'
+    {
+        return None;
+    }
+    let (y, m, d) = (num(&b[..4])?, num(&b[5..7])?, num(&b[8..10])?);
+    let (hh, mm) = (num(&b[11..13])?, num(&b[14..16])?);
+    let mut secs = 0.0;
+    if b.len() >= 19 && b[16] == b':' {
+        secs = num(&b[17..19])? as f64;
+        if b.len() > 20 && (b[19] == b'.' || b[19] == b',') {
+            let frac: Vec<u8> = b[20..]
+                .iter()
+                .copied()
+                .take_while(u8::is_ascii_digit)
+                .collect();
+            if let Some(f) = num(&frac) {
+                secs += f as f64 / 10f64.powi(frac.len() as i32);
+            }
+        }
+    }
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 {
+        return None;
+    }
+    // Days from civil (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days as f64 * 86_400.0 + (hh * 3600 + mm * 60) as f64 + secs)
+}
+
 /// Removes a launcher timestamp prefix: `2026-05-22T10:00:00.123456 - ` or
 /// `[2026-05-22 10:00:00.123] ` (and the same with a `,` decimal mark).
 fn strip_timestamp(s: &str) -> &str {
@@ -107,9 +209,24 @@ fn strip_timestamp(s: &str) -> &str {
             && b[13] == b':'
             && b[16] == b':'
     };
-    if b.first() == Some(&b'[') && is_date(&b[1..]) {
+    // ComfyUI-Manager's older `[2024-08-22 14:11] ` (minutes only).
+    let is_minute = |b: &[u8]| {
+        b.len() >= 17
+            && b[..4].iter().all(u8::is_ascii_digit)
+            && b[4] == b'-'
+            && b[7] == b'-'
+            && b[10] == b' '
+            && b[13] == b':'
+            && b[16] == b']'
+    };
+    if b.first() == Some(&b'[') && (is_date(&b[1..]) || is_minute(&b[1..])) {
         if let Some(end) = s.find("] ") {
             return &s[end + 2..];
+        }
+        if let Some(rest) = s.strip_suffix(']')
+            && !rest.contains(']')
+        {
+            return "";
         }
     } else if is_date(b)
         && let Some(end) = s.find(" - ")
@@ -123,6 +240,20 @@ fn strip_timestamp(s: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timestamps() {
+        let t = |s: &str| timestamp_secs(s.as_bytes());
+        assert_eq!(t("1970-01-02T00:00:01.5 - x"), Some(86_401.5));
+        let a = t("2026-01-16T18:19:56.130066 - Requested to load WanVAE").unwrap();
+        let b = t("[2026-01-16 18:23:56.130] Stopped").unwrap();
+        assert!((b - a - 239.999_934).abs() < 1e-6);
+        let c = t("2024-09-15 22:48:26,085 - root - ERROR - x").unwrap();
+        let d = t("[2024-09-16 00:00] x").unwrap();
+        assert!((d - c - 4293.915).abs() < 1e-6);
+        assert_eq!(t("Requested to load WanVAE"), None);
+        assert_eq!(t("2024-13-15 22:48:26 - x"), None);
+    }
 
     #[test]
     fn table() {
@@ -173,6 +304,36 @@ mod tests {
                 "[Prompt Server] web root: /x",
             ),
             ("", None, ""),
+            // Older ComfyUI: Python logging's default formats (real pastes in
+            // fixtures/logs/real/14-… and 23-…).
+            (
+                "ERROR:root:!!! Exception during processing !!!",
+                Some(Level::Error),
+                "!!! Exception during processing !!!",
+            ),
+            (
+                "2024-09-15 22:48:26,085 - root - ERROR - Got an OOM, unloading all loaded models.",
+                Some(Level::Error),
+                "Got an OOM, unloading all loaded models.",
+            ),
+            (
+                "2025-01-07 20:26:28,922 - _logger.py - IPEX - INFO - Conv BatchNorm folding failed",
+                None,
+                "_logger.py - IPEX - INFO - Conv BatchNorm folding failed",
+            ),
+            // ComfyUI-Manager's minute stamps, and the Desktop app's lower-case tags.
+            (
+                "[2024-08-22 14:11] Prompt executed in 26.75 seconds",
+                None,
+                "Prompt executed in 26.75 seconds",
+            ),
+            ("[2024-08-22 14:11] ", None, ""),
+            (
+                "[2025-05-15 10:28:50.212] [info]  got prompt",
+                Some(Level::Info),
+                "got prompt",
+            ),
+            ("WARNING: not a logger: x", None, "WARNING: not a logger: x"),
         ];
         for (raw, level, text) in cases {
             let l = normalize(raw);

@@ -23,6 +23,9 @@ pub mod render;
 pub mod report;
 pub mod state;
 
+#[cfg(test)]
+mod corpus_tests;
+
 pub use reader::Mode;
 pub use report::LogReport;
 
@@ -162,7 +165,20 @@ mod tests {
 
     #[test]
     fn every_signature_has_a_fixture() {
-        let covered: Vec<String> = expected().into_iter().flat_map(|e| e.2).collect();
+        let real: serde_json::Value =
+            serde_json::from_str(include_str!("../../fixtures/logs/real/expected.json")).unwrap();
+        let covered: Vec<String> = expected()
+            .into_iter()
+            .flat_map(|e| e.2)
+            .chain(real.as_object().unwrap().values().flat_map(|e| {
+                e["known_issues_include"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|v| v.as_str().unwrap().to_string())
+                    .collect::<Vec<_>>()
+            }))
+            .collect();
         for sig in crate::classify::catalogue::SIGNATURES {
             assert!(
                 covered.iter().any(|c| c == sig.id),
@@ -312,7 +328,21 @@ To see the GUI go to: http://127.0.0.1:8188
         // load request shows the model did load.
         let head = "Total VRAM 8151 MB, total RAM 16088 MB\nTo see the GUI go to: http://127.0.0.1:8188\ngot prompt\nRequested to load Krea2\n";
         let stuck = scan_bytes("stuck.log", head.as_bytes(), Mode::Prefilter).unwrap();
-        assert_eq!(stuck.outcome, Some(Outcome::Hang));
+        // A log that ends there is not a hang by itself: it is unfinished, and says why.
+        assert_eq!(stuck.outcome, None);
+        assert_eq!(stuck.exit_code(), 0);
+        assert!(stuck.ends_mid_prompt);
+        let why = stuck.prompts[0].explanation.as_deref().unwrap();
+        assert!(why.contains("known hang"), "{why}");
+        // The log's own clock can show one: minutes of silence, then Ctrl-C.
+        let stamped = "2026-09-14T21:02:00.0 - To see the GUI go to: http://127.0.0.1:8188\n2026-09-14T21:02:01.0 - got prompt\n2026-09-14T21:02:02.0 - Requested to load Krea2\n2026-09-14T21:12:02.0 - Stopped server\n";
+        let r = scan_bytes("stamped.log", stamped.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::Hang));
+        assert!(r.prompts[0].evidence.iter().any(|e| e.contains("600 s")));
+        // A minute is a slow disk, not a hang.
+        let quick = stamped.replace("21:12:02", "21:03:02");
+        let r = scan_bytes("quick.log", quick.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::Interrupted));
         let sampling = format!(
             "{head}  5%|▌         | 1/20 [00:01<00:19,  1.02s/it]\r 10%|█         | 2/20 [00:02<00:18,  1.02s/it]"
         );

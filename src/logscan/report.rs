@@ -73,6 +73,12 @@ pub struct LogReport {
     pub outcome: Option<Outcome>,
     /// One sentence saying so.
     pub summary: String,
+    /// The log ends while its last prompt runs (cut, or still running when copied): its
+    /// outcome is unknown, which is not a hang.
+    pub ends_mid_prompt: bool,
+    /// What the log does not show, so cannot be said: `the server start` (it begins after
+    /// ComfyUI started), `how the last prompt ended`.
+    pub not_seen: Vec<&'static str>,
     pub startup: Startup,
     pub starts: Vec<StartSummary>,
     pub starts_total: u64,
@@ -130,6 +136,8 @@ impl LogReport {
             lines,
             outcome: None,
             summary: String::new(),
+            ends_mid_prompt: false,
+            not_seen: Vec::new(),
             startup,
             prompts_omitted: prompts_total - prompts.len() as u64,
             starts,
@@ -155,6 +163,14 @@ impl LogReport {
         };
         report.outcome = outcome;
         report.summary = summary;
+        report.ends_mid_prompt =
+            report.prompts.last().is_some_and(|p| p.outcome.is_none()) && report.outcome.is_none();
+        if report.starts_total == 0 {
+            report.not_seen.push("the server start");
+        }
+        if report.ends_mid_prompt {
+            report.not_seen.push("how the last prompt ended");
+        }
         report.known_issues = known_issues(tallies, &decisive);
         report.comparison = comparison(&report.starts);
         report
@@ -165,10 +181,13 @@ impl LogReport {
             && !s.up
             && self.prompts.last().is_none_or(|p| p.line < s.line)
         {
-            return match s.outcome {
-                Some(_) => Basis::StartFailed(s),
-                None => Basis::Starting,
-            };
+            match s.outcome {
+                Some(_) => return Basis::StartFailed(s),
+                // Ending during a restart says nothing of the prompts before it: they are
+                // the answer (the summary adds the restart).
+                None if self.prompts.is_empty() => return Basis::Starting,
+                None => {}
+            }
         }
         let ran = self
             .prompts
@@ -213,10 +232,22 @@ impl LogReport {
                         format!("{which} was refused by ComfyUI: invalid workflow.")
                     }
                     Some(o) => format!("{which} failed: {}.", o.describe()),
-                    None => format!("{which} did not finish in the log."),
+                    None => format!(
+                        "{which} did not finish in the log: it ends while the prompt runs (outcome unknown, not a hang)."
+                    ),
                 }
             }
         };
+        if let (Basis::Prompt(_), Some(s)) = (basis, self.starts.last())
+            && !s.up
+            && s.outcome.is_none()
+            && self.prompts.last().is_some_and(|p| p.line < s.line)
+        {
+            text.push_str(&format!(
+                " ComfyUI then started again (line {}); the log ends before it was ready.",
+                s.line
+            ));
+        }
         let failed: u64 = self
             .prompt_counts
             .iter()

@@ -34,6 +34,10 @@ const KEEP_STARTS: usize = 100;
 const TRACEBACK_LINES: u32 = 400;
 /// A start that is still not ready after this many lines is read with the pre-filter only.
 const STARTUP_LINES: u32 = 100_000;
+/// Silence after `Requested to load`, by the log's own timestamps, that makes a stop or
+/// restart a hang (a slow disk takes tens of seconds for a large model; the reported hangs
+/// last until someone gives up).
+const HANG_SECONDS: f64 = 180.0;
 /// Lines of context kept when a prompt or start ends without saying how.
 const TAIL: usize = 5;
 /// Signatures too generic to show that a file is a ComfyUI log at all.
@@ -42,6 +46,7 @@ const GENERIC: &[&str] = &[
     "missing_module",
     "fatal_python_error",
     "port_in_use",
+    "process_exited",
 ];
 
 /// One prompt, as the report shows it.
@@ -126,6 +131,8 @@ struct StartState {
     index: u64,
     line: u64,
     max_rank: u8,
+    /// The start markers seen (bit per rank): a repeated one is the next start.
+    seen: u32,
     facts: StartupFacts,
     ready: bool,
     closed: bool,
@@ -150,6 +157,7 @@ impl StartState {
             index,
             line,
             max_rank: rank,
+            seen: rank_bit(rank),
             facts: StartupFacts::default(),
             ready: false,
             closed: false,
@@ -198,7 +206,9 @@ struct PromptState {
     hits: Vec<&'static str>,
     memory_hit: Option<String>,
     models: Vec<String>,
-    pending_load: Option<(u64, String, String)>,
+    /// The last `Requested to load` with nothing loaded after it: line, text, model, and the
+    /// time the log stamped on it (when it has timestamps).
+    pending_load: Option<(u64, String, String, Option<f64>)>,
     exception_during: Option<String>,
     exception: Option<(String, String)>,
     interrupted: bool,
@@ -247,6 +257,8 @@ pub struct State {
     tallies: Vec<SignatureHits>,
     recognized: u64,
     opened: u64,
+    /// The time stamped on the last line that had one (seconds, on the log's own clock).
+    now: Option<f64>,
 }
 
 impl Sink for State {
@@ -260,6 +272,9 @@ impl Sink for State {
     }
 
     fn line(&mut self, raw: &[u8], number: u64, before: &Before<'_>) {
+        if let Some(t) = crate::classify::normalize::timestamp_secs(raw) {
+            self.now = Some(t);
+        }
         let text = self.text(raw);
         self.observe(&text, number, before);
     }
@@ -293,6 +308,28 @@ fn unglue(text: &str) -> Cow<'_, str> {
     }
 }
 
+/// Memory errors that a prompt can log and still finish (TensorRT's allocator, comfy-aimdo's
+/// error lines): the classifier weighs those against the success.
+fn succeeds_despite(hit: &str) -> bool {
+    catalogue::match_line(hit)
+        .all(|s| matches!(s.outcome, Outcome::TensorrtAllocator | Outcome::AimdoFault))
+}
+
+/// A start marker's bit in [`StartState::seen`] (`u8::MAX` is the ready line, not a marker).
+fn rank_bit(rank: u8) -> u32 {
+    if rank < 32 { 1 << rank } else { 0 }
+}
+
+/// A traceback frame in ComfyUI's or PyTorch's code: enough to read a pasted fragment.
+fn comfy_or_torch_frame(text: &str) -> bool {
+    let t = text.trim_start();
+    t.starts_with("File \"")
+        && t.contains("\", line ")
+        && ["comfy", "ComfyUI", "torch", "execution.py", "nodes.py"]
+            .iter()
+            .any(|w| t.contains(w))
+}
+
 /// Shortens a line for keeping (at a character boundary).
 fn clip(text: &str) -> String {
     let t = text.trim_end();
@@ -315,9 +352,12 @@ impl State {
                 && !text.starts_with("Traceback")
             {
                 self.awaiting_exception = None;
+                // With chained exceptions (`During handling of the above exception, another
+                // exception occurred:`) the first traceback is the cause; the one raised is
+                // the one the `!!!` line names, else the last.
                 if let Some(p) = self.open.as_mut()
-                    && p.exception_during.is_some()
-                    && p.exception.is_none()
+                    && let Some(during) = &p.exception_during
+                    && p.exception.as_ref().is_none_or(|(_, m)| m != during)
                 {
                     p.exception = Some((ty.to_string(), msg.to_string()));
                     p.keep(number, text);
@@ -411,6 +451,7 @@ impl State {
             }
             Some(Kind::RequestedToLoad) => {
                 self.recognized += 1;
+                let now = self.now;
                 let p = self.prompt_for_line(number);
                 p.content = true;
                 if let Some(model) = lines::requested_model(text) {
@@ -420,12 +461,15 @@ impl State {
                         }
                         p.models.push(model.to_string());
                     }
-                    p.pending_load = Some((number, clip(text), model.to_string()));
+                    p.pending_load = Some((number, clip(text), model.to_string(), now));
                 }
             }
             Some(Kind::Loaded) => {
                 self.recognized += 1;
-                if let Some(p) = self.open.as_mut() {
+                // A model loads only for a prompt: after `Prompt executed` it is the next
+                // one's (queued earlier, so its `got prompt` came before).
+                if self.open.is_some() || self.current.as_ref().is_none_or(|s| s.up()) {
+                    let p = self.prompt_for_line(number);
                     p.pending_load = None;
                     p.content = true;
                 }
@@ -511,11 +555,19 @@ impl State {
         // A traceback's frames quote source code (`raise MemoryError("VBAR allocation failed")`):
         // not what happened, only where.
         let frame = self.awaiting_exception.is_some() && text.starts_with(char::is_whitespace);
-        if !structural
-            && !frame
-            && let Some(sig) = catalogue::match_line(text).next()
-        {
-            self.signature(sig, text, number, before);
+        if !structural && !frame {
+            // Every signature a line shows, but one per outcome: the catalogue lists the
+            // specific form first (`Allocation on device` before any `OutOfMemoryError`).
+            let mut seen: Vec<Outcome> = Vec::new();
+            for sig in catalogue::match_line(text) {
+                if !seen.contains(&sig.outcome) {
+                    seen.push(sig.outcome);
+                    self.signature(sig, text, number, before);
+                }
+            }
+        }
+        if comfy_or_torch_frame(text) {
+            self.recognized += 1;
         }
 
         // Startup facts, while the server starts (and its ready line).
@@ -539,13 +591,21 @@ impl State {
             self.new_start(number, 0, before);
         }
         let starting = self.current.as_ref().is_some_and(|s| s.starting());
+        // The launcher's pause or exit line after a clean stop, or between prompts, is no
+        // prompt's end.
+        if sig.id == "process_exited" && self.open.is_none() && !starting {
+            return;
+        }
         if starting || (sig.phase == Phase::Startup && self.open.is_none()) {
             if let Some(s) = self.current.as_mut() {
                 if !s.hits.contains(&sig.id) {
                     s.hits.push(sig.id);
                 }
                 s.argparse |= sig.outcome == Outcome::FlagRejected;
-                s.dead |= matches!(sig.id, "killed" | "oom_killer" | "fatal_python_error");
+                s.dead |= matches!(
+                    sig.id,
+                    "killed" | "oom_killer" | "fatal_python_error" | "process_exited"
+                );
                 if s.matched.len() < MAX_MATCHED {
                     s.matched.push(clip(text));
                 }
@@ -566,6 +626,7 @@ impl State {
             "oom_killer" => p.dead = Some("oom_killer"),
             "killed" if p.dead.is_none() => p.dead = Some("killed"),
             "fatal_python_error" if p.dead.is_none() => p.dead = Some("fatal"),
+            "process_exited" if p.dead.is_none() => p.dead = Some("exited"),
             _ => {}
         }
         let at = (
@@ -684,14 +745,24 @@ impl State {
     }
 
     fn start_marker(&mut self, rank: u8, number: u64, before: &Before<'_>) {
+        // Launchers print the startup block in different orders (the portable build with
+        // ComfyUI-Manager logs `Total VRAM` before `[START] Security scan`): an earlier marker
+        // starts a new server only when this start already showed it, or when this start
+        // had already failed.
         let new = match &self.current {
             None => true,
-            Some(s) => s.up() || s.closed || rank <= s.max_rank,
+            Some(s) => {
+                s.up()
+                    || s.closed
+                    || s.seen & rank_bit(rank) != 0
+                    || (rank < s.max_rank && (s.traceback || s.dead || s.argparse))
+            }
         };
         if new {
             self.new_start(number, rank, before);
         } else if let Some(s) = self.current.as_mut() {
             s.max_rank = s.max_rank.max(rank);
+            s.seen |= rank_bit(rank);
         }
     }
 
@@ -786,9 +857,15 @@ impl State {
         };
         let error_end = |p: &PromptState| {
             p.exception_during.as_ref().map(|during| {
+                // The `!!!` line is the exception that ended the prompt; a traceback's first
+                // exception line may be a chained cause (`During handling of the above
+                // exception…`), so a memory error on the `!!!` line wins.
+                let is_memory = |t: &str| catalogue::match_line(t).any(|s| s.outcome.is_memory());
                 let (ty, msg) = match &p.exception {
-                    Some((ty, msg)) => (ty.clone(), msg.clone()),
-                    None => ("Exception during processing".to_string(), during.clone()),
+                    Some((ty, msg)) if !is_memory(during) || msg.trim() == during.trim() => {
+                        (ty.clone(), msg.clone())
+                    }
+                    _ => ("Exception during processing".to_string(), during.clone()),
                 };
                 PromptEnd::Error {
                     node_id: None,
@@ -798,16 +875,37 @@ impl State {
                 }
             })
         };
-        let model = p.pending_load.as_ref().map(|(_, _, m)| m.clone());
+        let model = p.pending_load.as_ref().map(|(_, _, m, _)| m.clone());
+        // How long the log shows nothing after the pending load, by its own clock.
+        let stalled_for = match (&p.pending_load, self.now) {
+            (Some((_, _, _, Some(at))), Some(now)) => Some(now - at),
+            _ => None,
+        };
         let mut hang = false;
+        let mut loading_at_end = false;
         let mut incomplete = false;
         let mut explanation: Option<String> = None;
+        // A memory error line with no `!!! Exception` around it (a pasted part, or a log format
+        // that lost it): the error line stands for the exception.
+        let memory_end = |p: &PromptState| {
+            p.memory_hit.as_ref().map(|hit| PromptEnd::Error {
+                node_id: None,
+                node_type: None,
+                exception_type: hit.clone(),
+                exception_message: String::new(),
+            })
+        };
         let executed_in = match &end {
             End::Executed(took) => {
+                // `Prompt executed in …` follows failed prompts too (`execution.py`), so it
+                // is not a success when the prompt showed an error.
                 obs.end = Some(match error_end(&p) {
                     Some(e) => e,
                     None if p.interrupted => PromptEnd::Interrupted { node_id: None },
-                    None => PromptEnd::Success,
+                    None => match &p.memory_hit {
+                        Some(hit) if !succeeds_despite(hit) => memory_end(&p).expect("a hit"),
+                        _ => PromptEnd::Success,
+                    },
                 });
                 Some(took.clone()).filter(|t| !t.is_empty())
             }
@@ -821,6 +919,10 @@ impl State {
                             code: None,
                             signal: Some(6),
                         },
+                        "exited" => ExitStatus {
+                            code: None,
+                            signal: None,
+                        },
                         _ => ExitStatus {
                             code: Some(137),
                             signal: Some(9),
@@ -830,23 +932,28 @@ impl State {
                     obs.log.extend(tail.iter().cloned());
                     if how == "oom_killer" {
                         explanation = Some("the kernel's OOM killer ended ComfyUI during this prompt: system RAM and swap ran out".into());
+                    } else if how == "exited" {
+                        explanation = Some("ComfyUI's process ended during this prompt without an error message (the launcher's pause or exit line follows): a native crash, or the system ending it for memory".into());
                     }
-                } else if let Some(hit) = &p.memory_hit {
+                } else if let Some(e) = memory_end(&p) {
                     // A pasted error, or a log cut right after it: the error line speaks for
                     // the exception.
-                    obs.end = Some(PromptEnd::Error {
-                        node_id: None,
-                        node_type: None,
-                        exception_type: hit.clone(),
-                        exception_message: String::new(),
-                    });
-                } else if let Some((_, line, _)) = &p.pending_load
+                    obs.end = Some(e);
+                } else if let Some((_, line, _, _)) = &p.pending_load
                     && !sampled_after(before, line)
+                    && (end == End::Eof || stalled_for.is_some_and(|s| s >= HANG_SECONDS))
                 {
-                    hang = true;
-                    obs.stalled = true;
+                    // A log that ends here ends where the known hang stops, and where any paste
+                    // copied during a load ends: only a clock can tell them apart. Stopped or
+                    // restarted after minutes of silence by the log's own timestamps, it hung.
+                    hang = end != End::Eof;
+                    obs.stalled = hang;
                     obs.log.push(line.clone());
                     obs.log.extend(tail.iter().cloned());
+                    if !hang {
+                        incomplete = true;
+                        loading_at_end = true;
+                    }
                 } else if p.interrupted {
                     obs.end = Some(PromptEnd::Interrupted { node_id: None });
                 } else {
@@ -861,8 +968,15 @@ impl State {
                         }
                         End::Stopped => {
                             obs.interrupted_by_user = true;
-                            explanation =
-                                Some("ComfyUI was stopped (Ctrl-C) while this prompt ran".into());
+                            explanation = Some(match (&p.pending_load, stalled_for) {
+                                (Some((_, _, model, _)), None) => format!(
+                                    "ComfyUI was stopped (Ctrl-C) while it was loading {model}; the log has no timestamps to say for how long (minutes of silence after 'Requested to load' would be the known hang at load, #13730)"
+                                ),
+                                (Some((_, _, model, _)), Some(s)) => format!(
+                                    "ComfyUI was stopped (Ctrl-C) {s:.0} s after 'Requested to load {model}': too soon to call it a hang"
+                                ),
+                                _ => "ComfyUI was stopped (Ctrl-C) while this prompt ran".into(),
+                            });
                         }
                         _ => incomplete = true,
                     }
@@ -871,11 +985,17 @@ impl State {
             }
         };
         let mut v = if incomplete {
+            let explanation = match (&model, loading_at_end) {
+                (Some(model), true) => format!(
+                    "the log ends after 'Requested to load {model}', before it loaded. The known hang at load (#13730) stops here too, but so does any log copied while a model loads: it is a hang if ComfyUI was still running minutes later with nothing more in its log and the prompt still in the queue, or if timestamps show minutes of silence after this line"
+                ),
+                _ => "the log ends while this prompt runs: it was still running when the log was copied, or ComfyUI stopped without a word".into(),
+            };
             Classification {
                 outcome: Outcome::Pass,
                 evidence: tail.iter().rev().take(3).rev().cloned().collect(),
                 signatures: Vec::new(),
-                explanation: Some("the log ends while this prompt runs: it was still running when the log was copied, or ComfyUI stopped without a word".into()),
+                explanation: Some(explanation),
             }
         } else {
             classify::classify_prompt(&obs)
@@ -889,19 +1009,21 @@ impl State {
             v.signatures.insert(0, hang_sig.id);
             v.explanation = Some(match end {
                 End::Restart => format!(
-                    "ComfyUI was restarted while it was still loading {model}: it hung after 'Requested to load {model}'"
+                    "ComfyUI was restarted after its log had been silent for minutes while loading {model}: it hung after 'Requested to load {model}'"
                 ),
                 End::Stopped => format!(
-                    "ComfyUI was stopped (Ctrl-C) while it was still loading {model}: it hung after 'Requested to load {model}'"
+                    "ComfyUI was stopped (Ctrl-C) after its log had been silent for minutes while loading {model}: it hung after 'Requested to load {model}'"
                 ),
-                _ => format!(
-                    "the log ends after 'Requested to load {model}' with no 'loaded …' or 'prepared for dynamic VRAM loading' line: ComfyUI stalled loading the model"
-                ),
+                _ => unreachable!("a log that ends is not a hang by itself"),
             });
+            if let Some(s) = stalled_for {
+                v.evidence
+                    .push(format!("nothing in the log for {s:.0} s after this line"));
+            }
             let (line, text) = p
                 .pending_load
                 .as_ref()
-                .map_or((number, String::new()), |(n, t, _)| (*n, t.clone()));
+                .map_or((number, String::new()), |(n, t, _, _)| (*n, t.clone()));
             let ordinal = p.ordinal.map(|o| if p.after_passes { o } else { 1 });
             self.tally(hang_sig, &text, line, Some((ordinal, p.serial)));
             return self.finish_prompt(p, v, false, executed_in, number);
