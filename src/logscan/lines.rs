@@ -118,6 +118,20 @@ pub const MARKERS: &[Marker] = &[
         true,
         r"No working comfy-aimdo install detected",
     ),
+    // The version lines can come before any line that starts a startup block (an excerpt,
+    // a launcher that prints them first): they belong to a start all the same.
+    m(
+        Kind::Announce,
+        "ComfyUI version: ",
+        true,
+        r"ComfyUI version: ",
+    ),
+    m(
+        Kind::Announce,
+        "pytorch version: ",
+        true,
+        r"pytorch version: ",
+    ),
     m(
         Kind::Announce,
         "Unsupported Pytorch detected",

@@ -323,6 +323,18 @@ To see the GUI go to: http://127.0.0.1:8188
     }
 
     #[test]
+    fn version_lines_before_the_startup_block_belong_to_the_start() {
+        let log = "pytorch version: 2.7.0+cu128\nComfyUI version: 0.3.40\nTotal VRAM 8151 MB, total RAM 16088 MB\nDevice: cuda:0 NVIDIA GeForce RTX 3070 : cudaMallocAsync\nTo see the GUI go to: http://127.0.0.1:8188\ngot prompt\nPrompt executed in 2.00 seconds\n";
+        let r = scan_bytes("early.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.starts_total, 1);
+        let f = &r.startup.facts;
+        assert_eq!(f.comfyui_version.as_deref(), Some("0.3.40"));
+        assert_eq!(f.pytorch_version.as_deref(), Some("2.7.0+cu128"));
+        assert_eq!(f.dynamic_vram, Some(false));
+        assert_eq!(r.outcome, Some(Outcome::Pass));
+    }
+
+    #[test]
     fn a_load_followed_by_sampling_is_not_a_hang() {
         // The `prepared for dynamic VRAM` line can drop to DEBUG; a progress bar after the
         // load request shows the model did load.
