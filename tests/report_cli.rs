@@ -98,6 +98,7 @@ fn command(f: &Fixture) -> std::process::Command {
         .env("HOME", &f.home)
         .env("USER", "alice.smith")
         .env("LOGNAME", "alice.smith")
+        .env("HOSTNAME", "alice-workstation")
         .env("VRAMBISECT_NVML_LIB", &f.nvml)
         .env("VRAMBISECT_FAKE_GPU_STATE", &f.state)
         .env(
@@ -185,11 +186,69 @@ fn shared() -> &'static Fixture {
         let mut h: Value = serde_json::from_str(&std::fs::read_to_string(&hist).unwrap()).unwrap();
         h["extra_data"] = json!({"api_key_comfy_org": "comfyui-abcdef0123456789abcdef"});
         std::fs::write(&hist, serde_json::to_string_pretty(&h).unwrap()).unwrap();
+        // Every kind of secret of the redaction corpus, in every file of the session.
+        plant_everywhere(&f.session);
         // The GPU as a report made later finds it: idle again.
         install.write_idle_gpu_state(&[(999999, 1200)]);
         drop(install);
         f
     })
+}
+
+/// The redaction corpus, with this fixture's names filled in: (what, text, secret).
+fn planted() -> Vec<(String, String, String)> {
+    let doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(support::fixture("redaction/planted.json")).unwrap(),
+    )
+    .unwrap();
+    let fill = |v: &Value| {
+        v.as_str()
+            .unwrap()
+            .replace("{user}", "alice.smith")
+            .replace("{full_name}", "Alice Smith")
+            .replace("{host}", "alice-workstation")
+    };
+    doc.as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (fill(&e["what"]), fill(&e["text"]), fill(&e["secret"])))
+        .collect()
+}
+
+/// Appends the corpus to every log and adds it to every JSON object of the session folder
+/// (as a list under `planted`, and as the text of the workflow's prompt node).
+fn plant_everywhere(dir: &Path) {
+    let texts: Vec<String> = planted().into_iter().map(|(_, t, _)| t).collect();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            plant_everywhere(&path);
+            continue;
+        }
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.ends_with(".log") {
+            let mut body = std::fs::read_to_string(&path).unwrap();
+            for t in &texts {
+                body.push_str(t);
+                body.push('\n');
+            }
+            std::fs::write(&path, body).unwrap();
+        } else if name.ends_with(".json") {
+            let mut v: Value =
+                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            if let Some(map) = v.as_object_mut() {
+                // A workflow's top-level keys are its nodes: there, the prompt node's text.
+                if name == "workflow.json" {
+                    if let Some(inputs) = map.get_mut("6").and_then(|n| n.get_mut("inputs")) {
+                        inputs["text"] = json!(texts.join("\n"));
+                    }
+                } else {
+                    map.insert("planted".into(), json!(texts));
+                }
+            }
+            std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+        }
+    }
 }
 
 /// Builds a bundle of `dir` (extra arguments after it), returns the process output.
@@ -329,6 +388,23 @@ fn no_planted_secret_survives_and_the_evidence_does() {
             );
         }
     }
+    // The redaction corpus, planted in every file of the session.
+    for (what, _, secret) in planted() {
+        for (name, bytes) in files {
+            if name.ends_with(".png") {
+                continue;
+            }
+            let text = String::from_utf8_lossy(bytes);
+            assert!(
+                !text.contains(&secret),
+                "{what} ({secret}) survived in {name}:\n{}",
+                text.lines()
+                    .filter(|l| l.contains(&secret))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+        }
+    }
     let log = text(files, "runs/001/comfyui.log");
     let issue = text(files, "ISSUE.md");
     for e in EVIDENCE {
@@ -386,7 +462,8 @@ fn redaction_is_reported_per_kind_and_file() {
         .unwrap_or_else(|| panic!("{stdout}"));
     assert!(line.contains("runs/001/comfyui.log"), "{line}");
     assert!(stdout.contains("values of secret-named keys"));
-    assert!(stdout.contains("workflow.json"));
+    // Long file lists are cut to a few names and a count.
+    assert!(stdout.contains(" more"), "{stdout}");
     assert!(stdout.contains("environment variables outside the allowlist"));
     assert!(stdout.contains("issues/new?template=bug-report.yml"));
     // No secret on the terminal either.

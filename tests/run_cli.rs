@@ -65,6 +65,19 @@ fn pass_with_two_iterations_keeps_everything() {
     ] {
         assert!(dir.join(file).is_file(), "{file} kept");
     }
+    // The run folder holds raw logs and the workflow: only its owner may read it.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                assert_eq!(mode(&path), 0o600, "{}", path.display());
+            }
+        }
+    }
     assert!(
         std::fs::read_to_string(dir.join("comfyui.log"))
             .unwrap()

@@ -49,9 +49,9 @@ pub const RESULT_FILE: &str = "result.json";
 pub fn create(dir: &Path, spec: &SessionSpec) -> Result<PathBuf> {
     let dir = run::folder::create(dir)?;
     let text = serde_json::to_string_pretty(spec).expect("spec serialises");
-    std::fs::write(dir.join(SPEC_FILE), text + "\n")
+    crate::private::write(&dir.join(SPEC_FILE), text + "\n")
         .map_err(|e| io_error("write", &dir.join(SPEC_FILE), &e))?;
-    std::fs::create_dir_all(dir.join("runs"))
+    crate::private::create_dir_all(&dir.join("runs"))
         .map_err(|e| io_error("create", &dir.join("runs"), &e))?;
     Ok(dir)
 }
@@ -126,7 +126,7 @@ pub fn tallies(entries: &[Entry]) -> Vec<Tally> {
 
 /// Appends one entry as one line, flushed to disk before the next run starts.
 fn append(path: &Path, entry: &Entry) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new()
+    let mut f = crate::private::options()
         .create(true)
         .append(true)
         .read(true)

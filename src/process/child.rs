@@ -95,7 +95,7 @@ impl Child {
     {
         let (out_r, out_w) = os_pipe::pipe()?;
         let (err_r, err_w) = os_pipe::pipe()?;
-        let log = Arc::new(Mutex::new(File::create(log)?));
+        let log = Arc::new(Mutex::new(crate::private::create(log)?));
         let expr = spec
             .expression(true)
             .stdin_null()

@@ -271,6 +271,7 @@ pub fn is_secret_name(key: &str) -> bool {
         "authtoken",
         "credential",
         "bearer",
+        "csrf",
     ];
     if ANYWHERE.iter().any(|w| lower.contains(w)) {
         return true;
@@ -282,6 +283,8 @@ pub fn is_secret_name(key: &str) -> bool {
         "pwd",
         "cookie",
         "sessionid",
+        "sid",
+        "jwt",
     ];
     words(key).iter().any(|w| WORDS.contains(&w.as_str()))
 }
@@ -337,6 +340,11 @@ fn harmless_value(v: &str) -> bool {
 
 struct Rules {
     pem: Regex,
+    pem_open: Regex,
+    flag_value: Regex,
+    url: Regex,
+    local_host: Regex,
+    hex32: Regex,
     url_credentials: Regex,
     bearer: Regex,
     tokens: Vec<Regex>,
@@ -358,6 +366,20 @@ fn rules() -> &'static Rules {
             pem: re(
                 r"-----BEGIN ([A-Z ]*)PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
             ),
+            // A pasted key whose END line is missing: the body runs to the first line that
+            // is not base64.
+            pem_open: re(
+                r"-----BEGIN ([A-Z ]*)PRIVATE KEY-----(?:[ \t]*\r?\n?[ \t]*[A-Za-z0-9+/=]{8,})*",
+            ),
+            // `--password VALUE`, `--api-key VALUE`: a secret flag with its value after a space.
+            flag_value: re(r#"(?P<flag>--?(?P<key>[A-Za-z][A-Za-z0-9_-]*))(?P<sp>[ \t]+)(?P<val>"[^"\n]*"|'[^'\n]*'|[^\s"'-][^\s]*)"#),
+            url: re(r#"(?i)\b(?:https?|wss?|ftp)://[^\s"'<>`]+"#),
+            // Names that only a local network resolves (mDNS, home routers, private DNS).
+            local_host: re(
+                r"(?i)\b[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\.(?:local|lan|home|internal|intranet|localdomain|home\.arpa|fritz\.box|corp)\b",
+            ),
+            // 32 hex digits standing alone: an API key (Civitai's have no prefix), an MD5.
+            hex32: re(r"\b[0-9a-fA-F]{32}\b"),
             url_credentials: re(r"\b([A-Za-z][A-Za-z0-9+.-]{1,20}://)([^/\s:@\[\]]+):([^/\s@]+)@"),
             bearer: re(r"(?i)\b(bearer)(\s+)([A-Za-z0-9._~+/-]{8,}=*)"),
             tokens: [
@@ -423,6 +445,137 @@ fn word_pattern(names: &[String]) -> Option<Regex> {
     .ok()
 }
 
+/// A user name also inside longer names (`alice_portrait_v3.safetensors`, `alice-renders`):
+/// only letters and digits continue a name.
+fn name_pattern(names: &[String]) -> Option<Regex> {
+    if names.is_empty() {
+        return None;
+    }
+    let mut names: Vec<&String> = names.iter().collect();
+    names.sort_by_key(|n| std::cmp::Reverse(n.len()));
+    let alts: Vec<String> = names.iter().map(|n| regex::escape(n)).collect();
+    Regex::new(&format!(
+        r"(?i)(?P<pre>^|[^A-Za-z0-9])(?P<name>{})(?P<post>[^A-Za-z0-9]|$)",
+        alts.join("|")
+    ))
+    .ok()
+}
+
+/// Takes a URL apart: user info, the values of query keys that look secret or random, long
+/// random path segments and local host names go; the rest stays readable.
+fn redact_url(url: &str, tally: &mut Redactions) -> String {
+    // Trailing punctuation belongs to the sentence, not the URL.
+    let mut end = url.trim_end_matches(['.', ',', ';', ':', '!', '?']).len();
+    if url[..end].ends_with(')') && !url[..end].contains('(') {
+        end -= 1;
+    }
+    let (url, tail) = url.split_at(end);
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return format!("{url}{tail}");
+    };
+    let (before_frag, frag) = match rest.split_once('#') {
+        Some((a, f)) => (a, Some(f)),
+        None => (rest, None),
+    };
+    let (before_query, query) = match before_frag.split_once('?') {
+        Some((a, q)) => (a, Some(q)),
+        None => (before_frag, None),
+    };
+    let (authority, path) = match before_query.find('/') {
+        Some(i) => before_query.split_at(i),
+        None => (before_query, ""),
+    };
+    let mut out = format!("{scheme}://");
+    let host_port = match authority.rsplit_once('@') {
+        Some((info, hp)) => {
+            if info != "[credentials]" {
+                bump(tally, Kind::UrlCredentials);
+            }
+            out.push_str("[credentials]@");
+            hp
+        }
+        None => authority,
+    };
+    out.push_str(host_port);
+    let segments: Vec<String> = path
+        .split('/')
+        .map(|seg| {
+            if random_looking(seg, 24) {
+                bump(tally, Kind::Token);
+                "[token]".to_string()
+            } else {
+                seg.to_string()
+            }
+        })
+        .collect();
+    out.push_str(&segments.join("/"));
+    if let Some(q) = query {
+        out.push('?');
+        let parts: Vec<String> = q
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, v)) if !v.is_empty() && !harmless_value(v) => {
+                    if is_secret_name(k) || query_secret(k) || random_looking(v, 16) {
+                        bump(tally, Kind::SecretValue);
+                        format!("{k}={REDACTED}")
+                    } else {
+                        kv.to_string()
+                    }
+                }
+                _ => kv.to_string(),
+            })
+            .collect();
+        out.push_str(&parts.join("&"));
+    }
+    if let Some(f) = frag {
+        out.push('#');
+        if random_looking(f, 16) || f.contains("token") {
+            bump(tally, Kind::SecretValue);
+            out.push_str(REDACTED);
+        } else {
+            out.push_str(f);
+        }
+    }
+    out.push_str(tail);
+    out
+}
+
+/// Query keys that carry credentials in URLs though they say little by themselves.
+fn query_secret(key: &str) -> bool {
+    matches!(
+        key.to_ascii_lowercase().as_str(),
+        "key" | "sig" | "session" | "code" | "st" | "se" | "sv" | "hmac" | "expires"
+    ) || words(key)
+        .iter()
+        .any(|w| matches!(w.as_str(), "signature" | "credential" | "sig"))
+}
+
+/// A value that looks generated rather than written: at least `min` characters of letters,
+/// digits and `-_.~+/=`, with both letters and digits, and no vowel-rich words in it.
+fn random_looking(v: &str, min: usize) -> bool {
+    let v = v.trim();
+    if v.len() < min
+        || !v
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.~+/=%".contains(c))
+    {
+        return false;
+    }
+    let digits = v.chars().filter(char::is_ascii_digit).count();
+    let letters = v.chars().filter(char::is_ascii_alphabetic).count();
+    if digits == 0 || letters == 0 {
+        return false;
+    }
+    // File names and slugs (`flux1-dev-fp8.safetensors`) are words joined by separators:
+    // a generated value has long runs without one.
+    let longest_run = v
+        .split(|c: char| "-_./".contains(c))
+        .map(str::len)
+        .max()
+        .unwrap_or(0);
+    longest_run >= min.min(16)
+}
+
 impl Redactor {
     pub fn new(identity: &Identity) -> Redactor {
         let mut homes = Vec::new();
@@ -442,7 +595,7 @@ impl Redactor {
         }
         Redactor {
             homes,
-            users: word_pattern(&identity.users),
+            users: name_pattern(&identity.users),
             hosts: word_pattern(&identity.hosts),
         }
     }
@@ -459,6 +612,16 @@ impl Redactor {
             },
             tally,
         );
+        out = replace(
+            &r.pem_open,
+            &out,
+            |c, t| {
+                bump(t, Kind::PrivateKey);
+                format!("[{}private key]", c[1].to_ascii_lowercase())
+            },
+            tally,
+        );
+        out = replace(&r.url, &out, |c, t| redact_url(&c[0], t), tally);
         out = replace(
             &r.url_credentials,
             &out,
@@ -477,7 +640,7 @@ impl Redactor {
             },
             tally,
         );
-        for re in &r.tokens {
+        for re in r.tokens.iter().chain([&r.hex32]) {
             out = replace(
                 re,
                 &out,
@@ -494,7 +657,8 @@ impl Redactor {
             |c, t| {
                 let key = &c["key"];
                 let val = &c["val"];
-                if !is_secret_name(key) || harmless_value(val) {
+                // `https://…` is a URL, already taken apart above, not `https: value`.
+                if !is_secret_name(key) || harmless_value(val) || val.starts_with("//") {
                     return c[0].to_string();
                 }
                 bump(t, Kind::SecretValue);
@@ -508,6 +672,30 @@ impl Redactor {
                     &c["sep"],
                     c.name("scheme").map(|m| m.as_str()).unwrap_or("")
                 )
+            },
+            tally,
+        );
+        out = replace(
+            &r.flag_value,
+            &out,
+            |c, t| {
+                if !is_secret_name(&c["key"]) || harmless_value(&c["val"]) {
+                    return c[0].to_string();
+                }
+                bump(t, Kind::SecretValue);
+                format!("{}{}{REDACTED}", &c["flag"], &c["sp"])
+            },
+            tally,
+        );
+        out = replace(
+            &r.local_host,
+            &out,
+            |c, t| {
+                if c[0].starts_with('[') {
+                    return c[0].to_string();
+                }
+                bump(t, Kind::HostName);
+                "[host]".to_string()
             },
             tally,
         );
@@ -567,9 +755,10 @@ impl Redactor {
             },
             tally,
         );
+        // Host names first: `alice-desktop` is the host, not the user `alice` and a suffix.
         for (re, kind, placeholder) in [
-            (&self.users, Kind::UserName, "[user]"),
             (&self.hosts, Kind::HostName, "[host]"),
+            (&self.users, Kind::UserName, "[user]"),
         ] {
             if let Some(re) = re {
                 out = replace_words(re, &out, kind, placeholder, tally);
@@ -727,7 +916,11 @@ fn redact_ipv4(re: &Regex, s: &str, tally: &mut Redactions) -> String {
     for m in re.find_iter(s) {
         let before = s[..m.start()].chars().next_back();
         let after: Vec<char> = s[m.end()..].chars().take(2).collect();
-        let versionish = before.is_some_and(|c| c.is_alphabetic() || "=.-_+".contains(c))
+        // `pkg==9.1.0.70` is a version; `--listen=192.168.1.5` an address.
+        let before2 = s[..m.start()].chars().rev().nth(1);
+        let assigned = before == Some('=') && before2.is_some_and(|c| c != '=');
+        let versionish = (!assigned
+            && before.is_some_and(|c| c.is_alphabetic() || "=.-_+".contains(c)))
             || (after.first() == Some(&'.') && after.get(1).is_some_and(|c| c.is_ascii_digit()))
             || after.first().is_some_and(|c| *c == '-' || *c == '+');
         let ip: Option<std::net::Ipv4Addr> = m.as_str().parse().ok();
@@ -1087,5 +1280,46 @@ mod tests {
         assert!(env_allowed("pytorch_cuda_alloc_conf"));
         assert!(!env_allowed("HF_TOKEN"));
         assert!(!env_allowed("PATH"));
+    }
+}
+
+/// Secrets and personal data of every kind, as users have them in logs, command lines and
+/// workflows (`fixtures/redaction/planted.json`, with `{user}`, `{full_name}` and `{host}`
+/// standing for the machine's names); none may survive. `tests/report_cli.rs` plants each in
+/// every kind of file a bundle holds.
+#[cfg(test)]
+mod planted {
+    #[test]
+    fn nothing_planted_survives_the_text_rules() {
+        let planted: serde_json::Value =
+            serde_json::from_str(include_str!("../../fixtures/redaction/planted.json")).unwrap();
+        let mut id = super::Identity::default();
+        id.add_home("/home/alice");
+        id.add_user("alice");
+        id.add_home(r"C:\Users\Alice Smith");
+        id.add_host("alice-desktop.lan");
+        let r = super::Redactor::new(&id);
+        let fill = |s: &str| {
+            s.replace("{user}", "alice")
+                .replace("{full_name}", "Alice Smith")
+                .replace("{host}", "alice-desktop")
+        };
+        let mut survived = Vec::new();
+        let entries = planted.as_array().unwrap();
+        for e in entries {
+            let what = e["what"].as_str().unwrap();
+            let text = fill(e["text"].as_str().unwrap());
+            let secret = fill(e["secret"].as_str().unwrap());
+            let mut t = super::Redactions::new();
+            let out = r.text(&text, &mut t);
+            if out.contains(&secret) {
+                survived.push(format!("{what}: {out}"));
+            }
+            // Redacting twice changes nothing.
+            let mut t2 = super::Redactions::new();
+            assert_eq!(r.text(&out, &mut t2), out, "{what}");
+        }
+        assert!(survived.is_empty(), "survived:\n{}", survived.join("\n"));
+        assert!(entries.len() >= 40);
     }
 }

@@ -35,7 +35,7 @@ pub fn rejected(n: u32) -> String {
 pub fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {
     let text = serde_json::to_string_pretty(value)
         .map_err(|e| Error::environment(format!("cannot encode {}: {e}", path.display())))?;
-    std::fs::write(path, text + "\n").map_err(|e| Error {
+    crate::private::write(path, text + "\n").map_err(|e| Error {
         kind: crate::error::ErrorKind::Environment,
         ..crate::error::io_error("write", path, &e)
     })
@@ -108,7 +108,7 @@ pub fn create(dir: &Path) -> Result<PathBuf> {
             );
         }
     }
-    std::fs::create_dir_all(dir)
+    crate::private::create_dir_all(dir)
         .map_err(|e| crate::error::io_error("create run folder", dir, &e))?;
     Ok(std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()))
 }

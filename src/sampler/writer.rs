@@ -76,7 +76,7 @@ impl Writers {
         jsonl: Option<&Path>,
     ) -> Result<Writers, (PathBuf, std::io::Error)> {
         let open = |p: &Path| -> Result<Out, (PathBuf, std::io::Error)> {
-            let f = File::create(p).map_err(|e| (p.to_path_buf(), e))?;
+            let f = crate::private::create(p).map_err(|e| (p.to_path_buf(), e))?;
             Ok(Out {
                 path: p.to_path_buf(),
                 w: BufWriter::with_capacity(64 * 1024, f),
