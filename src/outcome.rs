@@ -121,6 +121,22 @@ impl Outcome {
     }
 
     /// A memory failure of the kind vrambisect exists for.
+    /// Whether ComfyUI is still running after a prompt with this outcome (it caught the
+    /// error, or nothing went wrong), so its memory after the prompt means something.
+    pub fn server_survives(self) -> bool {
+        matches!(
+            self,
+            Outcome::Pass
+                | Outcome::Oom
+                | Outcome::AcceleratorOom
+                | Outcome::Vbar
+                | Outcome::AimdoFault
+                | Outcome::TensorrtAllocator
+                | Outcome::NodeError
+                | Outcome::InvalidWorkflow
+        )
+    }
+
     pub fn is_memory(self) -> bool {
         matches!(
             self,

@@ -179,6 +179,27 @@ fn not_reproduced_after_the_repeats() {
 }
 
 #[test]
+fn ram_that_is_not_returned_is_said_even_when_nothing_fails() {
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"rules": [{"effect": "pass", "ram_growth_mb": 300}]}),
+    );
+    let (code, doc, _) = bisect(&install, SD15, &["--iterations", "2"]);
+    assert_eq!(code, 1);
+    assert_eq!(doc["verdict"]["kind"], "not_reproduced");
+    let statement = doc["verdict"]["statement"].as_str().unwrap();
+    assert!(
+        statement.contains("RAM grew by") && statement.contains("per prompt and was not returned"),
+        "{statement}"
+    );
+    let base = &doc["configs"][0];
+    assert!(
+        base["ram_growth_per_prompt_bytes"].as_i64().unwrap() > 200 << 20,
+        "{base}"
+    );
+}
+
+#[test]
 fn invalid_workflow_is_untestable_at_once() {
     let install = FakeComfy::new("0.38.1", Value::Null);
     let (code, doc, _) = bisect(

@@ -680,6 +680,56 @@ fn no_redact_keeps_paths_and_warns() {
 }
 
 #[test]
+fn ram_not_returned_is_in_issue_md() {
+    let install = support::comfy::FakeComfy::new(
+        "0.38.1",
+        json!({"rules": [{"effect": "pass", "ram_growth_mb": 300}]}),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let run_dir = tmp.path().join("run");
+    let wf = support::fixture("workflows/sd15_txt2img.json");
+    let out = vrambisect()
+        .args([
+            "run",
+            "--json",
+            "--iterations",
+            "2",
+            "--comfyui",
+            install.path_str(),
+        ])
+        .arg("--workflow")
+        .arg(&wf)
+        .arg("--output")
+        .arg(&run_dir)
+        .output()
+        .unwrap();
+    install.assert_nothing_left();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let zip = tmp.path().join("bundle.zip");
+    let out = vrambisect()
+        .arg("report")
+        .arg(&run_dir)
+        .arg("--output")
+        .arg(&zip)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let issue = text(&unzip(&zip), "ISSUE.md");
+    assert!(issue.contains("**RAM not returned.**"), "{issue}");
+    assert!(issue.contains("RAM +300 MiB per prompt, not returned"), "{issue}");
+}
+
+#[test]
 fn bad_folders_and_outputs_are_usage_errors() {
     let tmp = tempfile::tempdir().unwrap();
     let (code, doc, _) = support::json(&["report", tmp.path().to_str().unwrap()]);

@@ -534,6 +534,57 @@ fn low_host_memory_stops_the_run_as_host_oom() {
     );
 }
 
+#[test]
+fn ram_kept_after_each_prompt_is_a_finding() {
+    // Every prompt keeps 300 MiB (a node caching tensors): the prompts pass, RAM grows.
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"rules": [{"effect": "pass", "ram_growth_mb": 300}]}),
+    );
+    let (code, doc, tmp) = run(&install, SD15, &["--iterations", "3"]);
+    assert_eq!(code, 0, "{doc:#}");
+    let g = &doc["ram_growth"];
+    assert_eq!(g["prompts"], 2, "{doc:#}");
+    let per = g["per_prompt_bytes"].as_i64().unwrap();
+    assert!((250 << 20..400 << 20).contains(&per), "{per}");
+    let statement = g["statement"].as_str().unwrap();
+    assert!(
+        statement.starts_with("RAM +") && statement.contains("per prompt, not returned"),
+        "{statement}"
+    );
+    for it in doc["iterations"].as_array().unwrap() {
+        assert!(
+            it["ram_retained_bytes"].as_i64().unwrap() > 200 << 20,
+            "{it}"
+        );
+    }
+    // The human summary says it too.
+    let record = tmp.path().join("run/record.json");
+    let rec: vrambisect::run::RunRecord =
+        serde_json::from_str(&std::fs::read_to_string(record).unwrap()).unwrap();
+    let mut out = Vec::new();
+    vrambisect::run::render::summary(&rec, &vrambisect::output::Style::plain(), &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains(statement), "{text}");
+}
+
+#[test]
+fn a_stopped_prompt_has_no_ram_figure() {
+    // The RAM guard stops the prompt: no "after" reading of a live process, so no figure
+    // (it was -928 MiB before), and no growth finding.
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"timing": {"node_time": 0.5}, "rules": [{"effect": "pass", "ram_growth_mb": 100}]}),
+    );
+    let (code, doc, _) = run(&install, SD15, &["--min-available-ram", "100000G"]);
+    assert_eq!(code, 1, "{doc:#}");
+    assert_eq!(doc["outcome"], "host_oom");
+    for it in doc["iterations"].as_array().unwrap() {
+        assert!(it["ram_retained_bytes"].is_null(), "{it}");
+    }
+    assert!(doc["ram_growth"].is_null());
+}
+
 /// Starts `vrambisect run --json` on `install` with its output in `tmp/name`, its locks in
 /// `locks`, and (with `gpu`) the fake NVIDIA GPU the stand-in simulates.
 fn spawn_session(

@@ -64,6 +64,9 @@ pub struct ConfigResult {
     pub unresolved: usize,
     pub peak_vram_bytes: Option<u64>,
     pub peak_ram_bytes: Option<u64>,
+    /// The most RAM kept per prompt in a run of it, when RAM grew (null otherwise).
+    #[serde(default)]
+    pub ram_growth_per_prompt_bytes: Option<i64>,
     pub mean_duration_ms: u64,
     pub run_dirs: Vec<PathBuf>,
 }
@@ -150,6 +153,7 @@ pub fn build(
             unresolved: target.map(|o| t.others(o)).unwrap_or(0),
             peak_vram_bytes: t.trials.iter().filter_map(|r| r.peak_vram_bytes).max(),
             peak_ram_bytes: t.trials.iter().filter_map(|r| r.peak_ram_bytes).max(),
+            ram_growth_per_prompt_bytes: t.trials.iter().filter_map(|r| r.ram_growth_bytes).max(),
             mean_duration_ms: if t.trials.is_empty() {
                 0
             } else {
@@ -164,13 +168,20 @@ pub fn build(
         .and_then(|c| tallies.iter().find(|t| t.config.key == c.key));
     let ran: Vec<&Tally> = tallies.iter().filter(|t| t.runs() > 0).collect();
     let untestable = ran.iter().filter(|t| could_not_start(t, space)).count();
-    let statement = statement(
+    let mut statement = statement(
         found,
         &baseline,
         verdict_tally,
         ran.len() - untestable,
         untestable,
     );
+    // RAM that is not given back is a finding whatever the verdict.
+    if let Some(g) = base.and_then(|t| t.trials.iter().filter_map(|r| r.ram_growth_bytes).max()) {
+        statement.push_str(&format!(
+            " With your flags RAM grew by {} per prompt and was not returned.",
+            crate::text::bytes(g)
+        ));
+    }
     BisectResult {
         baseline,
         verdict: Verdict {
@@ -321,7 +332,14 @@ pub fn render(r: &BisectResult, style: &Style, out: &mut dyn Write) -> io::Resul
             Cell::new(outcome),
             Cell::new(format!("{}/{}", c.passes, c.runs)),
             Cell::new(gib(c.peak_vram_bytes)),
-            Cell::new(gib(c.peak_ram_bytes)),
+            Cell::new(match c.ram_growth_per_prompt_bytes {
+                Some(g) => format!(
+                    "{} (+{}/prompt kept)",
+                    gib(c.peak_ram_bytes),
+                    crate::text::bytes(g)
+                ),
+                None => gib(c.peak_ram_bytes),
+            }),
             Cell::new(format!("{:.1} s", c.mean_duration_ms as f64 / 1000.0)),
         ]);
     }

@@ -18,6 +18,9 @@ pub struct Trial {
     pub duration_ms: u64,
     pub peak_vram_bytes: Option<u64>,
     pub peak_ram_bytes: Option<u64>,
+    /// RAM kept per prompt when it grew (`RamGrowth`), for old journals null.
+    #[serde(default)]
+    pub ram_growth_bytes: Option<i64>,
 }
 
 impl Trial {
@@ -28,6 +31,7 @@ impl Trial {
             duration_ms: 0,
             peak_vram_bytes: None,
             peak_ram_bytes: None,
+            ram_growth_bytes: None,
         }
     }
 }

@@ -224,6 +224,7 @@ impl Oracle for LiveOracle<'_> {
             duration_ms: record.duration_ms,
             peak_vram_bytes: record.peaks.vram_used_bytes,
             peak_ram_bytes: record.peaks.ram_comfyui_bytes,
+            ram_growth_bytes: record.ram_growth.as_ref().map(|g| g.per_prompt_bytes),
         };
         self.reporter.session(&SessionEvent::RunFinished {
             n,

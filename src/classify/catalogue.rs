@@ -103,6 +103,18 @@ pub const SIGNATURES: &[Signature] = &[
         flags_to_try: &[],
         issues: &[],
     },
+    Signature {
+        id: "desktop_start_failed",
+        outcome: Outcome::StartupFailed,
+        phase: Phase::Startup,
+        // ComfyUI Desktop's `main.log` when its Python server dies before it is ready
+        // (`fixtures/logs/real/68-*`).
+        pattern: r"Unhandled exception during server start",
+        title: "ComfyUI Desktop's server did not start",
+        meaning: "the Desktop app's Python process ended before the server was ready; its comfyui.log has the last lines ComfyUI wrote",
+        flags_to_try: &[],
+        issues: &[],
+    },
     // --- prompt: memory --------------------------------------------------------------------
     Signature {
         id: "cuda_oom_async",
@@ -278,7 +290,7 @@ pub const SIGNATURES: &[Signature] = &[
         outcome: Outcome::Crash,
         phase: Phase::Prompt,
         // What a shell or launcher prints when its child dies of SIGKILL.
-        pattern: r"^Killed$|^Killed: 9$|: line \d+: +\d+ Killed +|^\[\d+\]\+? +Killed +|^zsh: killed +|^(\[\d+\]\+? +)?\d+ +killed +\S",
+        pattern: r"^Killed$|^Killed: 9$|: line \d+: +\d+ Killed +|^\[\d+\]\+? +Killed +|^zsh: killed +|^(\[\d+\]\+? +)?\d+ +killed +\S|exited with code 137$",
         title: "ComfyUI was killed (SIGKILL)",
         meaning: "something killed ComfyUI from outside; on Linux that is most often the kernel's OOM killer when RAM and swap run out (look for 'Out of memory: Killed process' in 'dmesg' or 'journalctl -k')",
         flags_to_try: &["--disable-pinned-memory", "--cache-none", "--cache-ram=4"],
@@ -307,7 +319,7 @@ pub const SIGNATURES: &[Signature] = &[
         // What is left when ComfyUI dies without a word: the portable build's `.bat` runs
         // `pause` after python returns (its echo `…>pause` and the localized prompt), and the
         // Desktop app logs the exit code (`fixtures/logs/real/01-*`, `02-*`, `24-*`).
-        pattern: r">pause$|^Press any key to continue \. \. \.|^请按任意键继续|Python process exited with code -?\d+",
+        pattern: r">pause$|^Press any key to continue \. \. \.|^[Pp]ress a key to continue|^请按任意键继续|Python process exited with code -?\d+",
         title: "ComfyUI exited without a message",
         meaning: "the Python process ended while this prompt ran and printed nothing: a native crash (Windows access violation, 3221225477 = 0xC0000005) or the system ending it for memory",
         flags_to_try: &[

@@ -93,6 +93,7 @@ pub fn normalize(raw: &str) -> Line {
         .unwrap_or("");
     let plain = strip_ansi(visible);
     let mut text = plain.as_str();
+    text = strip_compose(text);
     text = strip_timestamp(text);
     let mut level = None;
     if let Some(rest) = text.strip_prefix('[')
@@ -194,6 +195,29 @@ pub fn timestamp_secs(raw: &[u8]) -> Option<f64> {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
     Some(days as f64 * 86_400.0 + (hh * 3600 + mm * 60) as f64 + secs)
+}
+
+/// Removes `docker compose`'s `service  | ` prefix (`comfyui  | Requested to load WanVAE`).
+fn strip_compose(s: &str) -> &str {
+    let Some(bar) = s.find(" | ") else {
+        return s;
+    };
+    let name = s[..bar].trim_end();
+    let spaced = s[..bar].len() > name.len() || bar > 0;
+    if spaced
+        && !name.is_empty()
+        && name.len() <= 40
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+    {
+        return &s[bar + 3..];
+    }
+    s
 }
 
 /// Removes a launcher timestamp prefix: `2026-05-22T10:00:00.123456 - ` or
@@ -334,6 +358,19 @@ mod tests {
                 "got prompt",
             ),
             ("WARNING: not a logger: x", None, "WARNING: not a logger: x"),
+            // docker compose's service prefix.
+            (
+                "comfyui  | Requested to load WanVAE",
+                None,
+                "Requested to load WanVAE",
+            ),
+            (
+                "comfyui-1  | [INFO] got prompt",
+                Some(Level::Info),
+                "got prompt",
+            ),
+            // A table cell is not a prefix.
+            ("| a | b |", None, "| a | b |"),
         ];
         for (raw, level, text) in cases {
             let l = normalize(raw);

@@ -23,6 +23,9 @@ pub struct Input {
     pub encoding: &'static str,
     /// What the start of the file looks like when it is plainly not a log (`JSON`).
     pub looks_like: Option<&'static str>,
+    /// The start of the text names ComfyUI or PyTorch (a path, a custom node's prefix, a
+    /// module): a fragment worth reading even with no line logscan knows.
+    pub mentions_comfy: bool,
 }
 
 /// Opens `FILE` or `-` and checks that it can be a log.
@@ -81,11 +84,24 @@ pub fn sniff(name: String, mut raw: Box<dyn Read>) -> Result<Input> {
         return Err(Error::usage(format!("{shown} is {kind}, not a text log")).hint(hint));
     }
     head.drain(..skip);
-    let looks_like = match head.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'{') | Some(b'[') => Some("JSON (a workflow?)"),
+    let start = head
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(head.len());
+    let after = |i: usize| head[i..].iter().copied().find(|b| !b.is_ascii_whitespace());
+    let looks_like = match head.get(start) {
+        Some(b'{') => Some("JSON (a workflow?)"),
+        // `[{` or `["` is JSON; `[E] [TRT]`, `[INFO]` or `[2025-…]` is a log line.
+        Some(b'[') if matches!(after(start + 1), Some(b'{' | b'"' | b']')) => {
+            Some("JSON (a workflow?)")
+        }
         Some(b'<') => Some("HTML or XML"),
         _ => None,
     };
+    // (UTF-16 is still raw here: its NUL bytes are left out.)
+    let text: Vec<u8> = head.iter().copied().filter(|b| *b != 0).collect();
+    let lower = String::from_utf8_lossy(&text).to_ascii_lowercase();
+    let mentions_comfy = ["comfy", "torch"].iter().any(|w| lower.contains(w));
     let joined: Box<dyn Read> = Box::new(io::Cursor::new(head).chain(raw));
     let reader: Box<dyn Read> = match encoding {
         "utf-16le" => Box::new(Utf16Reader::new(joined, false)),
@@ -97,6 +113,7 @@ pub fn sniff(name: String, mut raw: Box<dyn Read>) -> Result<Input> {
         reader,
         encoding,
         looks_like,
+        mentions_comfy,
     })
 }
 

@@ -39,6 +39,7 @@ pub fn scan(input: input::Input, mode: Mode) -> Result<LogReport> {
         mut reader,
         encoding,
         looks_like,
+        mentions_comfy,
     } = input;
     let shown = if name == "-" {
         "standard input".to_string()
@@ -49,7 +50,9 @@ pub fn scan(input: input::Input, mode: Mode) -> Result<LogReport> {
     let (stats, tail) = reader::scan(&mut reader, prefilter::prefilter(), mode, &mut state)
         .map_err(|e| Error::usage(format!("cannot read {shown}: {e}")))?;
     let scanned = state.finish(&tail, stats.lines);
-    if scanned.recognized == 0 {
+    // Refuse only text with nothing of ComfyUI or PyTorch in it: a fragment is read for what
+    // it shows, and the report says what it could not see.
+    if scanned.recognized == 0 && !mentions_comfy {
         let hint = match looks_like {
             Some(kind) => format!(
                 "it looks like {kind}; logscan reads ComfyUI's console output or its user/comfyui.log"

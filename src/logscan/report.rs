@@ -117,6 +117,7 @@ impl LogReport {
             prompts_total,
             prompt_counts,
             tallies,
+            dynamic_loads,
             ..
         } = scanned;
         let startup = starts.last().map_or_else(Startup::default, |s| Startup {
@@ -129,6 +130,13 @@ impl LogReport {
             comfyui_dir: s.comfyui_dir.clone(),
             line: Some(s.line),
         });
+        // No startup block says it, but a model `prepared for dynamic VRAM loading` does.
+        let mut startup = startup;
+        if startup.facts.dynamic_vram.is_none() && dynamic_loads {
+            startup.facts.dynamic_vram = Some(true);
+            startup.facts.dynamic_vram_note =
+                Some("from 'prepared for dynamic VRAM loading' lines".into());
+        }
         let mut report = LogReport {
             file,
             encoding,
@@ -170,6 +178,9 @@ impl LogReport {
         }
         if report.ends_mid_prompt {
             report.not_seen.push("how the last prompt ended");
+        }
+        if report.prompts_total == 0 {
+            report.not_seen.push("a prompt");
         }
         report.known_issues = known_issues(tallies, &decisive);
         report.comparison = comparison(&report.starts);

@@ -34,6 +34,15 @@ const KEEP_STARTS: usize = 100;
 const TRACEBACK_LINES: u32 = 400;
 /// A start that is still not ready after this many lines is read with the pre-filter only.
 const STARTUP_LINES: u32 = 100_000;
+/// General signatures that a more specific one on the same line already says.
+const SUBSUMED: &[(&str, &[&str])] = &[
+    (
+        "cuda_oom_native",
+        &["cuda_oom_async", "gpu_oom_other_backend"],
+    ),
+    ("missing_module", &["missing_comfy_aimdo"]),
+];
+
 /// Silence after `Requested to load`, by the log's own timestamps, that makes a stop or
 /// restart a hang (a slow disk takes tens of seconds for a large model; the reported hangs
 /// last until someone gives up).
@@ -125,6 +134,8 @@ pub struct Scanned {
     pub tallies: Vec<SignatureHits>,
     /// Lines that only a ComfyUI log has.
     pub recognized: u64,
+    /// A model was `prepared for dynamic VRAM loading` somewhere in the log.
+    pub dynamic_loads: bool,
 }
 
 struct StartState {
@@ -259,6 +270,8 @@ pub struct State {
     opened: u64,
     /// The time stamped on the last line that had one (seconds, on the log's own clock).
     now: Option<f64>,
+    /// A model was `prepared for dynamic VRAM loading`: Dynamic VRAM was on.
+    dynamic_loads: bool,
 }
 
 impl Sink for State {
@@ -466,6 +479,9 @@ impl State {
             }
             Some(Kind::Loaded) => {
                 self.recognized += 1;
+                if text.contains("prepared for dynamic VRAM loading") {
+                    self.dynamic_loads = true;
+                }
                 // A model loads only for a prompt: after `Prompt executed` it is the next
                 // one's (queued earlier, so its `got prompt` came before).
                 if self.open.is_some() || self.current.as_ref().is_none_or(|s| s.up()) {
@@ -558,10 +574,13 @@ impl State {
         if !structural && !frame {
             // Every signature a line shows, but one per outcome: the catalogue lists the
             // specific form first (`Allocation on device` before any `OutOfMemoryError`).
-            let mut seen: Vec<Outcome> = Vec::new();
+            let mut seen: Vec<&'static str> = Vec::new();
             for sig in catalogue::match_line(text) {
-                if !seen.contains(&sig.outcome) {
-                    seen.push(sig.outcome);
+                let covered = SUBSUMED.iter().any(|(general, specific)| {
+                    *general == sig.id && specific.iter().any(|s| seen.contains(s))
+                });
+                if !covered {
+                    seen.push(sig.id);
                     self.signature(sig, text, number, before);
                 }
             }
@@ -592,8 +611,10 @@ impl State {
         }
         let starting = self.current.as_ref().is_some_and(|s| s.starting());
         // The launcher's pause or exit line after a clean stop, or between prompts, is no
-        // prompt's end.
-        if sig.id == "process_exited" && self.open.is_none() && !starting {
+        // prompt's end. In a fragment with neither a start nor a prompt before it, the lines
+        // before it were a node at work (a custom node building a TensorRT engine).
+        let fragment = self.current.is_none() && self.prompts_total == 0;
+        if sig.id == "process_exited" && self.open.is_none() && !starting && !fragment {
             return;
         }
         if starting || (sig.phase == Phase::Startup && self.open.is_none()) {
@@ -1184,6 +1205,7 @@ impl State {
             prompt_counts: self.counts,
             tallies: self.tallies,
             recognized: self.recognized,
+            dynamic_loads: self.dynamic_loads,
         }
     }
 }

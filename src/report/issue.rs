@@ -509,6 +509,31 @@ pub fn issue_md(inp: &IssueInput) -> String {
         }
         let _ = writeln!(o);
     }
+    // RAM that ComfyUI kept after its prompts, in any run: a finding whatever the outcome.
+    let grew: Vec<String> = src
+        .runs
+        .iter()
+        .filter_map(|d| {
+            let r = d.record.as_ref()?;
+            let g = r.ram_growth.as_ref()?;
+            Some(format!(
+                "- run {} ({}): {}",
+                d.label,
+                flags_phrase(&r.flags),
+                g.statement
+            ))
+        })
+        .collect();
+    if !grew.is_empty() {
+        let _ = writeln!(
+            o,
+            "**RAM not returned.** ComfyUI's resident memory after a prompt, minus before it:\n"
+        );
+        for g in &grew {
+            let _ = writeln!(o, "{g}");
+        }
+        let _ = writeln!(o);
+    }
 
     // Steps to Reproduce
     let _ = writeln!(o, "### Steps to Reproduce\n");
@@ -640,7 +665,14 @@ pub fn issue_md(inp: &IssueInput) -> String {
                 c.passes,
                 c.runs,
                 gib(c.peak_vram_bytes),
-                gib(c.peak_ram_bytes),
+                match c.ram_growth_per_prompt_bytes {
+                    Some(g) => format!(
+                        "{} (+{}/prompt kept)",
+                        gib(c.peak_ram_bytes),
+                        crate::text::bytes(g)
+                    ),
+                    None => gib(c.peak_ram_bytes),
+                },
                 secs(c.mean_duration_ms),
                 runs.join(", ")
             );

@@ -16,7 +16,7 @@ use crate::comfy::{Client, Submitted, rejection_lines};
 use crate::error::Result;
 use crate::flags::{argparse, decide};
 use crate::outcome::Outcome;
-use crate::sampler::{Sampler, SamplerConfig, Summary, ram_not_returned, series};
+use crate::sampler::{Sampler, SamplerConfig, Summary, rss_at, series};
 use crate::signals::{self, Stop};
 use crate::workflow::CacheBust;
 use std::collections::VecDeque;
@@ -173,6 +173,7 @@ fn assemble(
         effective: parts.effective,
         iterations: parts.iterations,
         peaks: Peaks::default(),
+        ram_growth: None,
         run_dir: opts.run_dir.clone(),
         workflow: opts.workflow_path.clone(),
         started_at: folder::rfc3339(started_at),
@@ -232,13 +233,32 @@ fn apply_samples(record: &mut RunRecord, summary: &Summary) {
         vram_other_processes_bytes: max(&series::gpu(0, series::OTHERS_USED)),
     };
     for it in &mut record.iterations {
-        it.ram_retained_bytes = ram_not_returned(
-            &summary.marks,
-            &Mark::PromptStart(it.iteration).to_string(),
-            &Mark::PromptEnd(it.iteration).to_string(),
-        )
-        .map(|r| r.retained_bytes);
+        // Only a prompt after which ComfyUI still ran: a stopped or dead process has no RAM
+        // to give back, and its "after" reading would make a negative figure.
+        if !it.outcome.server_survives() {
+            it.ram_retained_bytes = None;
+            continue;
+        }
+        // The level at the end of this prompt against the level before it: the end of the
+        // previous prompt (the same kind of reading, so a stale sample at a start mark does
+        // not move RAM between prompts), or the start of the first.
+        let end = rss_at(&summary.marks, &Mark::PromptEnd(it.iteration).to_string());
+        let before = if it.iteration > 1 {
+            rss_at(
+                &summary.marks,
+                &Mark::PromptEnd(it.iteration - 1).to_string(),
+            )
+        } else {
+            rss_at(&summary.marks, &Mark::PromptStart(it.iteration).to_string())
+        };
+        it.ram_retained_bytes = end.zip(before).map(|(e, b)| e - b);
     }
+    let retained: Vec<i64> = record
+        .iterations
+        .iter()
+        .filter_map(|it| it.ram_retained_bytes)
+        .collect();
+    record.ram_growth = crate::run::record::RamGrowth::from_prompts(&retained);
     record.sampling = summary
         .unavailable
         .iter()

@@ -122,6 +122,63 @@ pub struct RunRecord {
     pub sampling: Vec<String>,
     /// How long this run waited for another session to finish with the GPU.
     pub gpu_wait_ms: u64,
+    /// RAM that ComfyUI kept after its prompts, when it grew (null: it did not, or it could
+    /// not be measured).
+    #[serde(default)]
+    pub ram_growth: Option<RamGrowth>,
+}
+
+/// RAM not given back after prompts: a finding of its own, whatever the outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RamGrowth {
+    /// The mean, over the prompts measured after the first, of ComfyUI's resident memory
+    /// after a prompt minus before it.
+    pub per_prompt_bytes: i64,
+    /// The sum over those prompts.
+    pub total_bytes: i64,
+    /// How many prompts were measured (after the first, and with ComfyUI still running).
+    pub prompts: u32,
+    /// "RAM +300 MiB per prompt, not returned (+600 MiB over 2 prompts after the first)".
+    pub statement: String,
+}
+
+/// Growth below this per prompt is noise (allocator caches, Python's own heap).
+pub const RAM_GROWTH_MIN_BYTES: i64 = 128 << 20;
+
+impl RamGrowth {
+    /// The finding, from each measured prompt's retained RAM in order; `None` when RAM did
+    /// not grow by at least [`RAM_GROWTH_MIN_BYTES`] per prompt on average, every prompt
+    /// adding. The first prompt loads the models into RAM, which is no leak: only the
+    /// prompts after it count, so it takes two prompts (`--iterations 2`) to see growth.
+    pub fn from_prompts(retained: &[i64]) -> Option<RamGrowth> {
+        let retained = retained.get(1..).unwrap_or_default();
+        if retained.is_empty() || retained.iter().any(|r| *r <= 0) {
+            return None;
+        }
+        let total: i64 = retained.iter().sum();
+        let per = total / retained.len() as i64;
+        if per < RAM_GROWTH_MIN_BYTES {
+            return None;
+        }
+        let n = retained.len();
+        let over = if n > 1 {
+            format!(
+                " (+{} over {n} prompts after the first)",
+                crate::text::bytes(total)
+            )
+        } else {
+            String::new()
+        };
+        Some(RamGrowth {
+            per_prompt_bytes: per,
+            total_bytes: total,
+            prompts: n as u32,
+            statement: format!(
+                "RAM +{} per prompt, not returned{over}",
+                crate::text::bytes(per)
+            ),
+        })
+    }
 }
 
 impl RunRecord {
@@ -159,5 +216,28 @@ impl Iteration {
             nodes_executed: Vec::new(),
             ram_retained_bytes: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: i64 = 1 << 20;
+
+    #[test]
+    fn ram_growth_counts_the_prompts_after_the_first() {
+        // The first prompt loads models into RAM: no finding from it alone.
+        assert_eq!(RamGrowth::from_prompts(&[900 * MIB]), None);
+        let g = RamGrowth::from_prompts(&[900 * MIB, 300 * MIB, 300 * MIB]).unwrap();
+        assert_eq!(g.per_prompt_bytes, 300 * MIB);
+        assert_eq!(g.prompts, 2);
+        assert_eq!(
+            g.statement,
+            "RAM +300 MiB per prompt, not returned (+600 MiB over 2 prompts after the first)"
+        );
+        // Noise, or a prompt that gave memory back, is no finding.
+        assert_eq!(RamGrowth::from_prompts(&[900 * MIB, 20 * MIB]), None);
+        assert_eq!(RamGrowth::from_prompts(&[0, 300 * MIB, -5 * MIB]), None);
     }
 }

@@ -123,6 +123,24 @@ pub fn summary(rec: &RunRecord, style: &Style, out: &mut dyn Write) -> io::Resul
                 crate::workflow::CacheBust::None => "",
             }
         )?;
+        if let Some(r) = it.ram_retained_bytes
+            && rec.ram_growth.is_some()
+        {
+            writeln!(
+                out,
+                "{:<14} RAM kept after it: {}",
+                "",
+                crate::text::bytes(r)
+            )?;
+        }
+    }
+    if let Some(g) = &rec.ram_growth {
+        writeln!(
+            out,
+            "{:<14} {}",
+            style.bold("RAM"),
+            style.warn(&g.statement)
+        )?;
     }
     for w in &rec.warnings {
         writeln!(out, "{} {w}", style.warn("warning:"))?;

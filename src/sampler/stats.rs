@@ -213,6 +213,14 @@ pub fn ram_not_returned(marks: &[Mark], start: &str, finish: &str) -> Option<Ram
     })
 }
 
+/// ComfyUI's resident memory (`tree.rss`) in the last sample before the last mark called
+/// `label`: the level at that moment. `None` when not sampled, or when the process tree was
+/// already gone (a reading of 0).
+pub fn rss_at(marks: &[Mark], label: &str) -> Option<i64> {
+    let m = marks.iter().rev().find(|m| m.label == label)?;
+    m.before.get("tree.rss").copied().filter(|v| *v > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
