@@ -46,6 +46,15 @@ fn join_quoted(argv: &[String], plain: &str, quote: impl Fn(&str) -> String) -> 
 const KIB: f64 = 1024.0;
 const GIB: f64 = KIB * KIB * KIB;
 
+/// `1 run`, `3 runs`: a count with its noun (plural by `s`).
+pub fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// `23.6 GiB`: one decimal, for sizes of machines and disks.
 pub fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / GIB)

@@ -726,7 +726,70 @@ fn ram_not_returned_is_in_issue_md() {
     );
     let issue = text(&unzip(&zip), "ISSUE.md");
     assert!(issue.contains("**RAM not returned.**"), "{issue}");
-    assert!(issue.contains("RAM +300 MiB per prompt, not returned"), "{issue}");
+    assert!(
+        issue.contains("RAM +300 MiB per prompt, not returned"),
+        "{issue}"
+    );
+}
+
+#[test]
+fn an_incomplete_session_is_said_plainly() {
+    // A bisect stopped by its run budget before a verdict.
+    let install = support::comfy::FakeComfy::new(
+        "0.38.1",
+        json!({"rules": [{"when": {"state": {"dynamic_vram": true}}, "effect": "oom"}]}),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let session = tmp.path().join("session");
+    let wf = support::fixture("workflows/sd15_txt2img.json");
+    let out = vrambisect()
+        .args([
+            "bisect",
+            "--json",
+            "--max-runs",
+            "1",
+            "--comfyui",
+            install.path_str(),
+        ])
+        .arg("--workflow")
+        .arg(&wf)
+        .arg("--output")
+        .arg(&session)
+        .output()
+        .unwrap();
+    install.assert_nothing_left();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["continue_with"].is_string(), "{doc:#}");
+    let zip = tmp.path().join("bundle.zip");
+    let out = vrambisect()
+        .arg("report")
+        .arg(&session)
+        .arg("--output")
+        .arg(&zip)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("warning: incomplete session: the bisect reached its run budget (1 run)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("a bisect session of 1 run)")
+            || stdout.contains("a bisect session of 1 run"),
+        "{stdout}"
+    );
+    let issue = text(&unzip(&zip), "ISSUE.md");
+    assert!(
+        issue.contains("> **Incomplete session:** the bisect reached its run budget"),
+        "{issue}"
+    );
+    assert!(issue.contains("(vrambisect bisect, 1 run)"), "{issue}");
+    // Python's caret lines are not quoted.
+    assert!(!issue.lines().any(|l| {
+        let t = l.trim();
+        !t.is_empty() && t.chars().all(|c| c == '^')
+    }));
 }
 
 #[test]

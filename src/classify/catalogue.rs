@@ -272,6 +272,17 @@ pub const SIGNATURES: &[Signature] = &[
         ],
         issues: &[],
     },
+    // --- prompt: not memory -----------------------------------------------------------------
+    Signature {
+        id: "disk_full",
+        outcome: Outcome::NodeError,
+        phase: Phase::Prompt,
+        pattern: r"\[Errno 28\] No space left on device|\[WinError 112\]",
+        title: "the disk is full",
+        meaning: "ComfyUI could not write a file (an output image, a cache, a temporary file): free disk space where its output, temp and user folders are; no memory flag changes this",
+        flags_to_try: &[],
+        issues: &[],
+    },
     // --- process death ---------------------------------------------------------------------
     Signature {
         id: "oom_killer",

@@ -357,6 +357,12 @@ fn fence(out: &mut String, lang: &str, lines: &[String]) {
     };
     let _ = writeln!(out, "{ticks}{lang}");
     for l in lines {
+        // Python 3.11's `^^^^`/`~~~~` lines under a traceback's code only point at columns:
+        // long, and noise in an issue.
+        let t = l.trim();
+        if !t.is_empty() && t.chars().all(|c| c == '^' || c == '~') {
+            continue;
+        }
         let _ = writeln!(out, "{l}");
     }
     let _ = writeln!(out, "{ticks}");
@@ -380,6 +386,9 @@ pub fn issue_md(inp: &IssueInput) -> String {
         env!("CARGO_PKG_VERSION")
     );
     let _ = writeln!(o, "# {}\n", title(src, failing));
+    if let Some(why) = src.incomplete() {
+        let _ = writeln!(o, "> **Incomplete session:** {why}.\n");
+    }
 
     // Custom Node Testing
     let _ = writeln!(o, "### Custom Node Testing\n");
@@ -633,8 +642,8 @@ pub fn issue_md(inp: &IssueInput) -> String {
         let flags = res.verdict.named_flags();
         let _ = writeln!(
             o,
-            "**Verdict** (vrambisect bisect, {} runs): `{kind}` {}",
-            res.runs_total,
+            "**Verdict** (vrambisect bisect, {}): `{kind}` {}",
+            crate::text::plural(res.runs_total as usize, "run"),
             flags.iter().map(|f| code(f)).collect::<Vec<_>>().join(" ")
         );
         if res.verdict.flaky {

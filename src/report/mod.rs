@@ -292,6 +292,11 @@ struct Collected {
 /// Reads every file of the runs (and of the session) that goes into the bundle.
 fn collect(src: &Source) -> Collected {
     let mut warnings = Vec::new();
+    if let Some(why) = src.incomplete() {
+        warnings.push(format!(
+            "incomplete session: {why} (ISSUE.md says so at the top)"
+        ));
+    }
     let mut entries: Vec<Entry> = Vec::new();
     let mut logs: BTreeMap<String, String> = BTreeMap::new();
     let mut samples_by_run: BTreeMap<String, samples::Samples> = BTreeMap::new();
@@ -847,7 +852,7 @@ fn size(b: u64) -> String {
 pub fn render(b: &Built, style: &Style, out: &mut dyn Write) -> std::io::Result<()> {
     let what = match b.source_kind {
         SourceKind::Run => "a run".to_string(),
-        SourceKind::Bisect => format!("a bisect session of {} runs", b.runs),
+        SourceKind::Bisect => format!("a bisect session of {}", crate::text::plural(b.runs, "run")),
     };
     writeln!(
         out,
@@ -866,7 +871,11 @@ pub fn render(b: &Built, style: &Style, out: &mut dyn Write) -> std::io::Result<
     } else if b.redaction.kinds.is_empty() {
         writeln!(out, "redaction found nothing to remove")?;
     } else {
-        writeln!(out, "redacted {} items:", b.redaction.total)?;
+        writeln!(
+            out,
+            "redacted {}:",
+            crate::text::plural(b.redaction.total, "item")
+        )?;
         let width = b
             .redaction
             .kinds

@@ -73,6 +73,34 @@ fn load_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
 }
 
 /// Opens a run folder or a session folder.
+impl Source {
+    /// Why this folder is not a finished answer, in one sentence (`None` when it is): no run
+    /// finished, or a bisect stopped before its verdict.
+    pub fn incomplete(&self) -> Option<String> {
+        let finished = self.runs.iter().filter(|r| r.record.is_some()).count();
+        if finished == 0 {
+            return Some(format!(
+                "no run finished ({} started): the bundle holds their logs, not a result",
+                self.runs.len()
+            ));
+        }
+        if self.kind != SourceKind::Bisect {
+            return None;
+        }
+        match &self.result {
+            None => Some(format!(
+                "the bisect was stopped before its verdict, after {}; only what ran is listed",
+                crate::text::plural(finished, "finished run")
+            )),
+            Some(r) if r.continue_with.is_some() => Some(format!(
+                "the bisect reached its run budget ({}) before a verdict; only what ran is listed",
+                crate::text::plural(r.runs_total as usize, "run")
+            )),
+            Some(_) => None,
+        }
+    }
+}
+
 pub fn open(dir: &Path) -> Result<Source> {
     if !dir.is_dir() {
         return Err(Error::usage(format!("{} is not a folder", dir.display()))
