@@ -125,6 +125,66 @@ struct Line {
     dashed: bool,
 }
 
+/// The typical time between two sample rows (the median), in seconds.
+fn row_step(t: &[f64]) -> f64 {
+    let mut d: Vec<f64> = t
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .filter(|d| *d > 0.0)
+        .collect();
+    if d.is_empty() {
+        return 0.1;
+    }
+    d.sort_by(f64::total_cmp);
+    d[d.len() / 2]
+}
+
+/// How a series is drawn: a polled series with few readings as points (a line between two
+/// polls would invent every value in between, such as a climb after an OOM that never
+/// happened); a dense one as lines broken wherever readings are missing for a while.
+#[derive(Debug, PartialEq)]
+enum Draw {
+    Points(Vec<(f64, f64)>),
+    Segments(Vec<Vec<(f64, f64)>>),
+    /// Polled: each reading held until the next (a step, not a slope), as points too.
+    Steps(Vec<Vec<(f64, f64)>>),
+}
+
+fn draw_of(points: &[(f64, f64)], step: f64) -> Draw {
+    let gaps: Vec<f64> = points.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    let mut sorted = gaps.clone();
+    sorted.sort_by(f64::total_cmp);
+    let typical = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+    if points.len() < 3 || typical > 3.0 * step {
+        return Draw::Points(points.to_vec());
+    }
+    let limit = (5.0 * step).max(3.0 * typical);
+    if typical > 1.5 * step {
+        // Polled less often than the clock ticks: hold each reading until the next one
+        // (within the gap limit), so a jump shows where it was read, not as a slope.
+        let mut steps = vec![vec![points[0]]];
+        for (p, gap) in points[1..].iter().zip(&gaps) {
+            let seg = steps.last_mut().expect("a segment");
+            if *gap > limit {
+                steps.push(vec![*p]);
+                continue;
+            }
+            let held = seg.last().expect("a point").1;
+            seg.push((p.0, held));
+            seg.push(*p);
+        }
+        return Draw::Steps(steps);
+    }
+    let mut segments = vec![vec![points[0]]];
+    for (p, gap) in points[1..].iter().zip(gaps) {
+        if gap > limit {
+            segments.push(Vec::new());
+        }
+        segments.last_mut().expect("a segment").push(*p);
+    }
+    Draw::Segments(segments)
+}
+
 impl Line {
     fn new(name: &str, color: RGBColor, points: Vec<(f64, f64)>) -> Line {
         Line {
@@ -247,8 +307,24 @@ fn panel(
     x_max: f64,
     note: Option<&str>,
     label_rows: bool,
+    step: f64,
 ) -> Result<(), String> {
     let shown: Vec<&Line> = lines.iter().filter(|l| !l.points.is_empty()).collect();
+    // Scaled to the data: a total far above it (64 GiB of RAM under a 2 GiB process) would
+    // flatten every change, so such a level is named in the legend instead of drawn.
+    let data_max = shown
+        .iter()
+        .filter(|l| !l.dashed)
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .fold(0.0f64, f64::max);
+    let shown: Vec<&Line> = shown
+        .into_iter()
+        .filter(|l| !l.dashed || data_max <= 0.0 || l.points[0].1 <= data_max * 1.5)
+        .collect();
+    let off_scale: Vec<&Line> = lines
+        .iter()
+        .filter(|l| l.dashed && !l.points.is_empty() && !shown.iter().any(|s| std::ptr::eq(*s, *l)))
+        .collect();
     let (w, h) = area.dim_in_pixel();
     let layout = legend_layout(&shown, w as i32);
     let legend_h = layout
@@ -315,9 +391,18 @@ fn panel(
             } else {
                 (format!(" {}", e.label), Pos::new(HPos::Left, VPos::Top))
             };
+            // On a white box, so the boundary lines of other nodes do not strike it through.
+            let size = if e.bold { 16.0 } else { 14.0 };
+            let w = (text.chars().count() as f64 * size * 0.56) as i32 + 2;
+            let h = size as i32 + 3;
+            let (x0, x1) = if e.right { (-w, 0) } else { (0, w) };
             chart
                 .plotting_area()
-                .draw(&Text::new(text, (e.t, y), font.color(&color).pos(pos)))
+                .draw(
+                    &(EmptyElement::at((e.t, y))
+                        + Rectangle::new([(x0, -1), (x1, h)], WHITE.mix(0.85).filled())
+                        + Text::new(text, (0, 0), font.color(&color).pos(pos))),
+                )
                 .map_err(err)?;
         }
     }
@@ -331,10 +416,46 @@ fn panel(
             chart
                 .draw_series(DashedLineSeries::new(l.points.clone(), 8, 6, style))
                 .map_err(err)?;
-        } else {
-            chart
-                .draw_series(LineSeries::new(l.points.clone(), style))
-                .map_err(err)?;
+            continue;
+        }
+        match draw_of(&l.points, step) {
+            Draw::Points(points) => {
+                chart
+                    .draw_series(
+                        points
+                            .into_iter()
+                            .map(|p| Circle::new(p, 4, l.color.filled())),
+                    )
+                    .map_err(err)?;
+            }
+            Draw::Steps(segments) => {
+                for seg in segments {
+                    chart
+                        .draw_series(LineSeries::new(seg.clone(), style))
+                        .map_err(err)?;
+                    // The readings themselves, where the steps change.
+                    chart
+                        .draw_series(
+                            seg.iter()
+                                .step_by(2)
+                                .map(|p| Circle::new(*p, 3, l.color.filled())),
+                        )
+                        .map_err(err)?;
+                }
+            }
+            Draw::Segments(segments) => {
+                for seg in segments {
+                    if seg.len() == 1 {
+                        chart
+                            .draw_series(std::iter::once(Circle::new(seg[0], 2, l.color.filled())))
+                            .map_err(err)?;
+                    } else {
+                        chart
+                            .draw_series(LineSeries::new(seg, style))
+                            .map_err(err)?;
+                    }
+                }
+            }
         }
     }
     for (row, x, i) in layout {
@@ -352,6 +473,19 @@ fn panel(
                     .into_font()
                     .color(&BLACK)
                     .pos(Pos::new(HPos::Left, VPos::Center)),
+            ))
+            .map_err(err)?;
+    }
+    for (i, l) in off_scale.iter().enumerate() {
+        chart
+            .plotting_area()
+            .draw(&Text::new(
+                format!("{}: {:.1} GiB, above this scale", l.name, l.points[0].1),
+                (x_max * 0.99, y_max * (0.985 - 0.07 * i as f64)),
+                ("sans-serif", 15)
+                    .into_font()
+                    .color(&RGBColor(90, 90, 90))
+                    .pos(Pos::new(HPos::Right, VPos::Top)),
             ))
             .map_err(err)?;
     }
@@ -437,6 +571,7 @@ pub fn timeline_png(t: &Timeline) -> Result<Vec<u8>, String> {
         x_max,
     ));
 
+    let step = row_step(&s.t);
     let plot_px = WIDTH as f64 - 72.0 - 24.0;
     let evs = events(s, t.failure.as_ref(), x_max, plot_px, t.label);
     let gpu_note = t
@@ -461,6 +596,7 @@ pub fn timeline_png(t: &Timeline) -> Result<Vec<u8>, String> {
             x_max,
             Some(&gpu_note),
             true,
+            step,
         )?;
         panel(
             &bottom,
@@ -470,6 +606,7 @@ pub fn timeline_png(t: &Timeline) -> Result<Vec<u8>, String> {
             x_max,
             Some("no RAM figures were recorded"),
             false,
+            step,
         )
     })
 }
@@ -569,6 +706,33 @@ pub fn matrix_png(title: &str, rows: &[MatrixRow]) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sparse_series_are_points_and_gaps_break_lines() {
+        // Polled every 2 s on a 0.1 s clock: points, no line between two polls.
+        let polled: Vec<(f64, f64)> = (0..6).map(|i| (i as f64 * 2.0, 1.0)).collect();
+        assert_eq!(draw_of(&polled, 0.1), Draw::Points(polled.clone()));
+        // Dense, with readings missing for 3 s in the middle: two segments.
+        let mut dense: Vec<(f64, f64)> = (0..20).map(|i| (i as f64 * 0.1, 1.0)).collect();
+        dense.extend((0..20).map(|i| (5.0 + i as f64 * 0.1, 2.0)));
+        match draw_of(&dense, 0.1) {
+            Draw::Segments(s) => assert_eq!(s.iter().map(Vec::len).collect::<Vec<_>>(), [20, 20]),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(row_step(&[0.0, 0.1, 0.2, 0.3, 5.0]), 0.1);
+        // Read every 0.2 s on a 0.1 s clock: steps, the jump where it was read.
+        let polled = [(1.3, 3.0), (1.5, 3.0), (1.7, 23.0)];
+        assert_eq!(
+            draw_of(&polled, 0.1),
+            Draw::Steps(vec![vec![
+                (1.3, 3.0),
+                (1.5, 3.0),
+                (1.5, 3.0),
+                (1.7, 3.0),
+                (1.7, 23.0)
+            ]])
+        );
+    }
 
     fn decode(png_bytes: &[u8]) -> (u32, u32, Vec<u8>) {
         let dec = png::Decoder::new(std::io::Cursor::new(png_bytes));
