@@ -210,6 +210,7 @@ fn bisect_request(args: BisectArgs) -> Result<crate::bisect::command::Request, F
                     min_available_ram: args.min_available_ram,
                 },
                 output: args.output,
+                custom_nodes_check: !args.no_custom_nodes_check,
             }))
         }
         // clap requires both without --resume.

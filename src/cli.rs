@@ -310,6 +310,10 @@ pub struct BisectArgs {
     /// The NVML library to sample with (default: the system's libnvidia-ml.so.1).
     #[arg(long, value_name = "PATH", env = "VRAMBISECT_NVML_LIB", hide = true)]
     pub nvml_lib: Option<PathBuf>,
+    /// Skip the one extra run of the failing configuration with --disable-all-custom-nodes
+    /// (made when the install has custom nodes: maintainers ask for it first).
+    #[arg(help_heading = "Search", long, conflicts_with = "resume")]
+    pub no_custom_nodes_check: bool,
     /// Your ComfyUI flags: part of the question (removing one may be the fix).
     #[arg(
         last = true,

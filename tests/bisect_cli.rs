@@ -200,6 +200,45 @@ fn ram_that_is_not_returned_is_said_even_when_nothing_fails() {
 }
 
 #[test]
+fn a_failure_that_needs_the_custom_nodes_is_said() {
+    // The failure comes only with the custom nodes loaded: the extra run without them passes.
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"rules": [{"when": {"flags": {"--disable-all-custom-nodes": false}}, "effect": "oom"}]}),
+    );
+    let nodes = install.path().join("custom_nodes/ComfyUI-SomeNodes");
+    std::fs::create_dir_all(&nodes).unwrap();
+    std::fs::write(nodes.join("__init__.py"), "NODE_CLASS_MAPPINGS = {}\n").unwrap();
+    let (_, doc, _) = bisect(&install, SD15, &["--toggle", "--disable-dynamic-vram"]);
+    let check = &doc["custom_nodes_check"];
+    assert_eq!(check["outcome"], "pass", "{doc:#}");
+    assert_eq!(check["custom_nodes"], 1);
+    assert_eq!(
+        check["statement"],
+        "Without custom nodes (--disable-all-custom-nodes) it passes: the custom node is involved."
+    );
+    assert_eq!(check["flags"], json!(["--disable-all-custom-nodes"]));
+    // Not a configuration of the search, and skipped when asked.
+    assert!(doc["configs"].as_array().unwrap().iter().all(|c| {
+        !c["flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f == "--disable-all-custom-nodes")
+    }));
+    let (_, doc, _) = bisect(
+        &install,
+        SD15,
+        &[
+            "--toggle",
+            "--disable-dynamic-vram",
+            "--no-custom-nodes-check",
+        ],
+    );
+    assert!(doc["custom_nodes_check"].is_null(), "{doc:#}");
+}
+
+#[test]
 fn invalid_workflow_is_untestable_at_once() {
     let install = FakeComfy::new("0.38.1", Value::Null);
     let (code, doc, _) = bisect(

@@ -53,6 +53,9 @@ pub struct NewSession {
     pub repeat: u32,
     pub limits: crate::run::Limits,
     pub output: Option<PathBuf>,
+    /// Run the failing configuration once more without custom nodes (`--no-custom-nodes-check`
+    /// turns it off).
+    pub custom_nodes_check: bool,
 }
 
 impl NewSession {
@@ -74,6 +77,7 @@ impl NewSession {
             stall_timeout_ms: self.limits.stall_timeout.as_millis() as u64,
             startup_timeout_ms: self.limits.startup_timeout.as_millis() as u64,
             env: self.env.clone(),
+            custom_nodes_check: self.custom_nodes_check,
         }
     }
 }
@@ -182,10 +186,11 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
         nvml_lib: req.nvml_lib.clone(),
         ..RunOptions::new(target, limits, dir.clone())
     };
+    let check_opts = opts.clone();
     let planned = planned_runs(&space, spec.strategy, spec.repeat);
     let mut progress = BisectProgress::new(progress_visible, planned, entries.len() as u64);
     let launcher_line = launcher_line(&spec, &python);
-    let (found, tallies, runs) = {
+    let (found, tallies, runs, next) = {
         let space_ref = &space;
         let mut oracle = LiveOracle {
             dir: dir.clone(),
@@ -210,6 +215,7 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
         let found = search.run();
         let (tallies, runs) = (search.tallies.clone(), search.runs);
         drop(search);
+        let next = oracle.next;
         // A write that failed (a full disk) ends the session with that error and no
         // verdict; --resume continues once there is room.
         if let Some(e) = oracle.failure.take() {
@@ -226,7 +232,7 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
             };
             return Err(e.hint(hint));
         }
-        (found, tallies, runs)
+        (found, tallies, runs, next)
     };
     drop(progress);
     let info = result::SessionInfo {
@@ -237,6 +243,46 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
     };
     let mut result = result::build(&space, &found, &tallies, runs, info);
     result.toggle_set = toggle_set;
+    // The bug template's first question, answered by a run: does it fail without custom
+    // nodes? One extra run of the failing configuration, apart from the search.
+    if spec.custom_nodes_check
+        && let Some(target) = found.target
+        && found.kind != VerdictKind::Incomplete
+        && !spec
+            .base_flags
+            .iter()
+            .any(|f| f == "--disable-all-custom-nodes")
+    {
+        let nodes = user_custom_nodes(&spec.comfyui);
+        if nodes > 0 {
+            let mut progress = BisectProgress::new(progress_visible, 1, 0);
+            let mut oracle = LiveOracle {
+                dir: dir.clone(),
+                base: check_opts,
+                reporter: &mut progress,
+                next,
+                describe: Box::new(|_| "your flags, without custom nodes".to_string()),
+                failure: None,
+            };
+            let mut flags = space.baseline().flags.clone();
+            flags.push("--disable-all-custom-nodes".into());
+            let config = crate::bisect::space::Config {
+                key: format!("custom-nodes-check {}", flags.join(" ")),
+                flags,
+                choice: Vec::new(),
+            };
+            if let Ok(trial) = crate::bisect::search::Oracle::run(&mut oracle, &config) {
+                result.runs_total += 1;
+                result.custom_nodes_check = Some(result::CustomNodesCheck::new(
+                    config.flags,
+                    trial.outcome,
+                    trial.run_dir,
+                    nodes,
+                    target,
+                ));
+            }
+        }
+    }
     if found.kind == VerdictKind::Incomplete {
         let mut line = format!(
             "vrambisect bisect --resume {}",
@@ -254,6 +300,18 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
     run::folder::write_json(&dir.join(session::RESULT_FILE), &result)?;
     let code = exit_code(found.kind);
     Ok((result, code))
+}
+
+/// How many custom nodes the install has, besides the example ComfyUI ships.
+fn user_custom_nodes(comfyui: &Path) -> usize {
+    crate::machine::comfyui::custom_nodes(comfyui)
+        .map(|nodes| {
+            nodes
+                .iter()
+                .filter(|n| n["name"] != "websocket_image_save.py")
+                .count()
+        })
+        .unwrap_or(0)
 }
 
 /// The result of a session that reached its verdict (not one stopped before it).

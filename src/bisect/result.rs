@@ -45,6 +45,63 @@ impl Verdict {
     }
 }
 
+/// The failing configuration without custom nodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CustomNodesCheck {
+    pub flags: Vec<String>,
+    pub outcome: Outcome,
+    pub run_dir: Option<PathBuf>,
+    /// How many custom nodes the install has (besides ComfyUI's own example).
+    pub custom_nodes: usize,
+    /// One sentence: what the run says about the custom nodes.
+    pub statement: String,
+}
+
+impl CustomNodesCheck {
+    /// What the run says, given the failure the bisect hunts.
+    pub fn new(
+        flags: Vec<String>,
+        outcome: Outcome,
+        run_dir: Option<PathBuf>,
+        custom_nodes: usize,
+        target: Outcome,
+    ) -> CustomNodesCheck {
+        let (not_needed, involved) = if custom_nodes == 1 {
+            (
+                "the custom node is not needed for the failure".to_string(),
+                "the custom node is involved".to_string(),
+            )
+        } else {
+            (
+                format!("the {custom_nodes} custom nodes are not needed for the failure"),
+                format!("one of the {custom_nodes} custom nodes is involved"),
+            )
+        };
+        let statement = if outcome == target {
+            format!(
+                "Without custom nodes (--disable-all-custom-nodes) it still fails ({}): {not_needed}.",
+                outcome.describe()
+            )
+        } else if outcome == Outcome::Pass {
+            format!("Without custom nodes (--disable-all-custom-nodes) it passes: {involved}.")
+        } else if outcome == Outcome::InvalidWorkflow {
+            "Without custom nodes the workflow cannot run (it uses their nodes), so this could not be tested.".to_string()
+        } else {
+            format!(
+                "Without custom nodes (--disable-all-custom-nodes) it ended otherwise: {}.",
+                outcome.describe()
+            )
+        };
+        CustomNodesCheck {
+            flags,
+            outcome,
+            run_dir,
+            custom_nodes,
+            statement,
+        }
+    }
+}
+
 /// One configuration tried.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConfigResult {
@@ -86,6 +143,10 @@ pub struct BisectResult {
     /// `--max-runs` when the budget was spent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continue_with: Option<String>,
+    /// The failing configuration run once more with `--disable-all-custom-nodes` (the bug
+    /// template's first question), when the install has custom nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_nodes_check: Option<CustomNodesCheck>,
     /// Which toggles were tried and why, when the user named none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub toggle_set: Option<String>,
@@ -201,6 +262,7 @@ pub fn build(
         toggles,
         skipped_toggles: space.skipped.clone(),
         continue_with: None,
+        custom_nodes_check: None,
         toggle_set: None,
     }
 }
@@ -380,6 +442,9 @@ pub fn render(r: &BisectResult, style: &Style, out: &mut dyn Write) -> io::Resul
         .collect();
     writeln!(out, "{label} {}", flags.join(" "))?;
     writeln!(out, "  {}", r.verdict.statement)?;
+    if let Some(c) = &r.custom_nodes_check {
+        writeln!(out, "  {}", c.statement)?;
+    }
     if r.verdict.flaky {
         writeln!(
             out,

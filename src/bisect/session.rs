@@ -31,6 +31,10 @@ pub struct SessionSpec {
     pub stall_timeout_ms: u64,
     pub startup_timeout_ms: u64,
     pub env: Vec<(String, String)>,
+    /// Whether to run the failing configuration once more with `--disable-all-custom-nodes`
+    /// (sessions made before it existed: no).
+    #[serde(default)]
+    pub custom_nodes_check: bool,
 }
 
 /// One finished run, as journaled.

@@ -161,7 +161,7 @@ pub struct Inputs {
     pub ask_python: bool,
 }
 
-mod comfyui;
+pub mod comfyui;
 mod gpu;
 mod host;
 mod python;

@@ -392,10 +392,26 @@ pub fn issue_md(inp: &IssueInput) -> String {
 
     // Custom Node Testing
     let _ = writeln!(o, "### Custom Node Testing\n");
+    // A check run answers the question; without one, the box stays for the user to tick.
+    let check = src
+        .result
+        .as_ref()
+        .and_then(|r| r.custom_nodes_check.as_ref());
+    let ticked = check.is_some_and(|c| failing.is_some_and(|f| c.outcome == f.outcome));
     let _ = writeln!(
         o,
-        "- [ ] I have tried disabling custom nodes and the issue persists\n"
+        "- [{}] I have tried disabling custom nodes and the issue persists\n",
+        if ticked { "x" } else { " " }
     );
+    if let Some(c) = check {
+        let run = c
+            .run_dir
+            .as_ref()
+            .and_then(|d| d.file_name())
+            .map(|n| format!(" (run {})", n.to_string_lossy()))
+            .unwrap_or_default();
+        let _ = writeln!(o, "{}{run}\n", c.statement);
+    }
     let nodes = inp
         .env
         .custom_nodes
@@ -405,6 +421,7 @@ pub fn issue_md(inp: &IssueInput) -> String {
     let disabled =
         failing.is_some_and(|r| r.argv.iter().any(|a| a == "--disable-all-custom-nodes"));
     let _ = match (nodes, disabled) {
+        _ if check.is_some() => Ok(()),
         (_, true) => writeln!(o, "The runs below used `--disable-all-custom-nodes`.\n"),
         (Some(0), _) => writeln!(o, "No custom nodes are installed.\n"),
         (Some(n), _) => writeln!(
