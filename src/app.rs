@@ -13,6 +13,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Explain(args) => run_explain(args, &global, out),
         Command::Run(args) => run_run(args, &global, out),
         Command::Bisect(args) => run_bisect(args, &global, out),
+        Command::Regress(args) => run_regress(args, &global, out, err),
         Command::Sample(args) => run_sample(args, &global, out, err),
         Command::Logscan(args) => run_logscan(args, &global, out, err),
         Command::Report(args) => run_report(args, &global, out, err),
@@ -226,6 +227,69 @@ fn bisect_request(args: BisectArgs) -> Result<crate::bisect::command::Request, F
         min_available_ram: args.min_available_ram,
         nvml_lib: args.nvml_lib,
     })
+}
+
+fn run_regress(
+    args: crate::cli::RegressArgs,
+    global: &Global,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<i32, Failure> {
+    use crate::regress::Request;
+    crate::signals::install();
+    let req = match args.resume {
+        Some(dir) => Request::Resume {
+            dir,
+            max_runs: args.max_runs,
+        },
+        None => {
+            let (Some(comfyui), Some(workflow), Some(good)) =
+                (args.comfyui, args.workflow, args.good)
+            else {
+                return Err(Failure::Tool(Error::usage(
+                    "--comfyui, --workflow and --good are needed (or --resume DIR)",
+                )));
+            };
+            let launch = match &args.launcher {
+                Some(path) => crate::launcher::read_file(path, &args.flags)?,
+                None => crate::launcher::Launch::from_command_line(&args.flags),
+            };
+            Request::New {
+                comfyui,
+                workflow,
+                python: args.python,
+                launcher: args.launcher,
+                flags: launch.args,
+                env: launch.env,
+                good,
+                bad: args.bad,
+                regress: args.regress,
+                repeat: args.repeat,
+                limits: crate::run::Limits {
+                    iterations: args.iterations,
+                    timeout: args.timeout,
+                    stall_timeout: args.stall_timeout,
+                    startup_timeout: args.startup_timeout,
+                    min_available_ram: None,
+                },
+                max_runs: args.max_runs.unwrap_or(64),
+                output: args.output,
+            }
+        }
+    };
+    let quiet = global.json;
+    let mut progress = |line: &str| {
+        if !quiet {
+            let _ = writeln!(err, "regress: {line}");
+        }
+    };
+    let (result, code) = crate::regress::run(req, &mut progress)?;
+    if global.json {
+        write_json(out, &result)?;
+    } else {
+        crate::regress::render(&result, &Style::new(global.color), out)?;
+    }
+    Ok(code)
 }
 
 fn run_logscan(

@@ -53,6 +53,17 @@ pub enum Command {
     /// combination), with a confirmation run of the verdict. Resumable with --resume.
     #[command(after_long_help = EXAMPLES_BISECT)]
     Bisect(BisectArgs),
+    /// Find the ComfyUI commit that broke a workflow, without touching your checkout.
+    ///
+    /// Reads your ComfyUI checkout's git history only: each commit is exported into the
+    /// session folder, with your models, custom nodes and inputs linked in, and run with the
+    /// same Python and flags. Confirms both ends (the bad end fails, the good end passes),
+    /// then bisects first-parent history. A commit that does not start, lacks one of your
+    /// flags, pins other package versions or fails some other way is skipped, not called bad.
+    /// Exits 0 when the first bad commit is found, 1 when it is not, 125 when nothing could
+    /// be tested.
+    #[command(after_long_help = EXAMPLES_REGRESS)]
+    Regress(RegressArgs),
     /// Record GPU, RAM and process memory over time.
     ///
     /// Samples NVML (used/free/reserved per GPU, GPU memory per process, PCIe traffic), the
@@ -324,6 +335,74 @@ pub struct BisectArgs {
     pub base: Vec<String>,
 }
 
+/// `vrambisect regress`.
+#[derive(Debug, Args)]
+pub struct RegressArgs {
+    /// Your ComfyUI checkout (a git clone; it is only read).
+    #[arg(long, value_name = "DIR", required_unless_present = "resume")]
+    pub comfyui: Option<PathBuf>,
+    /// The workflow, in API format.
+    #[arg(long, value_name = "FILE", required_unless_present = "resume")]
+    pub workflow: Option<PathBuf>,
+    /// A commit or tag where the workflow worked.
+    #[arg(long, value_name = "REV", required_unless_present = "resume")]
+    pub good: Option<String>,
+    /// A commit or tag where it fails (default: the checkout's HEAD).
+    #[arg(long, value_name = "REV", conflicts_with = "resume")]
+    pub bad: Option<String>,
+    /// What counts as bad (default: the bad end's own failure, e.g. oom).
+    #[arg(long, value_name = "KIND", value_parser = parse_outcome, conflicts_with = "resume")]
+    pub regress: Option<crate::outcome::Outcome>,
+    /// Runs per commit: bad if any shows the failure, good only if all pass.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100), conflicts_with = "resume")]
+    pub repeat: u32,
+    /// Prompts per run.
+    #[arg(help_heading = "Limits", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000), conflicts_with = "resume")]
+    pub iterations: u32,
+    /// The session folder (default: a new one under vrambisect-sessions/).
+    #[arg(long, value_name = "DIR", conflicts_with = "resume")]
+    pub output: Option<PathBuf>,
+    /// Continue a session stopped early.
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
+    /// Read ComfyUI's flags (and environment) from a .bat or .sh launcher.
+    #[arg(long, value_name = "FILE", conflicts_with = "resume")]
+    pub launcher: Option<PathBuf>,
+    /// The Python that runs ComfyUI (default: the checkout's venv, as for run).
+    #[arg(long, value_name = "PY", conflicts_with = "resume")]
+    pub python: Option<PathBuf>,
+    /// Give up on a prompt after this long.
+    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "1h", value_parser = crate::duration::parse_limit, allow_hyphen_values = true, conflicts_with = "resume")]
+    pub timeout: std::time::Duration,
+    /// Call it a hang after this long without websocket or log activity.
+    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "5m", value_parser = crate::duration::parse_limit, allow_hyphen_values = true, conflicts_with = "resume")]
+    pub stall_timeout: std::time::Duration,
+    /// Give up if ComfyUI is not ready after this long.
+    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "10m", value_parser = crate::duration::parse_limit, allow_hyphen_values = true, conflicts_with = "resume")]
+    pub startup_timeout: std::time::Duration,
+    /// The most ComfyUI runs (default 64; with --resume, a new budget).
+    #[arg(help_heading = "Limits", long, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub max_runs: Option<u32>,
+    /// Your ComfyUI flags, used at every commit.
+    #[arg(
+        last = true,
+        value_name = "FLAGS",
+        allow_hyphen_values = true,
+        conflicts_with = "resume"
+    )]
+    pub flags: Vec<String>,
+}
+
+fn parse_outcome(s: &str) -> Result<crate::outcome::Outcome, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
+        let names: Vec<&str> = crate::outcome::Outcome::ALL
+            .iter()
+            .map(|o| o.as_str())
+            .collect();
+        format!("expected one of {}", names.join(", "))
+    })
+}
+
 /// `--strategy` (the search's own type is `bisect::search::Strategy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum StrategyArg {
@@ -405,6 +484,12 @@ const EXAMPLES_BISECT: &str = "Examples:
   vrambisect bisect --comfyui ~/ComfyUI --workflow wan_api.json --repeat 3
   vrambisect bisect --comfyui ~/ComfyUI --workflow wan_api.json --toggle --reserve-vram=2
   vrambisect bisect --resume vrambisect-sessions/bisect-20261129-160002-a76c";
+
+const EXAMPLES_REGRESS: &str = "Examples:
+  vrambisect regress --comfyui ~/ComfyUI --workflow flux_api.json --good v0.3.64
+  vrambisect regress --comfyui ~/ComfyUI --workflow wan_api.json --good v0.3.60 --bad v0.3.64 -- --reserve-vram 1
+  vrambisect regress --comfyui ~/ComfyUI --workflow flux_api.json --good v0.3.64 --regress oom --repeat 3
+  vrambisect regress --resume vrambisect-sessions/regress-20261201-101500-b3c1";
 
 const EXAMPLES_SAMPLE: &str = "Examples:
   vrambisect sample --pid 12345 --duration 5m --output comfy.csv

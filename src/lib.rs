@@ -22,6 +22,7 @@ pub mod outcome;
 pub mod output;
 pub mod private;
 pub mod process;
+pub mod regress;
 pub mod report;
 pub mod run;
 pub mod sampler;

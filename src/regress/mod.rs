@@ -1,0 +1,670 @@
+//! `vrambisect regress`: which ComfyUI commit broke a workflow.
+//!
+//! The user's checkout is only read ([`git`]): each commit is exported into the session folder
+//! with the user's models, custom nodes and inputs linked in ([`tree`]) and run with the same
+//! Python and flags by the run engine. Both ends are confirmed first (the bad end fails, the
+//! good end passes), then first-parent history between them is bisected. A commit that cannot
+//! be tested (it does not start, lacks one of the flags, pins other package versions, or fails
+//! some other way) is skipped, never called bad. Every tested commit is journaled, so
+//! `--resume` repeats nothing.
+
+pub mod git;
+pub mod tree;
+
+use crate::error::{Error, ErrorKind, Result, exit};
+use crate::outcome::Outcome;
+use crate::run::{self, Limits, RunOptions, Target};
+use crate::signals::{self, Stop};
+use git::{CommitInfo, Repo};
+use serde::{Deserialize, Serialize};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The session's settings, as its folder keeps them (`regress.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Spec {
+    pub comfyui: PathBuf,
+    pub python: PathBuf,
+    pub workflow: PathBuf,
+    pub launcher: Option<PathBuf>,
+    pub flags: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub good: String,
+    pub bad: String,
+    /// What counts as bad; `None`: the bad end's own failure.
+    pub regress: Option<Outcome>,
+    pub repeat: u32,
+    pub iterations: u32,
+    pub max_runs: u32,
+    pub timeout_ms: u64,
+    pub stall_timeout_ms: u64,
+    pub startup_timeout_ms: u64,
+}
+
+pub const SPEC_FILE: &str = "regress.json";
+pub const JOURNAL_FILE: &str = "regress.jsonl";
+pub const RESULT_FILE: &str = "result.json";
+
+/// A new session or one to resume (made once per command: its size does not matter).
+#[allow(clippy::large_enum_variant)]
+pub enum Request {
+    New {
+        comfyui: PathBuf,
+        workflow: PathBuf,
+        python: Option<PathBuf>,
+        launcher: Option<PathBuf>,
+        flags: Vec<String>,
+        env: Vec<(String, String)>,
+        good: String,
+        bad: Option<String>,
+        regress: Option<Outcome>,
+        repeat: u32,
+        limits: Limits,
+        max_runs: u32,
+        output: Option<PathBuf>,
+    },
+    Resume {
+        dir: PathBuf,
+        max_runs: Option<u32>,
+    },
+}
+
+/// How one commit behaved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mark {
+    Good,
+    Bad,
+    Skip,
+}
+
+/// One commit tested (or skipped).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Tested {
+    pub commit: String,
+    pub version: Option<String>,
+    /// The outcome of its last run (null when it was skipped before any run).
+    pub outcome: Option<Outcome>,
+    pub mark: Mark,
+    /// Why it was skipped.
+    pub reason: Option<String>,
+    pub runs: Vec<PathBuf>,
+}
+
+/// A commit skipped, and why (`regress --json` `skipped`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Skipped {
+    pub commit: String,
+    pub reason: String,
+}
+
+/// The answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RegressResult {
+    pub verdict: Verdict,
+    pub first_bad: Option<CommitInfo>,
+    pub last_good: Option<CommitInfo>,
+    /// When skipped commits sit next to the boundary: every commit the first bad one could be.
+    pub could_be: Vec<CommitInfo>,
+    pub runs_total: u32,
+    pub tested: Vec<TestedOut>,
+    pub skipped: Vec<Skipped>,
+    /// Commits between the ends on first-parent history (the bad end included).
+    pub commits: usize,
+    pub session_dir: PathBuf,
+    /// The commit's page, when the checkout's origin is ComfyUI's repository.
+    pub url: Option<String>,
+    /// The command that shows the regression again in two runs.
+    pub reproduce: Option<String>,
+    /// For a session stopped early.
+    pub continue_with: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Verdict {
+    /// `first_bad_found`, `bad_passes`, `good_fails`, `untestable`, `incomplete`.
+    pub kind: String,
+    /// What counted as bad.
+    pub regress: Option<Outcome>,
+    pub statement: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TestedOut {
+    pub commit: String,
+    pub version: Option<String>,
+    pub outcome: Option<Outcome>,
+    pub mark: Mark,
+}
+
+/// The session in progress.
+struct Session<'a> {
+    spec: Spec,
+    dir: PathBuf,
+    repo: Repo,
+    journal: Vec<Tested>,
+    runs: u32,
+    progress: &'a mut dyn FnMut(&str),
+    stopped: bool,
+}
+
+impl Session<'_> {
+    fn known(&self, commit: &str) -> Option<&Tested> {
+        self.journal.iter().rev().find(|t| t.commit == commit)
+    }
+
+    /// Tests `commit` (or recalls it from the journal).
+    fn test(&mut self, commit: &str, kind: Option<Outcome>) -> Result<Tested> {
+        if let Some(t) = self.known(commit) {
+            return Ok(t.clone());
+        }
+        let info = self.repo.info(commit)?;
+        let mut tested = Tested {
+            commit: commit.to_string(),
+            version: info.version.clone(),
+            outcome: None,
+            mark: Mark::Skip,
+            reason: None,
+            runs: Vec::new(),
+        };
+        (self.progress)(&format!(
+            "testing {} ({}, {}) {}",
+            info.short(),
+            info.version.as_deref().unwrap_or("version unknown"),
+            info.date,
+            info.subject
+        ));
+        let tree = tree::dir_of(&self.dir, commit);
+        let outcome = self.run_commit(commit, &tree, kind, &mut tested);
+        let _ = std::fs::remove_dir_all(&tree);
+        if let Err(e) = outcome {
+            if e.kind == ErrorKind::Interrupted || self.stopped {
+                self.stopped = true;
+                return Err(e);
+            }
+            tested.mark = Mark::Skip;
+            tested.reason = Some(e.message.clone());
+        }
+        if !self.stopped {
+            append(&self.dir.join(JOURNAL_FILE), &tested)?;
+            self.journal.push(tested.clone());
+        }
+        Ok(tested)
+    }
+
+    fn run_commit(
+        &mut self,
+        commit: &str,
+        tree: &Path,
+        kind: Option<Outcome>,
+        tested: &mut Tested,
+    ) -> Result<()> {
+        if let Some(why) = tree::mismatch(
+            self.repo.show(commit, "requirements.txt").as_deref(),
+            &self.spec.python,
+        ) {
+            return Err(Error::untestable(why));
+        }
+        tree::prepare(&self.repo, commit, &self.spec.comfyui, tree)?;
+        let target = Target::load(tree, Some(&self.spec.python), &self.spec.workflow)
+            .map_err(|e| Error::untestable(format!("it does not start: {}", e.message)))?;
+        let parsed = crate::flags::argparse::parse(&target.flags, &self.spec.flags, None);
+        if let Some(err) = &parsed.error {
+            return Err(Error::untestable(format!(
+                "it does not take these flags: {err}"
+            )));
+        }
+        let limits = Limits {
+            iterations: self.spec.iterations,
+            timeout: Duration::from_millis(self.spec.timeout_ms),
+            stall_timeout: Duration::from_millis(self.spec.stall_timeout_ms),
+            startup_timeout: Duration::from_millis(self.spec.startup_timeout_ms),
+            min_available_ram: None,
+        };
+        let mut passes = 0;
+        for _ in 0..self.spec.repeat.max(1) {
+            if signals::requested() != Stop::No || self.runs >= self.spec.max_runs {
+                self.stopped = true;
+                return Err(Error {
+                    kind: ErrorKind::Interrupted,
+                    ..Error::usage("stopped")
+                });
+            }
+            self.runs += 1;
+            let run_dir = self.dir.join("runs").join(format!("{:03}", self.runs));
+            // A folder of the same number left by a run that was stopped is not in the
+            // journal: nothing refers to it.
+            if run_dir.exists() {
+                let _ = std::fs::remove_dir_all(&run_dir);
+            }
+            let run_dir = run::folder::create(&run_dir)?;
+            let target = Target::load(tree, Some(&self.spec.python), &self.spec.workflow)?;
+            let mut opts = RunOptions::new(target, limits, run_dir.clone());
+            opts.comfy_flags = self.spec.flags.clone();
+            opts.env = self.spec.env.clone();
+            let record = run::execute(&opts, &mut run::Silent)?;
+            tested.runs.push(run_dir);
+            tested.outcome = Some(record.outcome);
+            if record.outcome == Outcome::Interrupted && signals::requested() != Stop::No {
+                self.stopped = true;
+                return Err(Error {
+                    kind: ErrorKind::Interrupted,
+                    ..Error::usage("stopped")
+                });
+            }
+            match record.outcome {
+                o if Some(o) == kind || (kind.is_none() && o != Outcome::Pass) => {
+                    if matches!(
+                        o,
+                        Outcome::FlagRejected
+                            | Outcome::StartupFailed
+                            | Outcome::InvalidWorkflow
+                            | Outcome::Interrupted
+                    ) {
+                        return Err(Error::untestable(format!(
+                            "it did not start ({})",
+                            o.describe()
+                        )));
+                    }
+                    tested.mark = Mark::Bad;
+                    return Ok(());
+                }
+                Outcome::Pass => passes += 1,
+                Outcome::FlagRejected | Outcome::StartupFailed | Outcome::InvalidWorkflow => {
+                    return Err(Error::untestable(format!(
+                        "it could not run the workflow ({})",
+                        record.outcome.describe()
+                    )));
+                }
+                other => {
+                    return Err(Error::untestable(format!(
+                        "it fails otherwise ({}), not with the failure hunted",
+                        other.describe()
+                    )));
+                }
+            }
+        }
+        if passes == self.spec.repeat.max(1) {
+            tested.mark = Mark::Good;
+        }
+        Ok(())
+    }
+}
+
+fn append(path: &Path, t: &Tested) -> Result<()> {
+    let line = serde_json::to_string(t).expect("a tested commit serialises");
+    let mut f = crate::private::options()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| crate::error::io_error("write", path, &e))?;
+    writeln!(f, "{line}").map_err(|e| crate::error::io_error("write", path, &e))
+}
+
+fn read_journal(path: &Path) -> Vec<Tested> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Runs (or resumes) a regress session; returns the result and the exit status.
+pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResult, i32)> {
+    let (spec, dir, journal) = match req {
+        Request::Resume { dir, max_runs } => {
+            let text = std::fs::read_to_string(dir.join(SPEC_FILE)).map_err(|_| {
+                Error::usage(format!("{} is not a regress session", dir.display()))
+                    .hint("give the folder that vrambisect regress --output wrote")
+            })?;
+            let mut spec: Spec = serde_json::from_str(&text).map_err(|e| {
+                Error::usage(format!("{} is damaged: {e}", dir.join(SPEC_FILE).display()))
+            })?;
+            if let Some(m) = max_runs {
+                spec.max_runs = m;
+            }
+            let journal = read_journal(&dir.join(JOURNAL_FILE));
+            (spec, dir, journal)
+        }
+        Request::New {
+            comfyui,
+            workflow,
+            python,
+            launcher,
+            flags,
+            env,
+            good,
+            bad,
+            regress,
+            repeat,
+            limits,
+            max_runs,
+            output,
+        } => {
+            let repo = Repo::open(&comfyui)?;
+            let install = crate::install::Install::open(&comfyui)?;
+            crate::workflow::Workflow::load(&workflow)?;
+            let python = install.python(python.as_deref()).path;
+            let good = repo.resolve(&good)?;
+            let bad = repo.resolve(bad.as_deref().unwrap_or("HEAD"))?;
+            if good == bad || !repo.is_ancestor(&good, &bad) {
+                return Err(Error::usage(format!(
+                    "--good {} is not an ancestor of --bad {}",
+                    &good[..7],
+                    &bad[..7]
+                ))
+                .hint("--good is the older commit that worked, --bad the newer one that fails (default: the checkout's HEAD)"));
+            }
+            let dir = output
+                .unwrap_or_else(|| run::folder::fresh(Path::new("vrambisect-sessions"), "regress"));
+            let dir = run::folder::create(&dir)?;
+            let spec = Spec {
+                comfyui: std::fs::canonicalize(&repo.dir).unwrap_or(repo.dir.clone()),
+                python,
+                workflow: std::fs::canonicalize(&workflow).unwrap_or(workflow),
+                launcher,
+                flags,
+                env,
+                good,
+                bad,
+                regress,
+                repeat,
+                iterations: limits.iterations,
+                max_runs,
+                timeout_ms: limits.timeout.as_millis() as u64,
+                stall_timeout_ms: limits.stall_timeout.as_millis() as u64,
+                startup_timeout_ms: limits.startup_timeout.as_millis() as u64,
+            };
+            run::folder::write_json(&dir.join(SPEC_FILE), &spec)?;
+            crate::private::create_dir_all(&dir.join("runs"))
+                .map_err(|e| crate::error::io_error("create", &dir.join("runs"), &e))?;
+            (spec, dir, Vec::new())
+        }
+    };
+    let repo = Repo::open(&spec.comfyui)?;
+    let commits = repo.first_parent(&spec.good, &spec.bad)?;
+    let runs = journal.iter().map(|t| t.runs.len() as u32).sum();
+    let mut s = Session {
+        spec,
+        dir,
+        repo,
+        journal,
+        runs,
+        progress,
+        stopped: false,
+    };
+    let result = search(&mut s, &commits);
+    let _ = std::fs::remove_dir_all(s.dir.join("trees"));
+    let result = result?;
+    run::folder::write_json(&s.dir.join(RESULT_FILE), &result)?;
+    let code = match result.verdict.kind.as_str() {
+        "first_bad_found" => exit::OK,
+        "untestable" => exit::UNTESTABLE,
+        "incomplete" => exit::INTERRUPTED,
+        _ => exit::FAILED,
+    };
+    Ok((result, code))
+}
+
+/// Confirms the ends, then bisects first-parent history.
+fn search(s: &mut Session<'_>, commits: &[String]) -> Result<RegressResult> {
+    let n = commits.len();
+    let spec = s.spec.clone();
+    let mut kind = spec.regress;
+    // The bad end first: it says what "bad" is.
+    let bad = match s.test(&spec.bad, kind) {
+        Ok(t) => t,
+        Err(_) => return finish(s, commits, "incomplete", kind, None, None, Vec::new()),
+    };
+    match bad.mark {
+        Mark::Bad => kind = kind.or(bad.outcome),
+        Mark::Good => return finish(s, commits, "bad_passes", kind, None, None, Vec::new()),
+        Mark::Skip => return finish(s, commits, "untestable", kind, None, None, Vec::new()),
+    }
+    let good = match s.test(&spec.good, kind) {
+        Ok(t) => t,
+        Err(_) => return finish(s, commits, "incomplete", kind, None, None, Vec::new()),
+    };
+    match good.mark {
+        Mark::Good => {}
+        Mark::Bad => return finish(s, commits, "good_fails", kind, None, None, Vec::new()),
+        Mark::Skip => return finish(s, commits, "untestable", kind, None, None, Vec::new()),
+    }
+    // `lo` passed (-1: the good end), `hi` failed (n - 1: the bad end).
+    let (mut lo, mut hi) = (-1i64, n as i64 - 1);
+    let mut skipped: Vec<i64> = Vec::new();
+    loop {
+        if hi - lo <= 1 {
+            break;
+        }
+        let mid = (lo + hi) / 2;
+        let Some(pick) = ((lo + 1)..hi)
+            .filter(|i| !skipped.contains(i))
+            .min_by_key(|i| (i - mid).abs())
+        else {
+            break;
+        };
+        match s.test(&commits[pick as usize], kind) {
+            Err(_) => {
+                return finish(s, commits, "incomplete", kind, None, None, Vec::new());
+            }
+            Ok(t) => match t.mark {
+                Mark::Bad => hi = pick,
+                Mark::Good => lo = pick,
+                Mark::Skip => skipped.push(pick),
+            },
+        }
+    }
+    let first_bad = commits[hi as usize].clone();
+    let last_good = if lo < 0 {
+        spec.good.clone()
+    } else {
+        commits[lo as usize].clone()
+    };
+    let between: Vec<String> = ((lo + 1)..hi)
+        .map(|i| commits[i as usize].clone())
+        .collect();
+    finish(
+        s,
+        commits,
+        "first_bad_found",
+        kind,
+        Some(first_bad),
+        Some(last_good),
+        between,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    s: &mut Session<'_>,
+    commits: &[String],
+    kind_name: &str,
+    kind: Option<Outcome>,
+    first_bad: Option<String>,
+    last_good: Option<String>,
+    between: Vec<String>,
+) -> Result<RegressResult> {
+    let info = |c: &Option<String>| c.as_ref().and_then(|c| s.repo.info(c).ok());
+    let first_bad = info(&first_bad);
+    let last_good = info(&last_good);
+    let mut could_be: Vec<CommitInfo> =
+        between.iter().filter_map(|c| s.repo.info(c).ok()).collect();
+    if !could_be.is_empty()
+        && let Some(fb) = &first_bad
+    {
+        could_be.push(fb.clone());
+    }
+    let url = s.repo.github();
+    let what = kind.map(|o| o.describe()).unwrap_or("the failure");
+    let short = |c: &CommitInfo| {
+        format!(
+            "{} \"{}\" ({}, {})",
+            c.short(),
+            c.subject,
+            c.version.as_deref().unwrap_or("version unknown"),
+            c.date
+        )
+    };
+    let spec = &s.spec;
+    let statement = match (kind_name, &first_bad) {
+        ("first_bad_found", Some(fb)) if could_be.is_empty() => format!(
+            "The first bad commit is {}: the workflow fails there ({what}) and passed at {}.",
+            short(fb),
+            last_good
+                .as_ref()
+                .map(|c| c.short().to_string())
+                .unwrap_or_default()
+        ),
+        ("first_bad_found", Some(_)) => format!(
+            "The first bad commit is one of {} commits that could not all be tested: {}.",
+            could_be.len(),
+            could_be
+                .iter()
+                .map(|c| c.short().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        ("bad_passes", _) => format!(
+            "The bad end {} passed here: the failure did not reproduce, so there is nothing to bisect. Check the flags and workflow, or try --repeat.",
+            &spec.bad[..7]
+        ),
+        ("good_fails", _) => format!(
+            "The good end {} fails too ({what}): the regression is older. Give an older --good.",
+            &spec.good[..7]
+        ),
+        ("untestable", _) => {
+            let reason = s
+                .journal
+                .iter()
+                .rev()
+                .find_map(|t| t.reason.clone())
+                .unwrap_or_else(|| "it could not be tested".into());
+            format!("An end of the range could not be tested: {reason}.")
+        }
+        _ => "The session stopped before an answer; every finished run is kept.".into(),
+    };
+    let quoted = |p: &Path| crate::text::command_line(&[p.display().to_string()]);
+    let reproduce = match (&first_bad, &last_good) {
+        (Some(fb), Some(lg)) => {
+            let mut line = format!(
+                "vrambisect regress --comfyui {} --workflow {} --good {} --bad {}",
+                quoted(&spec.comfyui),
+                quoted(&spec.workflow),
+                lg.short(),
+                fb.short()
+            );
+            if !spec.flags.is_empty() {
+                line.push_str(" -- ");
+                line.push_str(&crate::text::command_line(&spec.flags));
+            }
+            Some(line)
+        }
+        _ => None,
+    };
+    let continue_with = (kind_name == "incomplete").then(|| {
+        format!(
+            "vrambisect regress --resume {}{}",
+            quoted(&s.dir),
+            if s.runs >= spec.max_runs {
+                format!(" --max-runs {}", spec.max_runs * 2)
+            } else {
+                String::new()
+            }
+        )
+    });
+    Ok(RegressResult {
+        verdict: Verdict {
+            kind: kind_name.to_string(),
+            regress: kind,
+            statement,
+        },
+        url: url
+            .zip(first_bad.as_ref())
+            .map(|(base, fb)| format!("{base}/commit/{}", fb.commit)),
+        first_bad,
+        last_good,
+        could_be,
+        runs_total: s.runs,
+        tested: s
+            .journal
+            .iter()
+            .filter(|t| t.mark != Mark::Skip)
+            .map(|t| TestedOut {
+                commit: t.commit.clone(),
+                version: t.version.clone(),
+                outcome: t.outcome,
+                mark: t.mark.clone(),
+            })
+            .collect(),
+        skipped: s
+            .journal
+            .iter()
+            .filter(|t| t.mark == Mark::Skip)
+            .map(|t| Skipped {
+                commit: t.commit.clone(),
+                reason: t.reason.clone().unwrap_or_default(),
+            })
+            .collect(),
+        commits: commits.len(),
+        session_dir: s.dir.clone(),
+        reproduce,
+        continue_with,
+    })
+}
+
+/// Prints the tested commits and the answer.
+pub fn render(
+    r: &RegressResult,
+    style: &crate::output::Style,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    let mut table = crate::output::table();
+    table.set_header(vec!["commit", "version", "outcome", "mark"]);
+    for t in &r.tested {
+        table.add_row(vec![
+            t.commit[..7.min(t.commit.len())].to_string(),
+            t.version.clone().unwrap_or_else(|| "?".into()),
+            t.outcome
+                .map(|o| o.to_string())
+                .unwrap_or_else(|| "-".into()),
+            format!("{:?}", t.mark).to_lowercase(),
+        ]);
+    }
+    for sk in &r.skipped {
+        table.add_row(vec![
+            sk.commit[..7.min(sk.commit.len())].to_string(),
+            String::new(),
+            "skipped".into(),
+            sk.reason.clone(),
+        ]);
+    }
+    if !r.tested.is_empty() || !r.skipped.is_empty() {
+        writeln!(out, "{table}")?;
+        writeln!(out)?;
+    }
+    let head = match r.verdict.kind.as_str() {
+        "first_bad_found" => style.good("FIRST BAD COMMIT"),
+        "incomplete" => style.warn("STOPPED"),
+        _ => style.bad(&r.verdict.kind.replace('_', " ").to_uppercase()),
+    };
+    writeln!(out, "{head}")?;
+    writeln!(out, "  {}", r.verdict.statement)?;
+    if let Some(u) = &r.url {
+        writeln!(out, "  {u}")?;
+    }
+    if let Some(line) = &r.reproduce {
+        writeln!(out, "  reproduce with: {line}")?;
+    }
+    if let Some(line) = &r.continue_with {
+        writeln!(out, "  continue with: {line}")?;
+    }
+    writeln!(
+        out,
+        "  {} over {} commits; session folder {}",
+        crate::text::plural(r.runs_total as usize, "run"),
+        r.commits,
+        r.session_dir.display()
+    )
+}

@@ -1,0 +1,446 @@
+//! `vrambisect regress` against the stand-in in a git repository with a made-up history:
+//! a regression at one commit, commits that cannot be tested (one that does not start, one
+//! whose requirements pin other versions, old ones that lack a flag), a merged branch, both
+//! ends misbehaving, a resume. After each, the user's checkout is as it was: HEAD, branch,
+//! status, stash and bisect state.
+
+mod support;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use support::{fixture, json, root};
+
+const SD15: &str = "workflows/sd15_txt2img.json";
+
+/// A git repository made from the stand-in.
+struct Repo {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
+        .args(args)
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name();
+        if name == "tests" || name == "__pycache__" {
+            continue;
+        }
+        let target = to.join(&name);
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+impl Repo {
+    /// Commit 0 is the stand-in passing; then one commit per step, each changing the files
+    /// `step(i)` returns (path, content) and committed as `commit i`.
+    fn new(n: usize, step: impl Fn(usize) -> Vec<(&'static str, String)>) -> Repo {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("ComfyUI");
+        copy_dir(&root().join("fixtures/fake-comfyui"), &dir);
+        std::fs::write(dir.join("scenario.json"), "{\"rules\": []}\n").unwrap();
+        git(&dir, &["init", "-q", "-b", "master"]);
+        git(&dir, &["add", "-A"]);
+        git(&dir, &["commit", "-q", "-m", "commit 0"]);
+        git(&dir, &["tag", "good"]);
+        for i in 1..=n {
+            let mut changes = step(i);
+            changes.push(("CHANGES.txt", format!("{i}\n")));
+            for (path, content) in changes {
+                std::fs::write(dir.join(path), content).unwrap();
+            }
+            git(&dir, &["add", "-A"]);
+            git(&dir, &["commit", "-q", "-m", &format!("commit {i}")]);
+        }
+        Repo { _tmp: tmp, dir }
+    }
+
+    /// What must not change: HEAD, the branch, the status, the stash, the bisect state.
+    fn state(&self) -> (String, String, String, String, bool) {
+        (
+            git(&self.dir, &["rev-parse", "HEAD"]),
+            git(&self.dir, &["rev-parse", "--abbrev-ref", "HEAD"]),
+            git(&self.dir, &["status", "--porcelain"]),
+            git(&self.dir, &["stash", "list"]),
+            self.dir.join(".git/BISECT_LOG").exists(),
+        )
+    }
+
+    fn regress(&self, extra: &[&str]) -> (i32, Value, tempfile::TempDir) {
+        self.regress_with(extra, &[])
+    }
+
+    fn regress_with(
+        &self,
+        extra: &[&str],
+        env: &[(&str, &Path)],
+    ) -> (i32, Value, tempfile::TempDir) {
+        let before = self.state();
+        let out = tempfile::tempdir().unwrap();
+        let session = out.path().join("session");
+        let wf = fixture(SD15);
+        let mut args = vec![
+            "regress",
+            "--comfyui",
+            self.dir.to_str().unwrap(),
+            "--workflow",
+            wf.to_str().unwrap(),
+            "--output",
+            session.to_str().unwrap(),
+            "--stall-timeout",
+            "5s",
+        ];
+        args.extend_from_slice(extra);
+        args.insert(1, "--json");
+        let mut cmd = support::vrambisect();
+        cmd.args(&args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let output = cmd.output().unwrap();
+        let doc: Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stderr)));
+        let code = output.status.code().unwrap_or(-1);
+        assert_eq!(self.state(), before, "the user's checkout changed");
+        (code, doc, out)
+    }
+}
+
+fn oom() -> String {
+    "{\"rules\": [{\"effect\": \"oom\"}]}\n".into()
+}
+
+fn subject(doc: &Value, which: &str) -> String {
+    doc[which]["subject"].as_str().unwrap_or("").to_string()
+}
+
+#[test]
+fn finds_the_commit_that_broke_the_workflow_in_few_runs() {
+    let repo = Repo::new(12, |i| {
+        if i == 7 {
+            vec![("scenario.json", oom())]
+        } else {
+            vec![]
+        }
+    });
+    let (code, doc, _) = repo.regress(&["--good", "good"]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["verdict"]["kind"], "first_bad_found");
+    assert_eq!(doc["verdict"]["regress"], "oom");
+    assert_eq!(subject(&doc, "first_bad"), "commit 7");
+    assert_eq!(subject(&doc, "last_good"), "commit 6");
+    assert_eq!(doc["first_bad"]["version"], "0.38.1");
+    // ⌈log2 12⌉ + 2 = 6 runs at most.
+    let runs = doc["runs_total"].as_u64().unwrap();
+    assert!(runs <= 6, "{runs} runs");
+    assert_eq!(doc["commits"], 12);
+    assert!(doc["skipped"].as_array().unwrap().is_empty());
+    assert!(doc["reproduce"].as_str().unwrap().contains("--good "));
+}
+
+#[test]
+fn commits_that_cannot_be_tested_are_skipped_not_bad() {
+    // Commit 3 does not start, commit 4 pins another version of a package this Python has
+    // (a made-up one, installed for the test on PYTHONPATH); the
+    // regression is at 5.
+    let repo = Repo::new(8, |i| match i {
+        3 => vec![("main.py", "import no_such_module_anywhere\n".into())],
+        4 => {
+            let main =
+                std::fs::read_to_string(root().join("fixtures/fake-comfyui/main.py")).unwrap();
+            vec![
+                ("main.py", main),
+                ("requirements.txt", "vrambisect-test-pkg==2.0\n".into()),
+            ]
+        }
+        5 => vec![("requirements.txt", "\n".into()), ("scenario.json", oom())],
+        _ => vec![],
+    });
+    let site = tempfile::tempdir().unwrap();
+    let dist = site.path().join("vrambisect_test_pkg-1.0.dist-info");
+    std::fs::create_dir_all(&dist).unwrap();
+    std::fs::write(
+        dist.join("METADATA"),
+        "Metadata-Version: 2.1\nName: vrambisect-test-pkg\nVersion: 1.0\n",
+    )
+    .unwrap();
+    let (code, doc, _) = repo.regress_with(&["--good", "good"], &[("PYTHONPATH", site.path())]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(subject(&doc, "first_bad"), "commit 5");
+    let skipped = doc["skipped"].as_array().unwrap();
+    let reasons: Vec<&str> = skipped
+        .iter()
+        .map(|s| s["reason"].as_str().unwrap())
+        .collect();
+    // Which of them the search needed depends on where it lands; each is skipped for its
+    // own reason, and none is called bad.
+    for r in &reasons {
+        assert!(
+            r.contains("does not start")
+                || r.contains("did not start")
+                || r.contains("pins vrambisect-test-pkg==2.0 (this Python has 1.0)"),
+            "{r}"
+        );
+    }
+    // Commit 4 sits right below the boundary: it must have been looked at, and skipped.
+    assert!(
+        reasons.iter().any(|r| r.contains("vrambisect-test-pkg")),
+        "{doc:#}"
+    );
+}
+
+#[test]
+fn a_skipped_commit_next_to_the_boundary_leaves_a_list() {
+    // The only commit between the last good and the first bad cannot start.
+    let repo = Repo::new(3, |i| match i {
+        2 => vec![("main.py", "import no_such_module_anywhere\n".into())],
+        3 => {
+            let main =
+                std::fs::read_to_string(root().join("fixtures/fake-comfyui/main.py")).unwrap();
+            vec![("main.py", main), ("scenario.json", oom())]
+        }
+        _ => vec![],
+    });
+    let (code, doc, _) = repo.regress(&["--good", "good"]);
+    assert_eq!(code, 0, "{doc:#}");
+    let could_be: Vec<String> = doc["could_be"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["subject"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(could_be, ["commit 2", "commit 3"], "{doc:#}");
+    assert!(
+        doc["verdict"]["statement"]
+            .as_str()
+            .unwrap()
+            .contains("one of 2 commits")
+    );
+}
+
+#[test]
+fn old_commits_that_lack_a_flag_are_skipped() {
+    // Commits 1–3 are 0.3.64, which has no --disable-pinned-memory; 4 on are the v0.38 line,
+    // and 6 broke it.
+    let repo = Repo::new(8, |i| {
+        let version = if i <= 3 { "0.3.64" } else { "0.38.1" };
+        let mut c = vec![(
+            "comfyui_version.py",
+            format!("__version__ = \"{version}\"\n"),
+        )];
+        if i == 6 {
+            c.push(("scenario.json", oom()));
+        }
+        c
+    });
+    let (code, doc, _) = repo.regress(&["--good", "HEAD~4", "--", "--disable-pinned-memory"]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(subject(&doc, "first_bad"), "commit 6");
+    // An older good end lacks the flag: it cannot be the good end.
+    let (code, doc, _) = repo.regress(&["--good", "HEAD~7", "--", "--disable-pinned-memory"]);
+    assert_eq!(code, 125, "{doc:#}");
+    assert_eq!(doc["verdict"]["kind"], "untestable");
+    assert!(
+        doc["verdict"]["statement"]
+            .as_str()
+            .unwrap()
+            .contains("does not take these flags"),
+        "{doc:#}"
+    );
+}
+
+#[test]
+fn a_merged_branch_is_one_step_of_first_parent_history() {
+    let repo = Repo::new(2, |_| vec![]);
+    // A branch with three commits, the second of which breaks the workflow, merged as one.
+    git(&repo.dir, &["checkout", "-q", "-b", "feature"]);
+    for (i, body) in [("a", None), ("b", Some(oom())), ("c", None)] {
+        if let Some(b) = body {
+            std::fs::write(repo.dir.join("scenario.json"), b).unwrap();
+        }
+        std::fs::write(repo.dir.join("FEATURE.txt"), i).unwrap();
+        git(&repo.dir, &["add", "-A"]);
+        git(&repo.dir, &["commit", "-q", "-m", &format!("feature {i}")]);
+    }
+    git(&repo.dir, &["checkout", "-q", "master"]);
+    git(
+        &repo.dir,
+        &["merge", "-q", "--no-ff", "feature", "-m", "Merge feature"],
+    );
+    std::fs::write(repo.dir.join("CHANGES.txt"), "after\n").unwrap();
+    git(&repo.dir, &["commit", "-q", "-am", "commit after"]);
+    let (code, doc, _) = repo.regress(&["--good", "good"]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(subject(&doc, "first_bad"), "Merge feature");
+    // commit 1, commit 2, the merge, commit after: the branch's own commits are not steps.
+    assert_eq!(doc["commits"], 4);
+}
+
+#[test]
+fn ends_that_do_not_behave_are_said() {
+    let passing = Repo::new(3, |_| vec![]);
+    let (code, doc, _) = passing.regress(&["--good", "good"]);
+    assert_eq!(code, 1, "{doc:#}");
+    assert_eq!(doc["verdict"]["kind"], "bad_passes");
+    let failing = Repo::new(3, |i| {
+        if i == 1 {
+            vec![("scenario.json", oom())]
+        } else {
+            vec![]
+        }
+    });
+    let (code, doc, _) = failing.regress(&["--good", "HEAD~1"]);
+    assert_eq!(code, 1, "{doc:#}");
+    assert_eq!(doc["verdict"]["kind"], "good_fails");
+    assert!(
+        doc["verdict"]["statement"]
+            .as_str()
+            .unwrap()
+            .contains("older --good")
+    );
+}
+
+#[test]
+fn a_stopped_session_resumes_without_repeating_a_run() {
+    let repo = Repo::new(10, |i| {
+        if i == 4 {
+            vec![("scenario.json", oom())]
+        } else {
+            vec![]
+        }
+    });
+    let (code, doc, out) = repo.regress(&["--good", "good", "--max-runs", "2"]);
+    assert_eq!(code, 130, "{doc:#}");
+    assert_eq!(doc["verdict"]["kind"], "incomplete");
+    assert_eq!(doc["runs_total"], 2);
+    let session = out.path().join("session");
+    let line = doc["continue_with"].as_str().unwrap();
+    assert!(
+        line.contains("--resume") && line.contains("--max-runs"),
+        "{line}"
+    );
+    let before = repo.state();
+    let (code, doc, _) = json(&[
+        "regress",
+        "--resume",
+        session.to_str().unwrap(),
+        "--max-runs",
+        "20",
+    ]);
+    assert_eq!(repo.state(), before);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(subject(&doc, "first_bad"), "commit 4");
+    // The two ends were not run again: every commit was run once.
+    let runs = doc["runs_total"].as_u64().unwrap();
+    let tested = doc["tested"].as_array().unwrap().len() as u64;
+    assert_eq!(runs, tested, "{doc:#}");
+}
+
+#[test]
+fn bad_input_is_refused_before_any_run() {
+    let repo = Repo::new(1, |_| vec![]);
+    let wf = fixture(SD15);
+    let (code, _, out) = json(&[
+        "regress",
+        "--comfyui",
+        repo.dir.to_str().unwrap(),
+        "--workflow",
+        wf.to_str().unwrap(),
+        "--good",
+        "no-such-tag",
+    ]);
+    assert_eq!(code, 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-tag is not a commit"));
+    // Not a git checkout.
+    let plain = tempfile::tempdir().unwrap();
+    std::fs::write(plain.path().join("main.py"), "").unwrap();
+    let (code, _, out) = json(&[
+        "regress",
+        "--comfyui",
+        plain.path().to_str().unwrap(),
+        "--workflow",
+        wf.to_str().unwrap(),
+        "--good",
+        "HEAD~1",
+    ]);
+    assert_eq!(code, 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a git checkout"));
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_leaves_the_checkout_as_it_was_and_can_resume() {
+    let repo = Repo::new(6, |i| {
+        if i == 3 {
+            vec![("scenario.json", oom())]
+        } else {
+            vec![]
+        }
+    });
+    // Slow prompts, so Ctrl-C comes while one runs.
+    std::fs::write(
+        repo.dir.join("scenario.json"),
+        "{\"timing\": {\"node_time\": 0.6}, \"rules\": [{\"effect\": \"oom\"}]}\n",
+    )
+    .unwrap();
+    git(&repo.dir, &["commit", "-q", "-am", "slow"]);
+    let before = repo.state();
+    let out = tempfile::tempdir().unwrap();
+    let session = out.path().join("session");
+    let wf = fixture(SD15);
+    let child = support::vrambisect()
+        .args(["regress", "--json", "--comfyui"])
+        .arg(&repo.dir)
+        .arg("--workflow")
+        .arg(&wf)
+        .args(["--good", "good", "--output"])
+        .arg(&session)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the first run to be under way, then Ctrl-C.
+    let started = std::time::Instant::now();
+    while !session.join("runs/001/comfyui.log").exists() {
+        assert!(started.elapsed().as_secs() < 60, "no run started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(repo.state(), before, "the user's checkout changed");
+    assert_eq!(output.status.code(), Some(130));
+    let doc: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(doc["verdict"]["kind"], "incomplete");
+    assert!(
+        !session.join("trees").exists(),
+        "exported trees are removed"
+    );
+    let (code, doc, _) = json(&["regress", "--resume", session.to_str().unwrap()]);
+    assert_eq!(repo.state(), before);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(subject(&doc, "first_bad"), "commit 3");
+}
