@@ -4,6 +4,8 @@
 //! ends misbehaving, a resume. After each, the user's checkout is as it was: HEAD, branch,
 //! status, stash and bisect state.
 
+#[path = "support/bundle.rs"]
+mod bundle;
 mod support;
 
 use serde_json::Value;
@@ -144,7 +146,7 @@ fn finds_the_commit_that_broke_the_workflow_in_few_runs() {
             vec![]
         }
     });
-    let (code, doc, _) = repo.regress(&["--good", "good"]);
+    let (code, doc, _out) = repo.regress(&["--good", "good"]);
     assert_eq!(code, 0, "{doc:#}");
     assert_eq!(doc["verdict"]["kind"], "first_bad_found");
     assert_eq!(doc["verdict"]["regress"], "oom");
@@ -157,6 +159,28 @@ fn finds_the_commit_that_broke_the_workflow_in_few_runs() {
     assert_eq!(doc["commits"], 12);
     assert!(doc["skipped"].as_array().unwrap().is_empty());
     assert!(doc["reproduce"].as_str().unwrap().contains("--good "));
+    // `report` bundles a regress session, and names the regression.
+    let session = PathBuf::from(doc["session_dir"].as_str().unwrap());
+    let zip = session.join("bundle.zip");
+    let out = support::vrambisect()
+        .arg("report")
+        .arg(&session)
+        .arg("--output")
+        .arg(&zip)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("from a regress session of"));
+    let files = bundle::unzip(&zip);
+    let issue = String::from_utf8_lossy(&files["ISSUE.md"]).into_owned();
+    let title = issue.lines().find(|l| l.starts_with("# ")).unwrap();
+    assert!(title.starts_with("# Regression between "), "{title}");
+    assert!(issue.contains("\"commit 7\""), "{issue}");
 }
 
 #[test]

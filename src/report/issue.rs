@@ -271,6 +271,30 @@ fn title(src: &Source, failing: Option<&RunRecord>) -> String {
         .and_then(|r| r.effective.comfyui_version.clone())
         .map(|v| format!(" (ComfyUI {v})"))
         .unwrap_or_default();
+    if let Some(res) = src.regress.as_ref().and_then(|r| r.result.as_ref()) {
+        let what = what
+            .or_else(|| res.verdict.regress.map(|o| o.describe().to_string()))
+            .unwrap_or_else(|| "Failure".into());
+        let at = |c: &Option<crate::regress::git::CommitInfo>| {
+            c.as_ref()
+                .map(|c| {
+                    format!(
+                        "{} ({})",
+                        c.short(),
+                        c.version.as_deref().unwrap_or("version unknown")
+                    )
+                })
+                .unwrap_or_else(|| "?".into())
+        };
+        return match res.verdict.kind.as_str() {
+            "first_bad_found" => format!(
+                "Regression between {} and {}: {what}",
+                at(&res.last_good),
+                at(&res.first_bad)
+            ),
+            _ => format!("{what}{version} (regression search: {})", res.verdict.kind),
+        };
+    }
     if let Some(res) = &src.result {
         let what = what.unwrap_or_else(|| res.baseline.outcome.describe().to_string());
         return match res.verdict.kind {
@@ -379,6 +403,7 @@ pub fn issue_md(inp: &IssueInput) -> String {
     let from = match src.kind {
         SourceKind::Run => "a run",
         SourceKind::Bisect => "a bisect session",
+        SourceKind::Regress => "a regress session",
     };
     let _ = writeln!(
         o,
@@ -471,6 +496,42 @@ pub fn issue_md(inp: &IssueInput) -> String {
             "{}\n",
             res.verdict.statement.replace("your flags", "these flags")
         );
+    }
+    if let Some(res) = src.regress.as_ref().and_then(|r| r.result.as_ref()) {
+        let _ = writeln!(o, "{}\n", res.verdict.statement);
+        if let Some(url) = &res.url {
+            let _ = writeln!(o, "The commit: {url}\n");
+        }
+        let _ = writeln!(
+            o,
+            "Commits tested on first-parent history (vrambisect regress, {}):\n",
+            crate::text::plural(res.runs_total as usize, "run")
+        );
+        let _ = writeln!(o, "| commit | version | outcome | |\n|---|---|---|---|");
+        for t in &res.tested {
+            let _ = writeln!(
+                o,
+                "| `{}` | {} | {} | {} |",
+                &t.commit[..7.min(t.commit.len())],
+                t.version.as_deref().unwrap_or("?"),
+                t.outcome
+                    .map(|x| x.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                format!("{:?}", t.mark).to_lowercase()
+            );
+        }
+        for sk in &res.skipped {
+            let _ = writeln!(
+                o,
+                "| `{}` | | skipped | {} |",
+                &sk.commit[..7.min(sk.commit.len())],
+                cell(&sk.reason)
+            );
+        }
+        let _ = writeln!(o);
+        if let Some(line) = &res.reproduce {
+            let _ = writeln!(o, "Reproduce with: {}\n", code(line));
+        }
     }
     if let (Some(r), Some(dir)) = (failing, failing_dir) {
         let _ = writeln!(

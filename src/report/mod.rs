@@ -853,6 +853,10 @@ pub fn render(b: &Built, style: &Style, out: &mut dyn Write) -> std::io::Result<
     let what = match b.source_kind {
         SourceKind::Run => "a run".to_string(),
         SourceKind::Bisect => format!("a bisect session of {}", crate::text::plural(b.runs, "run")),
+        SourceKind::Regress => format!(
+            "a regress session of {}",
+            crate::text::plural(b.runs, "run")
+        ),
     };
     writeln!(
         out,

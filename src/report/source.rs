@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 pub enum SourceKind {
     Run,
     Bisect,
+    Regress,
 }
 
 /// One run folder.
@@ -66,13 +67,32 @@ pub struct Source {
     pub spec: Option<SessionSpec>,
     /// `None` for a bisect stopped before its result was written.
     pub result: Option<BisectResult>,
+    /// A regress session's answer and the commits it tested (with their runs).
+    pub regress: Option<Regress>,
+}
+
+/// What a regress session holds besides its runs.
+#[derive(Debug, Clone)]
+pub struct Regress {
+    pub result: Option<crate::regress::RegressResult>,
+    pub journal: Vec<crate::regress::Tested>,
+}
+
+impl Regress {
+    /// The runs of `commit` (full id), from the journal.
+    pub fn runs_of(&self, commit: &str) -> Vec<PathBuf> {
+        self.journal
+            .iter()
+            .filter(|t| t.commit == commit)
+            .flat_map(|t| t.runs.clone())
+            .collect()
+    }
 }
 
 fn load_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
 }
 
-/// Opens a run folder or a session folder.
 impl Source {
     /// Why this folder is not a finished answer, in one sentence (`None` when it is): no run
     /// finished, or a bisect stopped before its verdict.
@@ -83,6 +103,15 @@ impl Source {
                 "no run finished ({} started): the bundle holds their logs, not a result",
                 self.runs.len()
             ));
+        }
+        if let Some(r) = &self.regress {
+            return match &r.result {
+                Some(res) if res.verdict.kind != "incomplete" => None,
+                _ => Some(
+                    "the regress session stopped before its answer; only what ran is listed"
+                        .to_string(),
+                ),
+            };
         }
         if self.kind != SourceKind::Bisect {
             return None;
@@ -101,6 +130,26 @@ impl Source {
     }
 }
 
+/// The numbered run folders under `dir/runs`, in order.
+fn run_dirs(dir: &Path) -> Vec<RunDir> {
+    let mut runs = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir.join("runs")) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.path().is_dir() && name.chars().all(|c| c.is_ascii_digit()) {
+                runs.push(RunDir {
+                    label: name,
+                    record: RunRecord::load(&e.path()).ok(),
+                    dir: e.path(),
+                });
+            }
+        }
+    }
+    runs.sort_by(|a, b| a.label.cmp(&b.label));
+    runs
+}
+
+/// Opens a run folder or a session folder.
 pub fn open(dir: &Path) -> Result<Source> {
     if !dir.is_dir() {
         return Err(Error::usage(format!("{} is not a folder", dir.display()))
@@ -110,20 +159,7 @@ pub fn open(dir: &Path) -> Result<Source> {
     if dir.join(SPEC_FILE).is_file() {
         let spec: SessionSpec = load_json(&dir.join(SPEC_FILE))
             .ok_or_else(|| Error::usage(format!("{} is damaged", dir.join(SPEC_FILE).display())))?;
-        let mut runs = Vec::new();
-        if let Ok(entries) = std::fs::read_dir(dir.join("runs")) {
-            for e in entries.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if e.path().is_dir() && name.chars().all(|c| c.is_ascii_digit()) {
-                    runs.push(RunDir {
-                        label: name,
-                        record: RunRecord::load(&e.path()).ok(),
-                        dir: e.path(),
-                    });
-                }
-            }
-        }
-        runs.sort_by(|a, b| a.label.cmp(&b.label));
+        let runs = run_dirs(&dir);
         if runs.is_empty() {
             return Err(Error::usage(format!(
                 "the bisect session {} has no runs yet",
@@ -134,7 +170,34 @@ pub fn open(dir: &Path) -> Result<Source> {
         return Ok(Source {
             kind: SourceKind::Bisect,
             result: load_json(&dir.join(RESULT_FILE)),
+            regress: None,
             spec: Some(spec),
+            runs,
+            dir,
+        });
+    }
+    if dir.join(crate::regress::SPEC_FILE).is_file() {
+        let runs = run_dirs(&dir);
+        if runs.is_empty() {
+            return Err(Error::usage(format!(
+                "the regress session {} has no runs yet",
+                dir.display()
+            ))
+            .hint("continue it with vrambisect regress --resume, then report"));
+        }
+        let journal = std::fs::read_to_string(dir.join(crate::regress::JOURNAL_FILE))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        return Ok(Source {
+            kind: SourceKind::Regress,
+            regress: Some(Regress {
+                result: load_json(&dir.join(crate::regress::RESULT_FILE)),
+                journal,
+            }),
+            result: None,
+            spec: None,
             runs,
             dir,
         });
@@ -150,11 +213,12 @@ pub fn open(dir: &Path) -> Result<Source> {
             }],
             spec: None,
             result: None,
+            regress: None,
             dir,
         });
     }
     Err(Error::usage(format!(
-        "{} is neither a run folder (record.json) nor a bisect session (session.json)",
+        "{} is neither a run folder (record.json) nor a bisect or regress session",
         dir.display()
     ))
     .hint("give the folder that vrambisect run --output or vrambisect bisect --output made"))
@@ -172,6 +236,13 @@ impl Source {
                     .find(|r| r.label == name && r.outcome().is_some_and(want))
             })
         };
+        if let Some(r) = &self.regress
+            && let Some(res) = &r.result
+            && let Some(fb) = &res.first_bad
+            && let Some(run) = by_dirs(&r.runs_of(&fb.commit), &|o| o != Outcome::Pass)
+        {
+            return Some(run);
+        }
         if let Some(res) = &self.result {
             let target = res.baseline.outcome;
             if let Some(c) = res.configs.iter().find(|c| c.flags == res.baseline.flags)
@@ -190,6 +261,15 @@ impl Source {
     pub fn passing(&self) -> Option<&RunDir> {
         if self.kind == SourceKind::Run {
             return None;
+        }
+        if let Some(r) = &self.regress {
+            let lg = r.result.as_ref().and_then(|res| res.last_good.as_ref())?;
+            return r.runs_of(&lg.commit).iter().find_map(|d| {
+                let name = d.file_name()?.to_string_lossy().into_owned();
+                self.runs
+                    .iter()
+                    .find(|x| x.label == name && x.outcome() == Some(Outcome::Pass))
+            });
         }
         if let Some(res) = &self.result
             && let Some(flags) = &res.verdict.flags
