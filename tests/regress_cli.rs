@@ -185,8 +185,8 @@ fn finds_the_commit_that_broke_the_workflow_in_few_runs() {
 
 #[test]
 fn commits_that_cannot_be_tested_are_skipped_not_bad() {
-    // Commit 3 does not start, commit 4 pins another version of a package this Python has
-    // (a made-up one, installed for the test on PYTHONPATH); the
+    // Commit 3 does not start, commit 4 pins another comfy-kitchen than this Python has (one
+    // installed for the test on PYTHONPATH; its other pin is not held against it); the
     // regression is at 5.
     let repo = Repo::new(8, |i| match i {
         3 => vec![("main.py", "import no_such_module_anywhere\n".into())],
@@ -195,18 +195,21 @@ fn commits_that_cannot_be_tested_are_skipped_not_bad() {
                 std::fs::read_to_string(root().join("fixtures/fake-comfyui/main.py")).unwrap();
             vec![
                 ("main.py", main),
-                ("requirements.txt", "vrambisect-test-pkg==2.0\n".into()),
+                (
+                    "requirements.txt",
+                    "comfy-kitchen==2.0\nsome-frontend-package==9.9\n".into(),
+                ),
             ]
         }
         5 => vec![("requirements.txt", "\n".into()), ("scenario.json", oom())],
         _ => vec![],
     });
     let site = tempfile::tempdir().unwrap();
-    let dist = site.path().join("vrambisect_test_pkg-1.0.dist-info");
+    let dist = site.path().join("comfy_kitchen-1.0.dist-info");
     std::fs::create_dir_all(&dist).unwrap();
     std::fs::write(
         dist.join("METADATA"),
-        "Metadata-Version: 2.1\nName: vrambisect-test-pkg\nVersion: 1.0\n",
+        "Metadata-Version: 2.1\nName: comfy-kitchen\nVersion: 1.0\n",
     )
     .unwrap();
     let (code, doc, _) = repo.regress_with(&["--good", "good"], &[("PYTHONPATH", site.path())]);
@@ -223,13 +226,13 @@ fn commits_that_cannot_be_tested_are_skipped_not_bad() {
         assert!(
             r.contains("does not start")
                 || r.contains("did not start")
-                || r.contains("pins vrambisect-test-pkg==2.0 (this Python has 1.0)"),
+                || r.contains("pins comfy-kitchen==2.0 (this Python has 1.0)"),
             "{r}"
         );
     }
     // Commit 4 sits right below the boundary: it must have been looked at, and skipped.
     assert!(
-        reasons.iter().any(|r| r.contains("vrambisect-test-pkg")),
+        reasons.iter().any(|r| r.contains("comfy-kitchen")),
         "{doc:#}"
     );
 }

@@ -246,6 +246,7 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
     // The bug template's first question, answered by a run: does it fail without custom
     // nodes? One extra run of the failing configuration, apart from the search.
     if spec.custom_nodes_check
+        && runs < spec.max_runs
         && let Some(target) = found.target
         && found.kind != VerdictKind::Incomplete
         && !spec

@@ -207,6 +207,9 @@ impl Oracle for LiveOracle<'_> {
         let mut opts = self.base.clone();
         opts.comfy_flags = config.flags.clone();
         opts.run_dir = run_dir.clone();
+        // The session's first run is of the user's flags: logged at DEBUG, it is the log a
+        // bug report needs (the level changes what is logged, not what memory does).
+        opts.debug_log = n == 1 && config.choice.is_empty();
         self.reporter.session(&SessionEvent::RunStarting {
             n,
             config,

@@ -326,6 +326,30 @@ To see the GUI go to: http://127.0.0.1:8188
     }
 
     #[test]
+    fn only_a_stamped_stop_after_minutes_makes_a_hang() {
+        // Closed while loading, and opened again hours later: the restart's time says nothing
+        // about how long it sat there.
+        let log = "2026-09-14T21:02:00.0 - To see the GUI go to: http://127.0.0.1:8188\n2026-09-14T21:02:01.0 - got prompt\n2026-09-14T21:02:02.0 - Requested to load Krea2\n2026-09-15T08:00:00.0 - Total VRAM 8151 MB, total RAM 16088 MB\n2026-09-15T08:00:01.0 - To see the GUI go to: http://127.0.0.1:8188\n";
+        let r = scan_bytes("reopened.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_ne!(
+            r.prompts[0].outcome,
+            Some(Outcome::Hang),
+            "{:?}",
+            r.prompts[0]
+        );
+        // An idle kill (`docker compose stop`) is no prompt's death.
+        let log = "comfyui  | To see the GUI go to: http://127.0.0.1:8188\ncomfyui  | got prompt\ncomfyui  | Prompt executed in 2.00 seconds\ncomfyui exited with code 137\n";
+        let r = scan_bytes("compose.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::Pass));
+        assert_eq!(r.exit_code(), 0);
+        // comfy-aimdo logs an error and carries on: the prompt that then finishes is not a
+        // host-memory failure.
+        let log = "To see the GUI go to: http://127.0.0.1:8188\ngot prompt\naimdo: src/hostbuf.c:120:ERROR:hostbuf_grow: could not grow\nPrompt executed in 2.00 seconds\n";
+        let r = scan_bytes("aimdo.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_ne!(r.outcome, Some(Outcome::HostOom));
+    }
+
+    #[test]
     fn version_lines_before_the_startup_block_belong_to_the_start() {
         let log = "pytorch version: 2.7.0+cu128\nComfyUI version: 0.3.40\nTotal VRAM 8151 MB, total RAM 16088 MB\nDevice: cuda:0 NVIDIA GeForce RTX 3070 : cudaMallocAsync\nTo see the GUI go to: http://127.0.0.1:8188\ngot prompt\nPrompt executed in 2.00 seconds\n";
         let r = scan_bytes("early.log", log.as_bytes(), Mode::Prefilter).unwrap();

@@ -272,6 +272,8 @@ pub struct State {
     now: Option<f64>,
     /// A model was `prepared for dynamic VRAM loading`: Dynamic VRAM was on.
     dynamic_loads: bool,
+    /// The line being read carries a time of its own.
+    stamped: bool,
 }
 
 impl Sink for State {
@@ -285,8 +287,10 @@ impl Sink for State {
     }
 
     fn line(&mut self, raw: &[u8], number: u64, before: &Before<'_>) {
-        if let Some(t) = crate::classify::normalize::timestamp_secs(raw) {
-            self.now = Some(t);
+        let t = crate::classify::normalize::timestamp_secs(raw);
+        self.stamped = t.is_some();
+        if t.is_some() {
+            self.now = t;
         }
         let text = self.text(raw);
         self.observe(&text, number, before);
@@ -324,6 +328,10 @@ fn unglue(text: &str) -> Cow<'_, str> {
 /// Memory errors that a prompt can log and still finish (TensorRT's allocator, comfy-aimdo's
 /// error lines): the classifier weighs those against the success.
 fn succeeds_despite(hit: &str) -> bool {
+    // comfy-aimdo logs its errors and carries on (`aimdo: …:ERROR: hostbuf_grow …`).
+    if hit.starts_with("aimdo: ") {
+        return true;
+    }
     catalogue::match_line(hit)
         .all(|s| matches!(s.outcome, Outcome::TensorrtAllocator | Outcome::AimdoFault))
 }
@@ -614,7 +622,13 @@ impl State {
         // prompt's end. In a fragment with neither a start nor a prompt before it, the lines
         // before it were a node at work (a custom node building a TensorRT engine).
         let fragment = self.current.is_none() && self.prompts_total == 0;
-        if sig.id == "process_exited" && self.open.is_none() && !starting && !fragment {
+        // The same for a kill while ComfyUI was idle (`docker compose stop` ends a Python
+        // that ignores SIGTERM with `exited with code 137`): no prompt died.
+        if matches!(sig.id, "process_exited" | "killed")
+            && self.open.is_none()
+            && !starting
+            && !fragment
+        {
             return;
         }
         if starting || (sig.phase == Phase::Startup && self.open.is_none()) {
@@ -897,9 +911,11 @@ impl State {
             })
         };
         let model = p.pending_load.as_ref().map(|(_, _, m, _)| m.clone());
-        // How long the log shows nothing after the pending load, by its own clock.
-        let stalled_for = match (&p.pending_load, self.now) {
-            (Some((_, _, _, Some(at))), Some(now)) => Some(now - at),
+        // How long the log shows nothing after the pending load, by its own clock: only up
+        // to a stop line that carries its own time (a restart may come hours later, after
+        // the machine was off; an unstamped line has no time of its own).
+        let stalled_for = match (&p.pending_load, self.now, &end) {
+            (Some((_, _, _, Some(at))), Some(now), End::Stopped) if self.stamped => Some(now - at),
             _ => None,
         };
         let mut hang = false;
@@ -1029,9 +1045,7 @@ impl State {
             v.signatures.retain(|s| *s != hang_sig.id);
             v.signatures.insert(0, hang_sig.id);
             v.explanation = Some(match end {
-                End::Restart => format!(
-                    "ComfyUI was restarted after its log had been silent for minutes while loading {model}: it hung after 'Requested to load {model}'"
-                ),
+                End::Restart => unreachable!("only a stamped stop shows a hang"),
                 End::Stopped => format!(
                     "ComfyUI was stopped (Ctrl-C) after its log had been silent for minutes while loading {model}: it hung after 'Requested to load {model}'"
                 ),

@@ -106,6 +106,15 @@ impl Repo {
             .collect())
     }
 
+    /// Every commit on `rev`'s first-parent line.
+    pub fn first_parent_line(&self, rev: &str) -> Result<Vec<String>> {
+        Ok(self
+            .git(&["rev-list", "--first-parent", rev])?
+            .lines()
+            .map(|l| l.trim().to_string())
+            .collect())
+    }
+
     /// A file at a commit, when it exists there.
     pub fn show(&self, commit: &str, path: &str) -> Option<String> {
         self.git(&["show", &format!("{commit}:{path}")]).ok()

@@ -179,7 +179,14 @@ impl Session<'_> {
         let outcome = self.run_commit(commit, &tree, kind, &mut tested);
         let _ = std::fs::remove_dir_all(&tree);
         if let Err(e) = outcome {
-            if e.kind == ErrorKind::Interrupted || self.stopped {
+            // A Ctrl-C while git, tar or `main.py --help` ran makes them fail: that is a stop,
+            // not a property of the commit. So is a machine problem (the GPU lock, a full
+            // disk, a link Windows refuses): the session ends with it and can be resumed.
+            if e.kind == ErrorKind::Interrupted
+                || e.kind == ErrorKind::Environment
+                || self.stopped
+                || signals::requested() != Stop::No
+            {
                 self.stopped = true;
                 return Err(e);
             }
@@ -232,19 +239,19 @@ impl Session<'_> {
                 });
             }
             self.runs += 1;
-            let run_dir = self.dir.join("runs").join(format!("{:03}", self.runs));
-            // A folder of the same number left by a run that was stopped is not in the
-            // journal: nothing refers to it.
-            if run_dir.exists() {
-                let _ = std::fs::remove_dir_all(&run_dir);
-            }
+            // Numbered after every folder there (a run stopped before it was journaled keeps
+            // its number and its log).
+            let run_dir = self
+                .dir
+                .join("runs")
+                .join(format!("{:03}", next_run_number(&self.dir.join("runs"))));
             let run_dir = run::folder::create(&run_dir)?;
+            tested.runs.push(run_dir.clone());
             let target = Target::load(tree, Some(&self.spec.python), &self.spec.workflow)?;
             let mut opts = RunOptions::new(target, limits, run_dir.clone());
             opts.comfy_flags = self.spec.flags.clone();
             opts.env = self.spec.env.clone();
             let record = run::execute(&opts, &mut run::Silent)?;
-            tested.runs.push(run_dir);
             tested.outcome = Some(record.outcome);
             if record.outcome == Outcome::Interrupted && signals::requested() != Stop::No {
                 self.stopped = true;
@@ -292,6 +299,19 @@ impl Session<'_> {
     }
 }
 
+/// One more than the highest numbered run folder in `runs`.
+fn next_run_number(runs: &Path) -> u32 {
+    std::fs::read_dir(runs)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0)
+        + 1
+}
+
 fn append(path: &Path, t: &Tested) -> Result<()> {
     let line = serde_json::to_string(t).expect("a tested commit serialises");
     let mut f = crate::private::options()
@@ -323,6 +343,7 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
             })?;
             if let Some(m) = max_runs {
                 spec.max_runs = m;
+                run::folder::write_json(&dir.join(SPEC_FILE), &spec)?;
             }
             let journal = read_journal(&dir.join(JOURNAL_FILE));
             (spec, dir, journal)
@@ -348,16 +369,35 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
             let python = install.python(python.as_deref()).path;
             let good = repo.resolve(&good)?;
             let bad = repo.resolve(bad.as_deref().unwrap_or("HEAD"))?;
-            if good == bad || !repo.is_ancestor(&good, &bad) {
+            if good == bad
+                || !repo.is_ancestor(&good, &bad)
+                || !repo.first_parent_line(&bad)?.contains(&good)
+            {
                 return Err(Error::usage(format!(
-                    "--good {} is not an ancestor of --bad {}",
+                    "--good {} is not on the first-parent line before --bad {}",
                     &good[..7],
                     &bad[..7]
                 ))
-                .hint("--good is the older commit that worked, --bad the newer one that fails (default: the checkout's HEAD)"));
+                .hint("--good is an older commit on the main line (a merge, not a commit inside a merged branch) where it worked; --bad the newer one that fails (default: the checkout's HEAD)"));
             }
             let dir = output
                 .unwrap_or_else(|| run::folder::fresh(Path::new("vrambisect-sessions"), "regress"));
+            // Inside the checkout it would show as untracked files there.
+            let abs = std::env::current_dir()
+                .map(|c| c.join(&dir))
+                .unwrap_or_else(|_| dir.clone());
+            let top = std::fs::canonicalize(&repo.dir).unwrap_or(repo.dir.clone());
+            let parent = abs.parent().and_then(|p| std::fs::canonicalize(p).ok());
+            if parent.is_some_and(|p| p.starts_with(&top)) {
+                return Err(Error::usage(format!(
+                    "the session folder {} would be inside your checkout {}",
+                    dir.display(),
+                    top.display()
+                ))
+                .hint(
+                    "run vrambisect from another folder, or give --output outside the checkout",
+                ));
+            }
             let dir = run::folder::create(&dir)?;
             let spec = Spec {
                 comfyui: std::fs::canonicalize(&repo.dir).unwrap_or(repo.dir.clone()),
@@ -415,6 +455,7 @@ fn search(s: &mut Session<'_>, commits: &[String]) -> Result<RegressResult> {
     // The bad end first: it says what "bad" is.
     let bad = match s.test(&spec.bad, kind) {
         Ok(t) => t,
+        Err(e) if e.kind == ErrorKind::Environment => return Err(e),
         Err(_) => return finish(s, commits, "incomplete", kind, None, None, Vec::new()),
     };
     match bad.mark {
@@ -424,6 +465,7 @@ fn search(s: &mut Session<'_>, commits: &[String]) -> Result<RegressResult> {
     }
     let good = match s.test(&spec.good, kind) {
         Ok(t) => t,
+        Err(e) if e.kind == ErrorKind::Environment => return Err(e),
         Err(_) => return finish(s, commits, "incomplete", kind, None, None, Vec::new()),
     };
     match good.mark {
@@ -446,6 +488,7 @@ fn search(s: &mut Session<'_>, commits: &[String]) -> Result<RegressResult> {
             break;
         };
         match s.test(&commits[pick as usize], kind) {
+            Err(e) if e.kind == ErrorKind::Environment => return Err(e),
             Err(_) => {
                 return finish(s, commits, "incomplete", kind, None, None, Vec::new());
             }
@@ -568,7 +611,7 @@ fn finish(
             "vrambisect regress --resume {}{}",
             quoted(&s.dir),
             if s.runs >= spec.max_runs {
-                format!(" --max-runs {}", spec.max_runs * 2)
+                format!(" --max-runs {}", (spec.max_runs * 2).max(s.runs + 16))
             } else {
                 String::new()
             }

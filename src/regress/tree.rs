@@ -96,11 +96,17 @@ pub fn installed(python: &Path, names: &[String]) -> BTreeMap<String, String> {
     found
 }
 
-/// Why this commit's requirements make a run with `python` meaningless: a pinned package that
-/// is installed in another version (comfy-aimdo and comfy-kitchen move with ComfyUI). A pinned
-/// package that is not installed at all says nothing about this Python and is left alone.
+/// Why this commit's requirements make a run with `python` meaningless: comfy-aimdo or
+/// comfy-kitchen pinned to another version than the one installed (they move with ComfyUI).
+/// A pinned package that is not installed at all says nothing about this Python and is left
+/// alone.
 pub fn mismatch(requirements: Option<&str>, python: &Path) -> Option<String> {
-    let pins = pins(requirements?);
+    // The frontend, template and docs packages are pinned exactly too and move every few
+    // days, but an older one does not change what a workflow does to memory.
+    let pins: Vec<(String, String)> = pins(requirements?)
+        .into_iter()
+        .filter(|(n, _)| HELD.contains(&n.as_str()))
+        .collect();
     if pins.is_empty() {
         return None;
     }
@@ -120,6 +126,9 @@ pub fn mismatch(requirements: Option<&str>, python: &Path) -> Option<String> {
         )
     })
 }
+
+/// The pinned packages whose version decides how ComfyUI uses memory.
+pub const HELD: &[&str] = &["comfy-aimdo", "comfy-kitchen"];
 
 /// Where a commit's tree goes in a session folder.
 pub fn dir_of(session: &Path, commit: &str) -> PathBuf {

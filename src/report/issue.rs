@@ -58,6 +58,17 @@ pub fn log_lines(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// A traceback's lines: indented frames, its header, the exception line, the chaining words.
+fn continues_a_record(l: &str) -> bool {
+    l.starts_with(char::is_whitespace)
+        || l.starts_with("Traceback")
+        || l.starts_with("During handling")
+        || l.starts_with("The above exception")
+        || l.split_once(": ").is_some_and(|(name, _)| {
+            !name.contains(' ') && (name.ends_with("Error") || name.ends_with("Exception"))
+        })
+}
+
 /// Keeps the first and last lines of a long excerpt, with a marker in between.
 pub fn cap_lines(lines: Vec<String>, max: usize) -> Vec<String> {
     if lines.len() <= max {
@@ -80,7 +91,33 @@ pub fn startup_block(lines: &[String]) -> Vec<String> {
         .position(|l| l.contains("To see the GUI go to"))
         .map(|i| i + 1)
         .unwrap_or(lines.len());
-    cap_lines(lines[..end].to_vec(), STARTUP_LINES)
+    // A run logged at DEBUG (the bisect's first) would fill the block with DEBUG records
+    // (and the tracebacks some of them carry); the bundle's log has them all.
+    let mut kept = Vec::new();
+    let mut in_debug = false;
+    let mut dropped = 0;
+    for l in &lines[..end] {
+        if l.starts_with("[DEBUG] ") {
+            in_debug = true;
+        } else if l.starts_with('[') && l.contains("] ") {
+            // The next tagged record.
+            in_debug = false;
+        } else if in_debug && !continues_a_record(l) {
+            // An untagged line of its own (comfy-aimdo's `aimdo: …` lines have no tag).
+            in_debug = false;
+        }
+        if in_debug {
+            dropped += 1;
+        } else {
+            kept.push(l.clone());
+        }
+    }
+    if dropped > 0 {
+        kept.push(format!(
+            "… [{dropped} DEBUG lines left out here; the log in the bundle has them] …"
+        ));
+    }
+    cap_lines(kept, STARTUP_LINES)
 }
 
 /// The lines around the failure: from a little before the first evidence line to a little
@@ -656,7 +693,7 @@ pub fn issue_md(inp: &IssueInput) -> String {
     }
     let _ = writeln!(
         o,
-        "\nExact command lines (vrambisect started ComfyUI itself, on a free loopback port, without a browser):\n"
+        "\nExact command lines (vrambisect started ComfyUI itself, on a free loopback port, without a browser; the first run of a bisect logs at DEBUG level):\n"
     );
     let mut lines = Vec::new();
     for d in [failing_dir, passing_dir].into_iter().flatten() {

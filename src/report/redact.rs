@@ -286,7 +286,10 @@ pub fn is_secret_name(key: &str) -> bool {
         "sid",
         "jwt",
     ];
-    words(key).iter().any(|w| WORDS.contains(&w.as_str()))
+    let w = words(key);
+    // `openai_key`, `replicateKey`: a name that ends in "key" after another word.
+    (w.len() >= 2 && w.last().is_some_and(|l| l == "key"))
+        || w.iter().any(|w| WORDS.contains(&w.as_str()))
 }
 
 /// `apiKey`, `api_key`, `API-KEY`, `x.auth` → lower-case words.
@@ -344,6 +347,8 @@ struct Rules {
     flag_value: Regex,
     url: Regex,
     local_host: Regex,
+    cookie: Regex,
+    bare_query: Regex,
     hex32: Regex,
     url_credentials: Regex,
     bearer: Regex,
@@ -372,12 +377,14 @@ fn rules() -> &'static Rules {
                 r"-----BEGIN ([A-Z ]*)PRIVATE KEY-----(?:[ \t]*\r?\n?[ \t]*[A-Za-z0-9+/=]{8,})*",
             ),
             // `--password VALUE`, `--api-key VALUE`: a secret flag with its value after a space.
-            flag_value: re(r#"(?P<flag>--?(?P<key>[A-Za-z][A-Za-z0-9_-]*))(?P<sp>[ \t]+)(?P<val>"[^"\n]*"|'[^'\n]*'|[^\s"'-][^\s]*)"#),
+            flag_value: re(r#"(?P<pre>^|[\s"'(\[,=])(?P<flag>--?(?P<key>[A-Za-z][A-Za-z0-9_-]*))(?P<sp>[ \t]+)(?P<val>"[^"\n]*"|'[^'\n]*'|[^\s"'-][^\s]*)"#),
             url: re(r#"(?i)\b(?:https?|wss?|ftp)://[^\s"'<>`]+"#),
             // Names that only a local network resolves (mDNS, home routers, private DNS).
             local_host: re(
-                r"(?i)\b[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\.(?:local|lan|home|internal|intranet|localdomain|home\.arpa|fritz\.box|corp)\b",
+                r"(?i)(?P<pre>^|[^A-Za-z0-9_.'])(?P<host>[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\.(?P<tld>local|lan|home|internal|intranet|localdomain|home\.arpa|fritz\.box|corp))(?P<post>[^A-Za-z0-9_(]|$)",
             ),
+            cookie: re(r"(?im)^(?P<key>\s*(?:set-)?cookie:\s*)(?P<val>.+)$"),
+            bare_query: re(r"(?P<sep>[?&])(?P<k>[A-Za-z][A-Za-z0-9_.-]*)=(?P<v>[^\s&#\x22']+)"),
             // 32 hex digits standing alone: an API key (Civitai's have no prefix), an MD5.
             hex32: re(r"\b[0-9a-fA-F]{32}\b"),
             url_credentials: re(r"\b([A-Za-z][A-Za-z0-9+.-]{1,20}://)([^/\s:@\[\]]+):([^/\s@]+)@"),
@@ -426,6 +433,7 @@ fn rules() -> &'static Rules {
 pub struct Redactor {
     homes: Vec<Regex>,
     users: Option<Regex>,
+    short_users: Option<Regex>,
     hosts: Option<Regex>,
 }
 
@@ -497,10 +505,22 @@ fn redact_url(url: &str, tally: &mut Redactions) -> String {
         None => authority,
     };
     out.push_str(host_port);
-    let segments: Vec<String> = path
-        .split('/')
-        .map(|seg| {
-            if random_looking(seg, 24) {
+    let parts: Vec<&str> = path.split('/').collect();
+    let segments: Vec<String> = parts
+        .iter()
+        .enumerate()
+        .map(|(i, seg)| {
+            // A file name (`realisticVisionV60B1_v51HyperVAE.safetensors`) or the id after
+            // `commit/`, `blob/`, `tree/`, `resolve/` is evidence, not a secret.
+            let file = seg.rsplit_once('.').is_some_and(|(_, ext)| {
+                (2..=12).contains(&ext.len()) && ext.chars().all(|c| c.is_ascii_alphanumeric())
+            });
+            let revision = i > 0
+                && matches!(
+                    parts[i - 1],
+                    "commit" | "commits" | "blob" | "tree" | "resolve" | "raw"
+                );
+            if !file && !revision && random_looking(seg, 24) {
                 bump(tally, Kind::Token);
                 "[token]".to_string()
             } else {
@@ -551,7 +571,7 @@ fn query_secret(key: &str) -> bool {
 }
 
 /// A value that looks generated rather than written: at least `min` characters of letters,
-/// digits and `-_.~+/=`, with both letters and digits, and no vowel-rich words in it.
+/// digits and `-_.~+/=`, with both letters and digits, and a long run without a separator.
 fn random_looking(v: &str, min: usize) -> bool {
     let v = v.trim();
     if v.len() < min
@@ -593,9 +613,18 @@ impl Redactor {
                 homes.push(re);
             }
         }
+        // A name of five characters or more is removed inside longer names too
+        // (`alice_portrait_v3`); a short one only where it stands alone, or `max` would turn
+        // `max_split_size_mb` into `[user]_split_size_mb`.
+        let (long, short): (Vec<String>, Vec<String>) = identity
+            .users
+            .iter()
+            .cloned()
+            .partition(|u| u.chars().count() >= 5);
         Redactor {
             homes,
-            users: name_pattern(&identity.users),
+            users: name_pattern(&long),
+            short_users: word_pattern(&short),
             hosts: word_pattern(&identity.hosts),
         }
     }
@@ -683,7 +712,7 @@ impl Redactor {
                     return c[0].to_string();
                 }
                 bump(t, Kind::SecretValue);
-                format!("{}{}{REDACTED}", &c["flag"], &c["sp"])
+                format!("{}{}{}{REDACTED}", &c["pre"], &c["flag"], &c["sp"])
             },
             tally,
         );
@@ -691,11 +720,47 @@ impl Redactor {
             &r.local_host,
             &out,
             |c, t| {
-                if c[0].starts_with('[') {
+                let host = &c["host"];
+                let tld = c["tld"].to_ascii_lowercase();
+                // `google.protobuf.internal`, `Path.home`: Python names, not hosts. These two
+                // suffixes count only on a name with a hyphen or a digit in it.
+                let plain_words = !host[..host.len() - tld.len()]
+                    .chars()
+                    .any(|ch| ch == '-' || ch.is_ascii_digit());
+                if (tld == "internal" || tld == "home") && plain_words {
                     return c[0].to_string();
                 }
                 bump(t, Kind::HostName);
-                "[host]".to_string()
+                format!("{}[host]{}", &c["pre"], &c["post"])
+            },
+            tally,
+        );
+        // Every pair of a cookie header, not only the first.
+        out = replace(
+            &r.cookie,
+            &out,
+            |c, t| {
+                if harmless_value(&c["val"]) {
+                    return c[0].to_string();
+                }
+                bump(t, Kind::SecretValue);
+                format!("{}{REDACTED}", &c["key"])
+            },
+            tally,
+        );
+        // A query string without its scheme (`… with url: /path?X-Amz-Signature=…`).
+        out = replace(
+            &r.bare_query,
+            &out,
+            |c, t| {
+                let (k, v) = (&c["k"], &c["v"]);
+                if harmless_value(v)
+                    || !(is_secret_name(k) || query_secret(k) || random_looking(v, 16))
+                {
+                    return c[0].to_string();
+                }
+                bump(t, Kind::SecretValue);
+                format!("{}{k}={REDACTED}", &c["sep"])
             },
             tally,
         );
@@ -759,6 +824,7 @@ impl Redactor {
         for (re, kind, placeholder) in [
             (&self.hosts, Kind::HostName, "[host]"),
             (&self.users, Kind::UserName, "[user]"),
+            (&self.short_users, Kind::UserName, "[user]"),
         ] {
             if let Some(re) = re {
                 out = replace_words(re, &out, kind, placeholder, tally);
@@ -1321,5 +1387,54 @@ mod planted {
         }
         assert!(survived.is_empty(), "survived:\n{}", survived.join("\n"));
         assert!(entries.len() >= 40);
+    }
+}
+
+/// What a maintainer needs must come through: short user names, Python module paths, file
+/// names and commit ids in URLs, words that contain a flag's spelling.
+#[cfg(test)]
+mod evidence {
+    #[test]
+    fn evidence_survives_and_more_secrets_go() {
+        let mut id = super::Identity::default();
+        id.add_home("/home/max");
+        id.add_user("max");
+        let r = super::Redactor::new(&id);
+        let red = |s: &str| {
+            let mut t = super::Redactions::new();
+            r.text(s, &mut t)
+        };
+        for keep in [
+            "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512",
+            "from google.protobuf.internal import builder",
+            "cache = Path.home() / '.cache'",
+            "https://civitai.com/api/download/models/realisticVisionV60B1_v51HyperVAE.safetensors",
+            "https://github.com/Comfy-Org/ComfyUI/commit/0dcc75ca547b533a129699208aefa95c6742f1b6",
+            "Non-token inputs were ignored",
+            "--max-upload-size 100",
+        ] {
+            assert_eq!(red(keep), keep);
+        }
+        // A short user name standing alone still goes.
+        assert_eq!(red("logged in as max"), "logged in as [user]");
+        for (text, secret) in [
+            (
+                "Cookie: a=1; comfy_session=Xy12Ab34Cd; cf_clearance=Zz99Yy88",
+                "cf_clearance=Zz99Yy88",
+            ),
+            (
+                "GET failed with url: /v1/x?X-Amz-Signature=9f8e7d6c5b4a3928&X-Amz-Expires=300",
+                "9f8e7d6c5b4a3928",
+            ),
+            (
+                "openai_key = plainvalue-not-prefixed",
+                "plainvalue-not-prefixed",
+            ),
+            ("replicate_key: r8_Ab12Cd34Ef56Gh78", "r8_Ab12Cd34Ef56Gh78"),
+            ("router at edge-router-2.internal:8080", "edge-router-2"),
+        ] {
+            let out = red(text);
+            assert!(!out.contains(secret), "{secret} survived: {out}");
+        }
     }
 }

@@ -291,6 +291,12 @@ fn argv(opts: &RunOptions, port: u16) -> Vec<String> {
     {
         argv.push("--disable-assets".into());
     }
+    if opts.debug_log
+        && opts.flags.has("--verbose")
+        && !opts.comfy_flags.iter().any(|f| f.starts_with("--verbose"))
+    {
+        argv.extend(["--verbose".to_string(), "DEBUG".to_string()]);
+    }
     argv
 }
 

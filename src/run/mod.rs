@@ -106,6 +106,7 @@ impl RunOptions {
             nvml_lib: None,
             cuda: false,
             min_available_ram: limits.min_available_ram,
+            debug_log: false,
         }
     }
 }
@@ -140,6 +141,9 @@ pub struct RunOptions {
     /// Stop ComfyUI when available RAM falls below this many bytes (`None`: 2% of RAM,
     /// between 256 MiB and 1 GiB; `Some(0)`: never).
     pub min_available_ram: Option<u64>,
+    /// Log at DEBUG (`--verbose DEBUG`, which also raises comfy-aimdo's level) when the
+    /// install takes it and the user's flags set no level: the log a bug report wants.
+    pub debug_log: bool,
 }
 
 /// What the engine tells its displays as the run goes.
