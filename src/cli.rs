@@ -344,7 +344,8 @@ pub struct RegressArgs {
     /// The workflow, in API format.
     #[arg(long, value_name = "FILE", required_unless_present = "resume")]
     pub workflow: Option<PathBuf>,
-    /// A commit or tag where the workflow worked.
+    /// A commit or tag where the workflow worked, or a ComfyUI-Manager snapshot (.json) taken
+    /// then.
     #[arg(long, value_name = "REV", required_unless_present = "resume")]
     pub good: Option<String>,
     /// A commit or tag where it fails (default: the checkout's HEAD).

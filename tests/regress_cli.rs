@@ -385,6 +385,31 @@ fn a_stopped_session_resumes_without_repeating_a_run() {
 }
 
 #[test]
+fn the_good_end_can_be_a_manager_snapshot() {
+    let repo = Repo::new(4, |i| {
+        if i == 3 {
+            vec![("scenario.json", oom())]
+        } else {
+            vec![]
+        }
+    });
+    let good = git(&repo.dir, &["rev-parse", "HEAD~2"]);
+    let snap = tempfile::tempdir().unwrap();
+    let path = snap.path().join("2026-11-20_10-00-00_snapshot.json");
+    std::fs::write(
+        &path,
+        format!(
+            "{{\"comfyui\": \"{good}\", \"git_custom_nodes\": {{}}, \"file_custom_nodes\": []}}"
+        ),
+    )
+    .unwrap();
+    let (code, doc, _) = repo.regress(&["--good", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(subject(&doc, "first_bad"), "commit 3");
+    assert_eq!(subject(&doc, "last_good"), "commit 2");
+}
+
+#[test]
 fn bad_input_is_refused_before_any_run() {
     let repo = Repo::new(1, |_| vec![]);
     let wf = fixture(SD15);

@@ -299,6 +299,27 @@ impl Session<'_> {
     }
 }
 
+/// `--good` as given, or the ComfyUI commit a ComfyUI-Manager snapshot recorded (its
+/// `user/default/ComfyUI-Manager/snapshots/*.json` holds `"comfyui": "<commit>"`).
+fn snapshot_rev(good: &str) -> Result<String> {
+    let path = Path::new(good);
+    if !(good.ends_with(".json") && path.is_file()) {
+        return Ok(good.to_string());
+    }
+    let text =
+        std::fs::read_to_string(path).map_err(|e| crate::error::io_error("read", path, &e))?;
+    let doc: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::usage(format!("{good} is not a snapshot: {e}")))?;
+    doc.get("comfyui")
+        .and_then(serde_json::Value::as_str)
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().to_string())
+        .ok_or_else(|| {
+            Error::usage(format!("{good} records no ComfyUI commit (no \"comfyui\" field)"))
+                .hint("give --good a commit or tag, or a ComfyUI-Manager snapshot (Manager > Snapshot Manager)")
+        })
+}
+
 /// One more than the highest numbered run folder in `runs`.
 fn next_run_number(runs: &Path) -> u32 {
     std::fs::read_dir(runs)
@@ -367,7 +388,7 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
             let install = crate::install::Install::open(&comfyui)?;
             crate::workflow::Workflow::load(&workflow)?;
             let python = install.python(python.as_deref()).path;
-            let good = repo.resolve(&good)?;
+            let good = repo.resolve(&snapshot_rev(&good)?)?;
             let bad = repo.resolve(bad.as_deref().unwrap_or("HEAD"))?;
             if good == bad
                 || !repo.is_ancestor(&good, &bad)
