@@ -439,23 +439,18 @@ pub struct Redactor {
 
 /// `\bNAME\b` for several names, longest first, case-insensitive.
 fn word_pattern(names: &[String]) -> Option<Regex> {
-    if names.is_empty() {
-        return None;
-    }
-    let mut names: Vec<&String> = names.iter().collect();
-    names.sort_by_key(|n| std::cmp::Reverse(n.len()));
-    let alts: Vec<String> = names.iter().map(|n| regex::escape(n)).collect();
     // Word edges by hand: `\b` fails next to a name that ends in a dot or a space.
-    Regex::new(&format!(
-        r"(?i)(?P<pre>^|[^A-Za-z0-9_.-])(?P<name>{})(?P<post>[^A-Za-z0-9_-]|$)",
-        alts.join("|")
-    ))
-    .ok()
+    names_pattern(names, "[^A-Za-z0-9_.-]", "[^A-Za-z0-9_-]")
 }
 
 /// A user name also inside longer names (`alice_portrait_v3.safetensors`, `alice-renders`):
 /// only letters and digits continue a name.
 fn name_pattern(names: &[String]) -> Option<Regex> {
+    names_pattern(names, "[^A-Za-z0-9]", "[^A-Za-z0-9]")
+}
+
+/// Any of `names` (longest first, case-insensitive) between a `before` and an `after` class.
+fn names_pattern(names: &[String], before: &str, after: &str) -> Option<Regex> {
     if names.is_empty() {
         return None;
     }
@@ -463,7 +458,7 @@ fn name_pattern(names: &[String]) -> Option<Regex> {
     names.sort_by_key(|n| std::cmp::Reverse(n.len()));
     let alts: Vec<String> = names.iter().map(|n| regex::escape(n)).collect();
     Regex::new(&format!(
-        r"(?i)(?P<pre>^|[^A-Za-z0-9])(?P<name>{})(?P<post>[^A-Za-z0-9]|$)",
+        r"(?i)(?P<pre>^|{before})(?P<name>{})(?P<post>{after}|$)",
         alts.join("|")
     ))
     .ok()
