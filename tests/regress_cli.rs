@@ -161,22 +161,8 @@ fn finds_the_commit_that_broke_the_workflow_in_few_runs() {
     assert!(doc["reproduce"].as_str().unwrap().contains("--good "));
     // `report` bundles a regress session, and names the regression.
     let session = PathBuf::from(doc["session_dir"].as_str().unwrap());
-    let zip = session.join("bundle.zip");
-    let out = support::vrambisect()
-        .arg("report")
-        .arg(&session)
-        .arg("--output")
-        .arg(&zip)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, files) = bundle::report_to(&session, &session.join("bundle.zip"));
     assert!(String::from_utf8_lossy(&out.stdout).contains("from a regress session of"));
-    let files = bundle::unzip(&zip);
     let issue = String::from_utf8_lossy(&files["ISSUE.md"]).into_owned();
     let title = issue.lines().find(|l| l.starts_with("# ")).unwrap();
     assert!(title.starts_with("# Regression between "), "{title}");

@@ -710,21 +710,8 @@ fn ram_not_returned_is_in_issue_md() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let zip = tmp.path().join("bundle.zip");
-    let out = vrambisect()
-        .arg("report")
-        .arg(&run_dir)
-        .arg("--output")
-        .arg(&zip)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let issue = text(&unzip(&zip), "ISSUE.md");
+    let (_, files) = bundle::report_to(&run_dir, &tmp.path().join("bundle.zip"));
+    let issue = text(&files, "ISSUE.md");
     assert!(issue.contains("**RAM not returned.**"), "{issue}");
     assert!(
         issue.contains("RAM +300 MiB per prompt, not returned"),
@@ -760,26 +747,17 @@ fn an_incomplete_session_is_said_plainly() {
     install.assert_nothing_left();
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(doc["continue_with"].is_string(), "{doc:#}");
-    let zip = tmp.path().join("bundle.zip");
-    let out = vrambisect()
-        .arg("report")
-        .arg(&session)
-        .arg("--output")
-        .arg(&zip)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
+    let (out, files) = bundle::report_to(&session, &tmp.path().join("bundle.zip"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("warning: incomplete session: the bisect reached its run budget (1 run)"),
         "{stdout}"
     );
     assert!(
-        stdout.contains("a bisect session of 1 run)")
-            || stdout.contains("a bisect session of 1 run"),
+        stdout.contains("from a bisect session of 1 run\n"),
         "{stdout}"
     );
-    let issue = text(&unzip(&zip), "ISSUE.md");
+    let issue = text(&files, "ISSUE.md");
     assert!(
         issue.contains("> **Incomplete session:** the bisect reached its run budget"),
         "{issue}"

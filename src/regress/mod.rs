@@ -108,7 +108,8 @@ pub struct RegressResult {
     /// When skipped commits sit next to the boundary: every commit the first bad one could be.
     pub could_be: Vec<CommitInfo>,
     pub runs_total: u32,
-    pub tested: Vec<TestedOut>,
+    /// The commits that were run and marked good or bad (skipped ones are in `skipped`).
+    pub tested: Vec<Tested>,
     pub skipped: Vec<Skipped>,
     /// Commits between the ends on first-parent history (the bad end included).
     pub commits: usize,
@@ -128,14 +129,6 @@ pub struct Verdict {
     /// What counted as bad.
     pub regress: Option<Outcome>,
     pub statement: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TestedOut {
-    pub commit: String,
-    pub version: Option<String>,
-    pub outcome: Option<Outcome>,
-    pub mark: Mark,
 }
 
 /// The session in progress.
@@ -343,7 +336,8 @@ fn append(path: &Path, t: &Tested) -> Result<()> {
     writeln!(f, "{line}").map_err(|e| crate::error::io_error("write", path, &e))
 }
 
-fn read_journal(path: &Path) -> Vec<Tested> {
+/// The commits a session tested, in order (a line torn by a crash is skipped).
+pub fn read_journal(path: &Path) -> Vec<Tested> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
@@ -655,12 +649,7 @@ fn finish(
             .journal
             .iter()
             .filter(|t| t.mark != Mark::Skip)
-            .map(|t| TestedOut {
-                commit: t.commit.clone(),
-                version: t.version.clone(),
-                outcome: t.outcome,
-                mark: t.mark.clone(),
-            })
+            .cloned()
             .collect(),
         skipped: s
             .journal

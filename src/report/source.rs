@@ -185,11 +185,7 @@ pub fn open(dir: &Path) -> Result<Source> {
             ))
             .hint("continue it with vrambisect regress --resume, then report"));
         }
-        let journal = std::fs::read_to_string(dir.join(crate::regress::JOURNAL_FILE))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect();
+        let journal = crate::regress::read_journal(&dir.join(crate::regress::JOURNAL_FILE));
         return Ok(Source {
             kind: SourceKind::Regress,
             regress: Some(Regress {

@@ -28,7 +28,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub use stats::{RamNotReturned, ram_not_returned, rss_at};
+pub use stats::rss_at;
 
 /// Environment variable naming the NVML library when [`SamplerConfig::nvml_lib`] is `None`
 /// (a library in an unusual place, or the test bed's fake).

@@ -172,47 +172,6 @@ fn named_values<S: serde::Serializer>(
     s.collect_map(values.iter().map(|(k, v)| (&**k, v)))
 }
 
-/// "RAM not returned after a prompt": the followed tree's resident memory after the
-/// prompt's finish mark minus before its start mark.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RamNotReturned {
-    pub start_t_ms: f64,
-    pub finish_t_ms: f64,
-    /// `tree.rss` just before the start mark.
-    pub before_bytes: i64,
-    /// `tree.rss` just after the finish mark.
-    pub after_bytes: i64,
-    /// `after_bytes - before_bytes`; negative when the prompt freed more than it took.
-    pub retained_bytes: i64,
-    /// The same for anonymous memory alone, where the platform splits it (`tree.rss_anon`):
-    /// file-backed pages of mmap'd weights can be reclaimed, anonymous ones cannot.
-    pub retained_anon_bytes: Option<i64>,
-}
-
-/// Finds the last mark labelled `finish` and the last `start` mark at or before it, and
-/// compares `tree.rss` around them. `None` when a mark is missing or no tree was followed.
-pub fn ram_not_returned(marks: &[Mark], start: &str, finish: &str) -> Option<RamNotReturned> {
-    let f = marks.iter().rposition(|m| m.label == finish)?;
-    let s = marks[..=f].iter().rposition(|m| m.label == start)?;
-    let (s, f) = (&marks[s], &marks[f]);
-    let after = |name: &str| f.after.get(name).or_else(|| f.before.get(name)).copied();
-    let before_bytes = *s.before.get("tree.rss")?;
-    let after_bytes = after("tree.rss")?;
-    let retained_anon_bytes = s
-        .before
-        .get("tree.rss_anon")
-        .zip(after("tree.rss_anon"))
-        .map(|(b, a)| a - b);
-    Some(RamNotReturned {
-        start_t_ms: s.t_ms,
-        finish_t_ms: f.t_ms,
-        before_bytes,
-        after_bytes,
-        retained_bytes: after_bytes - before_bytes,
-        retained_anon_bytes,
-    })
-}
-
 /// ComfyUI's resident memory (`tree.rss`) in the last sample before the last mark called
 /// `label`: the level at that moment. `None` when not sampled, or when the process tree was
 /// already gone (a reading of 0).
@@ -325,45 +284,29 @@ mod tests {
     }
 
     #[test]
-    fn ram_not_returned_from_marks() {
+    fn rss_at_marks() {
         const M: i64 = 1 << 20;
         let marks = vec![
-            mark(
-                10.0,
-                "prompt 1 started",
-                &[("tree.rss", 500 * M), ("tree.rss_anon", 300 * M)],
-                &[],
-            ),
-            mark(20.0, "node 3 started", &[("tree.rss", 900 * M)], &[]),
+            mark(10.0, "prompt 1 start", &[("tree.rss", 500 * M)], &[]),
             mark(
                 90.0,
-                "prompt 1 finished",
-                &[("tree.rss", 2000 * M), ("tree.rss_anon", 1000 * M)],
-                &[("tree.rss", 1800 * M), ("tree.rss_anon", 900 * M)],
+                "prompt 1 end",
+                &[("tree.rss", 2000 * M)],
+                &[("tree.rss", 1800 * M)],
             ),
-            mark(100.0, "prompt 2 started", &[("tree.rss", 1800 * M)], &[]),
-            // Finished with no sample after it yet: the value at the mark is used.
-            mark(150.0, "prompt 2 finished", &[("tree.rss", 1700 * M)], &[]),
+            mark(150.0, "prompt 2 end", &[("tree.rss", 1700 * M)], &[]),
+            // The tree was gone by then: no reading, not zero.
+            mark(160.0, "prompt 3 end", &[("tree.rss", 0)], &[]),
+            mark(170.0, "prompt 1 end", &[("tree.rss", 2100 * M)], &[]),
         ];
-        let r = ram_not_returned(&marks, "prompt 1 started", "prompt 1 finished").unwrap();
-        assert_eq!(r.before_bytes, 500 * M);
-        assert_eq!(r.after_bytes, 1800 * M);
-        assert_eq!(r.retained_bytes, 1300 * M);
-        assert_eq!(r.retained_anon_bytes, Some(600 * M));
-        assert_eq!((r.start_t_ms, r.finish_t_ms), (10.0, 90.0));
-
-        let r = ram_not_returned(&marks, "prompt 2 started", "prompt 2 finished").unwrap();
-        assert_eq!(r.retained_bytes, -100 * M, "a prompt may free memory");
-        assert_eq!(r.retained_anon_bytes, None);
-
-        // Missing marks, a start after the finish, no tree: nothing.
-        assert!(ram_not_returned(&marks, "prompt 3 started", "prompt 1 finished").is_none());
-        assert!(ram_not_returned(&marks, "prompt 2 started", "prompt 1 finished").is_none());
-        let no_tree = vec![
-            mark(1.0, "a", &[("ram.available", 1)], &[]),
-            mark(2.0, "b", &[], &[]),
-        ];
-        assert!(ram_not_returned(&no_tree, "a", "b").is_none());
+        // The last sample before the mark, and the last mark of that name.
+        assert_eq!(rss_at(&marks, "prompt 1 start"), Some(500 * M));
+        assert_eq!(rss_at(&marks, "prompt 1 end"), Some(2100 * M));
+        assert_eq!(rss_at(&marks, "prompt 2 end"), Some(1700 * M));
+        assert_eq!(rss_at(&marks, "prompt 3 end"), None);
+        assert_eq!(rss_at(&marks, "prompt 9 end"), None);
+        let no_tree = vec![mark(1.0, "a", &[("ram.available", 1)], &[])];
+        assert_eq!(rss_at(&no_tree, "a"), None);
     }
 
     #[test]

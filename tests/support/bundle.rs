@@ -90,3 +90,22 @@ pub fn fake_site_packages(dir: &Path) {
         "Metadata-Version: 2.1\nName: comfy-kitchen\nVersion: 0.2.36\n",
     );
 }
+
+/// `vrambisect report DIR --output ZIP`, which must succeed: its output and the zip's files.
+pub fn report_to(dir: &Path, zip: &Path) -> (std::process::Output, BTreeMap<String, Vec<u8>>) {
+    let out = crate::support::vrambisect()
+        .arg("report")
+        .arg(dir)
+        .arg("--output")
+        .arg(zip)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let files = unzip(zip);
+    (out, files)
+}
