@@ -307,7 +307,9 @@ impl Scan<'_> {
     /// Complete lines (`region` ends with `\n`).
     fn region(&mut self, region: &[u8]) {
         let mut pos = 0;
-        let (mut hits, mut glues) = (None, None);
+        // The next hit of each needle set, each searched again only once passed.
+        let mut hits: Vec<Option<Next>> = vec![None; self.prefilter.sets()];
+        let mut glues = None;
         let mut hit_line: Option<(usize, usize)> = None;
         while pos < region.len() {
             let (start, end) = if self.wants_all() {
@@ -316,7 +318,14 @@ impl Scan<'_> {
             } else {
                 // Only where a needle ends matters (needles hold no newline, so it is on the
                 // hit line): the shortest match spares the search for where it starts.
-                let hit = Next::find(&mut hits, pos, || self.prefilter.hit_at(region, pos));
+                let prefilter = self.prefilter;
+                let hit = hits
+                    .iter_mut()
+                    .enumerate()
+                    .filter_map(|(set, slot)| {
+                        Next::find(slot, pos, || prefilter.hit_at(set, region, pos))
+                    })
+                    .min();
                 let start_of =
                     |at: usize| rfind_newline(&region[pos..at]).map_or(pos, |i| pos + i + 1);
                 // Before the hit line: a line where normalising may join a needle together
