@@ -3,9 +3,11 @@
 //!
 //! - [`space`]: base flags, toggles, and the valid configurations they make;
 //! - [`search`]: the strategies, against an [`search::Oracle`];
+//! - [`hypotheses`]: the adaptive search's choice of the next run;
 //! - [`scripted`]: an oracle from a rule, for tests and the benchmark.
 
 pub mod command;
+pub mod hypotheses;
 pub mod result;
 pub mod scripted;
 pub mod search;

@@ -5,6 +5,7 @@
 //! spends runs only where they carry information: one run per configuration while outcomes
 //! agree, more where they disagree.
 
+use super::hypotheses;
 use super::space::{Choice, Config, Space};
 use crate::outcome::Outcome;
 use serde::{Deserialize, Serialize};
@@ -458,67 +459,14 @@ impl<'a> Search<'a> {
         }
     }
 
-    /// Group testing for one change that fixes it; delta debugging when changes must act
-    /// together; then the least value of a multi-valued flag.
+    /// The changes that fix it (see [`hypotheses`]); then the least value of each
+    /// multi-valued flag.
     fn adaptive(&mut self) -> Result<Option<Choice>, Stopped> {
-        let all: Vec<usize> = (0..self.space.dims.len()).collect();
-        let mut found: Option<Vec<usize>> = None;
-        for _attempt in 0..3 {
-            let flaky_before = self.flaky;
-            let mut candidates = all.clone();
-            let mut passed_sets: Vec<Vec<usize>> = Vec::new();
-            while candidates.len() > 1 {
-                let half: Vec<usize> = candidates[..candidates.len().div_ceil(2)].to_vec();
-                match self.evaluate(&self.space.strong(&half))? {
-                    Eval::Pass => {
-                        passed_sets.push(half.clone());
-                        candidates = half;
-                    }
-                    Eval::Fail | Eval::Invalid => candidates = candidates[half.len()..].to_vec(),
-                }
-            }
-            if self.evaluate(&self.space.strong(&candidates))? == Eval::Pass {
-                found = Some(candidates);
-                break;
-            }
-            // The search led to a configuration that fails. Either changes must act together,
-            // or a pass on the way was luck: look again at what passed.
-            if !self.flaky {
-                for set in passed_sets.iter().rev() {
-                    let config = self
-                        .space
-                        .config(&self.space.strong(set))
-                        .expect("ran before");
-                    self.run_once(&config)?;
-                    if self.flaky {
-                        break;
-                    }
-                }
-            }
-            if self.flaky && !flaky_before {
-                continue;
-            }
-            // Changes that only work together: is there a fix at all, and which is minimal?
-            let everything = self.largest_valid(&all);
-            if self.evaluate(&self.space.strong(&everything))? != Eval::Pass {
-                // One change may undo another (`--highvram` turns Dynamic VRAM back off
-                // for a `--disable-dynamic-vram` that fixes it): try each on its own.
-                for d in &all {
-                    if self.evaluate(&self.space.strong(&[*d]))? == Eval::Pass {
-                        found = Some(vec![*d]);
-                        break;
-                    }
-                }
-                if found.is_none() {
-                    return Ok(None);
-                }
-                break;
-            }
-            let mut minimal = self.minimize(&[], &everything)?;
-            minimal.sort_unstable();
-            found = Some(minimal);
-            break;
-        }
+        let found = if self.space.dims.len() <= hypotheses::MAX_DIMS {
+            self.hypothesis_search()?
+        } else {
+            self.split_search()?
+        };
         let Some(dims) = found else { return Ok(None) };
         let mut choice = self.space.strong(&dims);
         // For flags with several values, find the least that still fixes it (values are
@@ -542,6 +490,172 @@ impl<'a> Search<'a> {
             choice[i] = (d, hi);
         }
         Ok(Some(choice))
+    }
+
+    /// The configuration of a set of dimensions (bit d: dimension d at its strongest).
+    fn mask_config(&self, mask: u32) -> Option<Config> {
+        self.space.config(&self.space.strong(&bits(mask)))
+    }
+
+    /// What the finished configurations say, as masks: passed (enough times) or failed.
+    /// Configurations still short of the passes they need say nothing yet.
+    fn known_masks(&self, asked: &[u32]) -> Vec<(u32, bool)> {
+        let target = self.target.expect("baseline ran first");
+        let needed = self.passes_needed();
+        let status = |t: &Tally| {
+            if t.count(target) > 0 || t.others(target) > 0 {
+                Some(false)
+            } else if t.passes() >= needed {
+                Some(true)
+            } else {
+                None
+            }
+        };
+        let mut known: Vec<(u32, bool)> = Vec::new();
+        let mut add = |mask: u32, st: Option<bool>| {
+            if let Some(passed) = st
+                && !known.iter().any(|(m, _)| *m == mask)
+            {
+                known.push((mask, passed));
+            }
+        };
+        for t in &self.tallies {
+            let strong = t
+                .config
+                .choice
+                .iter()
+                .all(|(d, a)| *a + 1 == self.space.dims[*d].alternatives());
+            if strong {
+                add(
+                    t.config.choice.iter().fold(0, |m, (d, _)| m | 1 << d),
+                    status(t),
+                );
+            }
+        }
+        // A mask may share its run with another (ComfyUI parses both the same way).
+        for q in asked {
+            if let Some(c) = self.mask_config(*q) {
+                add(
+                    *q,
+                    self.tallies
+                        .iter()
+                        .find(|t| t.config.key == c.key)
+                        .and_then(status),
+                );
+            }
+        }
+        known
+    }
+
+    /// Runs the configurations [`hypotheses::next`] chooses until one answer of up to three
+    /// changes is left, then falls back to delta debugging when none fits.
+    fn hypothesis_search(&mut self) -> Result<Option<Vec<usize>>, Stopped> {
+        let k = self.space.dims.len();
+        let valid = |m: u32| self.mask_config(m).is_some();
+        let answers = hypotheses::answers(k, &valid);
+        let mut asked: Vec<u32> = Vec::new();
+        let mut rechecked = false;
+        loop {
+            let known = self.known_masks(&asked);
+            let valid = |m: u32| self.mask_config(m).is_some();
+            let next = hypotheses::next(k, &answers, &known, &valid);
+            match next {
+                hypotheses::Next::Run(q) => {
+                    let before = self.runs;
+                    self.evaluate(&self.space.strong(&bits(q)))?;
+                    if self.runs == before && asked.contains(&q) {
+                        // Nothing new came of it: stop choosing.
+                        break;
+                    }
+                    asked.push(q);
+                }
+                hypotheses::Next::Accept(a) => return Ok(Some(bits(a))),
+                hypotheses::Next::NoneLeft => {}
+            }
+            // When no single change is left, a pass on the way may have been luck: run
+            // what passed once more, newest first, before looking for changes that act
+            // together.
+            let now = self.known_masks(&asked);
+            let none_single = hypotheses::singles_left(&answers, &now) == 0;
+            if (none_single || next == hypotheses::Next::NoneLeft) && !rechecked && !self.flaky {
+                rechecked = true;
+                let passed: Vec<u32> = now.iter().filter(|(_, p)| *p).map(|(m, _)| *m).collect();
+                for m in passed.iter().rev() {
+                    let config = self.mask_config(*m).expect("ran before");
+                    self.run_once(&config)?;
+                    if self.flaky {
+                        break;
+                    }
+                }
+                continue;
+            }
+            if next == hypotheses::Next::NoneLeft {
+                break;
+            }
+        }
+        let all: Vec<usize> = (0..k).collect();
+        self.together(&all)
+    }
+
+    /// Group testing for one change that fixes it, then [`Self::together`]: the search for
+    /// spaces too large to enumerate.
+    fn split_search(&mut self) -> Result<Option<Vec<usize>>, Stopped> {
+        let all: Vec<usize> = (0..self.space.dims.len()).collect();
+        for _attempt in 0..3 {
+            let flaky_before = self.flaky;
+            let mut candidates = all.clone();
+            let mut passed_sets: Vec<Vec<usize>> = Vec::new();
+            while candidates.len() > 1 {
+                let half: Vec<usize> = candidates[..candidates.len().div_ceil(2)].to_vec();
+                match self.evaluate(&self.space.strong(&half))? {
+                    Eval::Pass => {
+                        passed_sets.push(half.clone());
+                        candidates = half;
+                    }
+                    Eval::Fail | Eval::Invalid => candidates = candidates[half.len()..].to_vec(),
+                }
+            }
+            if self.evaluate(&self.space.strong(&candidates))? == Eval::Pass {
+                return Ok(Some(candidates));
+            }
+            // The search led to a configuration that fails. Either changes must act together,
+            // or a pass on the way was luck: look again at what passed.
+            if !self.flaky {
+                for set in passed_sets.iter().rev() {
+                    let config = self
+                        .space
+                        .config(&self.space.strong(set))
+                        .expect("ran before");
+                    self.run_once(&config)?;
+                    if self.flaky {
+                        break;
+                    }
+                }
+            }
+            if self.flaky && !flaky_before {
+                continue;
+            }
+            break;
+        }
+        self.together(&all)
+    }
+
+    /// Changes that only work together: is there a fix at all, and which is minimal?
+    fn together(&mut self, all: &[usize]) -> Result<Option<Vec<usize>>, Stopped> {
+        let everything = self.largest_valid(all);
+        if self.evaluate(&self.space.strong(&everything))? != Eval::Pass {
+            // One change may undo another (`--highvram` turns Dynamic VRAM back off for a
+            // `--disable-dynamic-vram` that fixes it): try each on its own.
+            for d in all {
+                if self.evaluate(&self.space.strong(&[*d]))? == Eval::Pass {
+                    return Ok(Some(vec![*d]));
+                }
+            }
+            return Ok(None);
+        }
+        let mut minimal = self.minimize(&[], &everything)?;
+        minimal.sort_unstable();
+        Ok(Some(minimal))
     }
 
     /// The dimensions of `dims` that can be applied together (greedy, in order).
@@ -622,6 +736,11 @@ impl<'a> Search<'a> {
         }
         Ok(best)
     }
+}
+
+/// The dimensions of a mask, in order.
+fn bits(mask: u32) -> Vec<usize> {
+    (0..32).filter(|d| mask & (1 << d) != 0).collect()
 }
 
 fn weight(choice: &Choice) -> usize {
