@@ -56,16 +56,24 @@ fn fits(answer: u32, known: &[(u32, bool)]) -> bool {
         .all(|&(q, passed)| (answer & !q == 0) == passed)
 }
 
-/// The next step, given the answers (from [`answers`]), the finished configurations and
-/// which configurations ComfyUI would take.
-pub fn next(k: usize, answers: &[u32], known: &[(u32, bool)], valid: &dyn Fn(u32) -> bool) -> Next {
+/// The next step, given the answers (from [`answers`]), the finished configurations, the
+/// configurations that said nothing and are not run again (`dead`: they could not start on
+/// this machine) and which configurations ComfyUI would take.
+pub fn next(
+    k: usize,
+    answers: &[u32],
+    known: &[(u32, bool)],
+    dead: &[u32],
+    valid: &dyn Fn(u32) -> bool,
+) -> Next {
+    // An answer whose own configuration cannot run here can never be shown to fix it.
     let left: Vec<u32> = answers
         .iter()
         .copied()
-        .filter(|a| fits(*a, known))
+        .filter(|a| fits(*a, known) && !dead.contains(a))
         .collect();
     let passed = |m: u32| known.iter().any(|&(q, p)| q == m && p);
-    let is_known = |m: u32| known.iter().any(|&(q, _)| q == m);
+    let is_known = |m: u32| known.iter().any(|&(q, _)| q == m) || dead.contains(&m);
     match left.as_slice() {
         [] => return Next::NoneLeft,
         [only] if passed(*only) => return Next::Accept(*only),
@@ -156,7 +164,7 @@ mod tests {
         let answers = answers(k, &all);
         let mut known: Vec<(u32, bool)> = vec![(0, false)];
         loop {
-            match next(k, &answers, &known, &all) {
+            match next(k, &answers, &known, &[], &all) {
                 Next::Run(q) => {
                     assert!(!known.iter().any(|(m, _)| *m == q), "ran {q:b} twice");
                     known.push((q, fixes(q)));
@@ -226,7 +234,26 @@ mod tests {
         let all = |_| true;
         let answers = answers(4, &all);
         let known = [(0, false), (0b0101, true), (0b0111, false)];
-        assert_eq!(next(4, &answers, &known, &all), Next::NoneLeft);
+        assert_eq!(next(4, &answers, &known, &[], &all), Next::NoneLeft);
+    }
+
+    #[test]
+    fn configurations_that_cannot_start_say_nothing() {
+        // Dimension 3 is "without --cpu" on a machine with no GPU: every configuration with
+        // it cannot start. The fix (dimension 0) is still found, and never through one.
+        let answers = answers(4, &|_| true);
+        let mut known: Vec<(u32, bool)> = vec![(0, false)];
+        let mut dead: Vec<u32> = Vec::new();
+        loop {
+            match next(4, &answers, &known, &dead, &|_| true) {
+                Next::Run(q) if q & 0b1000 != 0 => dead.push(q),
+                Next::Run(q) => known.push((q, q & 1 != 0)),
+                done => {
+                    assert_eq!(done, Next::Accept(1));
+                    break;
+                }
+            }
+        }
     }
 
     #[test]
@@ -236,7 +263,7 @@ mod tests {
         let answers = answers(5, &valid);
         let mut known: Vec<(u32, bool)> = vec![(0, false)];
         loop {
-            match next(5, &answers, &known, &valid) {
+            match next(5, &answers, &known, &[], &valid) {
                 Next::Run(q) => {
                     assert!(valid(q), "chose {q:b}");
                     known.push((q, q & 0b10100 == 0b10100));

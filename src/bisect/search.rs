@@ -497,27 +497,38 @@ impl<'a> Search<'a> {
         self.space.config(&self.space.strong(&bits(mask)))
     }
 
-    /// What the finished configurations say, as masks: passed (enough times) or failed.
+    /// What the finished configurations say, as masks: passed (enough times) or failed;
+    /// and those that could not start here (`dead`), which say nothing about the question.
     /// Configurations still short of the passes they need say nothing yet.
-    fn known_masks(&self, asked: &[u32]) -> Vec<(u32, bool)> {
+    fn known_masks(&self, asked: &[u32]) -> (Vec<(u32, bool)>, Vec<u32>) {
         let target = self.target.expect("baseline ran first");
         let needed = self.passes_needed();
+        // Some(Some(passed)); Some(None): could not start; None: not enough runs yet.
         let status = |t: &Tally| {
-            if t.count(target) > 0 || t.others(target) > 0 {
-                Some(false)
+            if t.count(target) > 0 {
+                Some(Some(false))
+            } else if t.others(target) > 0 {
+                let untestable = t.trials.iter().all(|r| {
+                    matches!(
+                        r.outcome,
+                        Outcome::StartupFailed | Outcome::FlagRejected | Outcome::InvalidWorkflow
+                    )
+                });
+                Some((!untestable).then_some(false))
             } else if t.passes() >= needed {
-                Some(true)
+                Some(Some(true))
             } else {
                 None
             }
         };
         let mut known: Vec<(u32, bool)> = Vec::new();
-        let mut add = |mask: u32, st: Option<bool>| {
-            if let Some(passed) = st
-                && !known.iter().any(|(m, _)| *m == mask)
-            {
-                known.push((mask, passed));
+        let mut dead: Vec<u32> = Vec::new();
+        let mut add = |mask: u32, st: Option<Option<bool>>| match st {
+            Some(Some(passed)) if !known.iter().any(|(m, _)| *m == mask) => {
+                known.push((mask, passed))
             }
+            Some(None) if !dead.contains(&mask) => dead.push(mask),
+            _ => {}
         };
         for t in &self.tallies {
             let strong = t
@@ -544,7 +555,7 @@ impl<'a> Search<'a> {
                 );
             }
         }
-        known
+        (known, dead)
     }
 
     /// Runs the configurations [`hypotheses::next`] chooses until one answer of up to three
@@ -556,9 +567,9 @@ impl<'a> Search<'a> {
         let mut asked: Vec<u32> = Vec::new();
         let mut rechecked = false;
         loop {
-            let known = self.known_masks(&asked);
+            let (known, dead) = self.known_masks(&asked);
             let valid = |m: u32| self.mask_config(m).is_some();
-            let next = hypotheses::next(k, &answers, &known, &valid);
+            let next = hypotheses::next(k, &answers, &known, &dead, &valid);
             match next {
                 hypotheses::Next::Run(q) => {
                     let before = self.runs;
@@ -575,7 +586,7 @@ impl<'a> Search<'a> {
             // When no single change is left, a pass on the way may have been luck: run
             // what passed once more, newest first, before looking for changes that act
             // together.
-            let now = self.known_masks(&asked);
+            let (now, _) = self.known_masks(&asked);
             let none_single = hypotheses::singles_left(&answers, &now) == 0;
             if (none_single || next == hypotheses::Next::NoneLeft) && !rechecked && !self.flaky {
                 rechecked = true;

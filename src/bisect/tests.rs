@@ -318,3 +318,45 @@ fn the_failure_rate_of_few_runs_is_not_taken_at_its_word() {
     assert!(wilson_lower(30, 30) > 0.97);
     assert!(wilson_lower(7, 10) < 0.7 && wilson_lower(7, 10) > 0.5);
 }
+
+/// Configurations without `--cpu` cannot start (a machine with no GPU); the rest fail unless
+/// they hold `--disable-smart-memory`.
+struct NoGpu;
+
+impl super::search::Oracle for NoGpu {
+    fn run(
+        &mut self,
+        config: &super::space::Config,
+    ) -> Result<super::search::Trial, super::search::Stopped> {
+        use crate::outcome::Outcome;
+        let has = |f: &str| config.flags.iter().any(|x| x == f);
+        let outcome = if !has("--cpu") {
+            Outcome::StartupFailed
+        } else if has("--disable-smart-memory") {
+            Outcome::Pass
+        } else {
+            Outcome::Oom
+        };
+        Ok(super::search::Trial::of(outcome))
+    }
+}
+
+#[test]
+fn a_base_flag_this_machine_cannot_drop_says_nothing() {
+    // The real 0.3.64 on CPU: the search's runs without --cpu cannot start; they must not
+    // rule out --disable-smart-memory alone (they once made the verdict a pair).
+    let p = profile::builtin(Some(&crate::version::Version::lit("0.3.64")));
+    let (toggles, _) = super::command::default_toggles(1, &p.flags);
+    let sp = Space::new(
+        &p.flags,
+        Some(p.version.clone()),
+        Context::new(Platform::Linux),
+        &["--cpu".to_string()],
+        &toggles,
+    );
+    let mut oracle = NoGpu;
+    let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
+    let found = search.run();
+    assert_eq!(found.kind, VerdictKind::FixedBy);
+    assert_eq!(found.fixing_flags, ["--disable-smart-memory"]);
+}
