@@ -189,7 +189,7 @@ fn copy_tree(from: &Path, to: &Path, top: bool) -> std::io::Result<()> {
         let target = to.join(&*name);
         let kind = entry.file_type()?;
         if kind.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &target)?;
+            symlink_like(&entry.path(), &target)?;
         } else if kind.is_dir() {
             copy_tree(&entry.path(), &target, false)?;
         } else {
@@ -218,6 +218,20 @@ pub struct Python {
     pub path: PathBuf,
     /// Where it came from, in words.
     pub how: String,
+}
+
+/// Copies a link as a link (Unix), or as a link of the same kind (Windows: to a folder or a
+/// file).
+fn symlink_like(link: &Path, at: &Path) -> std::io::Result<()> {
+    let to = std::fs::read_link(link)?;
+    #[cfg(unix)]
+    return std::os::unix::fs::symlink(to, at);
+    #[cfg(windows)]
+    return if std::fs::metadata(link).is_ok_and(|m| m.is_dir()) {
+        std::os::windows::fs::symlink_dir(to, at)
+    } else {
+        std::os::windows::fs::symlink_file(to, at)
+    };
 }
 
 #[cfg(test)]

@@ -89,6 +89,16 @@ pub fn read_file(path: &Path, extra: &[String]) -> Result<Launch> {
     }
     let text = String::from_utf8_lossy(&bytes);
     let text = text.trim_start_matches('\u{feff}');
+    if path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+    {
+        return parse_desktop_settings(text, extra).map_err(|why| {
+            Error::usage(format!("{}: {why}", path.display())).hint(
+                "give ComfyUI Desktop's user\\default\\comfy.settings.json, or pass the flags after --",
+            )
+        });
+    }
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
@@ -112,6 +122,52 @@ pub fn read_file(path: &Path, extra: &[String]) -> Result<Launch> {
             path.display()
         ))
         .hint("give the launcher that runs 'python main.py', or pass the flags after --")
+    })
+}
+
+/// Reads ComfyUI Desktop's settings (`<base>/user/default/comfy.settings.json`): Desktop
+/// starts ComfyUI with the flags of `Comfy.Server.LaunchArgs`, an object of flag names
+/// without their dashes and string values (empty for a switch), which its Server-Config
+/// settings page writes. `extra` is appended.
+pub fn parse_desktop_settings(text: &str, extra: &[String]) -> std::result::Result<Launch, String> {
+    let json: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not a JSON settings file ({e})"))?;
+    let Some(settings) = json.as_object() else {
+        return Err("not a settings file (not a JSON object)".into());
+    };
+    let mut args = Vec::new();
+    match settings.get("Comfy.Server.LaunchArgs") {
+        None | Some(serde_json::Value::Null) => {}
+        Some(serde_json::Value::Object(launch)) => {
+            for (name, value) in launch {
+                let name = name.trim_start_matches('-');
+                if name.is_empty() {
+                    continue;
+                }
+                args.push(format!("--{name}"));
+                match value {
+                    serde_json::Value::String(v) if v.is_empty() => {}
+                    serde_json::Value::String(v) => args.push(v.clone()),
+                    serde_json::Value::Bool(true) | serde_json::Value::Null => {}
+                    serde_json::Value::Bool(false) => {
+                        args.pop();
+                    }
+                    other => args.push(other.to_string()),
+                }
+            }
+        }
+        Some(_) => return Err("Comfy.Server.LaunchArgs is not an object of flags".into()),
+    }
+    args.extend(extra.iter().cloned());
+    Ok(Launch {
+        python: None,
+        python_args: Vec::new(),
+        script: None,
+        args,
+        env: Vec::new(),
+        platform: None,
+        passthrough: false,
+        line: None,
     })
 }
 
@@ -627,5 +683,56 @@ mod tests {
             l.env,
             vec![("CUDA_VISIBLE_DEVICES".to_string(), "1".to_string())]
         );
+    }
+
+    #[test]
+    fn desktop_launch_args_are_read_like_a_launcher() {
+        // As ComfyUI Desktop writes them: names without dashes, "" for a switch.
+        let text = r#"{
+            "Comfy.ColorPalette": "dark",
+            "Comfy.Server.LaunchArgs": {
+                "disable-dynamic-vram": "",
+                "reserve-vram": "1.5",
+                "--cache-lru": "10"
+            },
+            "Comfy-Desktop.AutoUpdate": true
+        }"#;
+        let l = parse_desktop_settings(text, &["--highvram".to_string()]).unwrap();
+        assert_eq!(
+            l.args,
+            // In name order (argparse does not mind the order of distinct flags).
+            [
+                "--cache-lru",
+                "10",
+                "--disable-dynamic-vram",
+                "--reserve-vram",
+                "1.5",
+                "--highvram"
+            ]
+        );
+        assert_eq!(l.python, None);
+        // No launch arguments set: Desktop's defaults.
+        assert!(parse_desktop_settings("{}", &[]).unwrap().args.is_empty());
+        assert!(parse_desktop_settings("[1]", &[]).is_err());
+        assert!(
+            parse_desktop_settings(r#"{"Comfy.Server.LaunchArgs": "--lowvram"}"#, &[])
+                .unwrap_err()
+                .contains("not an object")
+        );
+    }
+
+    #[test]
+    fn a_desktop_settings_file_is_read_by_its_extension() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("comfy.settings.json");
+        std::fs::write(
+            &path,
+            "\u{feff}{\"Comfy.Server.LaunchArgs\": {\"lowvram\": \"\"}}",
+        )
+        .unwrap();
+        assert_eq!(read_file(&path, &[]).unwrap().args, ["--lowvram"]);
+        std::fs::write(&path, "{oops").unwrap();
+        let err = read_file(&path, &[]).unwrap_err().to_string();
+        assert!(err.contains("not a JSON settings file"), "{err}");
     }
 }

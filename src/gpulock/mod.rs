@@ -179,8 +179,8 @@ pub fn acquire(
 
 #[cfg(all(test, unix))]
 mod tests {
-    use super::*;
     use super::sys::{shared_dir, trusted, uid};
+    use super::*;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     fn keys(k: &[&str]) -> Vec<String> {

@@ -105,6 +105,7 @@ impl Child {
         // The expression held the pipes' write ends; dropping it lets readers see EOF.
         drop(expr);
         let mut child = Child::from_handle(handle);
+        sys::adopt(child.pid, true);
         child.guardian = guard(child.pid);
         child.readers = vec![
             reader(
@@ -126,7 +127,9 @@ impl Child {
         if stdout_to_stderr {
             expr = expr.stdout_to_stderr();
         }
-        Ok(Child::from_handle(expr.start()?))
+        let child = Child::from_handle(expr.start()?);
+        sys::adopt(child.pid, false);
+        Ok(child)
     }
 
     fn from_handle(handle: duct::Handle) -> Child {
@@ -255,6 +258,10 @@ impl Drop for Child {
         if !self.group_alive() {
             self.dismiss_guardian();
         }
+        // Windows: closing the job ends whatever a kept-alive child left in it.
+        if self.kill_on_drop {
+            sys::release(self.pid);
+        }
     }
 }
 
@@ -265,25 +272,16 @@ impl Drop for Child {
 /// (the signal only reaches the wrapper). Only the vrambisect binary has a guardian; `None`
 /// elsewhere (tests of this module run under the test harness).
 fn guard(pgid: u32) -> Option<(std::process::Child, std::process::ChildStdin)> {
-    use std::os::unix::process::CommandExt;
-    if !GUARDIAN.load(std::sync::atomic::Ordering::Relaxed) {
+    if !sys::NEEDS_GUARDIAN || !GUARDIAN.load(std::sync::atomic::Ordering::Relaxed) {
         return None;
     }
-    // This very binary, even if the file was replaced or removed since it started.
-    let self_exe = std::path::PathBuf::from("/proc/self/exe");
-    let exe = if self_exe.exists() {
-        self_exe
-    } else {
-        std::env::current_exe().ok()?
-    };
-    let mut process = std::process::Command::new(exe)
-        .args(["__guard", &pgid.to_string()])
+    let mut cmd = std::process::Command::new(sys::self_exe()?);
+    cmd.args(["__guard", &pgid.to_string()])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .spawn()
-        .ok()?;
+        .stderr(std::process::Stdio::null());
+    sys::guardian_group(&mut cmd);
+    let mut process = cmd.spawn().ok()?;
     let pipe = process.stdin.take()?;
     Some((process, pipe))
 }
@@ -302,15 +300,10 @@ pub fn enable_guardian() {
 /// nor its own.
 pub fn guardian(pgid: u32) {
     use std::io::Read;
-    let own = unsafe { libc::getpgrp() } as u32;
-    if pgid <= 1 || pgid == own {
+    if pgid <= 1 || pgid == sys::own_group() {
         return;
     }
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGTERM, libc::SIG_IGN);
-        libc::signal(libc::SIGHUP, libc::SIG_IGN);
-    }
+    sys::ignore_stop_signals();
     let mut word = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut word);
     if word.first() != Some(&b'd') {
@@ -357,7 +350,7 @@ where
     })
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
     use std::sync::mpsc;

@@ -234,18 +234,12 @@ impl Identity {
     }
 }
 
-/// This machine's host name.
+/// This machine's host name (`gethostname`; on Windows the computer name).
 fn host_name() -> Option<String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it or
-    // truncates, and the last byte stays 0.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
-    if rc != 0 {
-        return None;
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    let name = String::from_utf8_lossy(&buf[..end]).trim().to_string();
-    (!name.is_empty()).then_some(name)
+    sysinfo::System::host_name()
+        .ok()
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
 }
 
 /// Whether a key, widget, variable or parameter name is one whose value is secret.
