@@ -66,11 +66,21 @@ pub fn next(
     dead: &[u32],
     valid: &dyn Fn(u32) -> bool,
 ) -> Next {
+    // What could not start says which changes may be why: those never seen in a
+    // configuration that started ("suspect"), and for certain when only one such change was
+    // in it ("gone": every configuration with it is taken not to start).
+    let live = known.iter().fold(0, |m, (q, _)| m | q);
+    let suspect = dead.iter().fold(0, |m, d| m | d) & !live;
+    let gone = dead
+        .iter()
+        .map(|d| d & !live)
+        .filter(|d| d.count_ones() == 1)
+        .fold(0, |m, d| m | d);
     // An answer whose own configuration cannot run here can never be shown to fix it.
     let left: Vec<u32> = answers
         .iter()
         .copied()
-        .filter(|a| fits(*a, known) && !dead.contains(a))
+        .filter(|a| fits(*a, known) && !dead.contains(a) && a & gone == 0)
         .collect();
     let passed = |m: u32| known.iter().any(|&(q, p)| q == m && p);
     let is_known = |m: u32| known.iter().any(|&(q, _)| q == m) || dead.contains(&m);
@@ -109,17 +119,21 @@ pub fn next(
     };
     let halve_singles = singles.len() >= 3;
     let want = (singles.len() / 2) as u32;
-    // (singles split, answers split, is an answer itself, fewer changes, lower mask)
-    type Score = (u32, u32, bool, i32, i64);
+    // Once a configuration could not start, a run that may not start either is a run lost:
+    // the fewest suspect changes come first, even before an even split.
+    let cautious = suspect != 0;
+    // (fewer suspects, singles split, answers split, is an answer itself, fewer changes,
+    // lower mask)
+    type Score = (i32, u32, u32, bool, i32, i64);
     let mut best: Option<(Score, u32)> = None;
     for q in 1u32..(1 << k) {
-        if is_known(q) {
+        if is_known(q) || q & gone != 0 {
             continue;
         }
         let s = if halve_singles {
             let n = singles.iter().filter(|a| *a & !q == 0).count() as u32;
             let even = n.min(singles.len() as u32 - n);
-            if even < want {
+            if even < want && !cautious {
                 continue;
             }
             even
@@ -127,10 +141,11 @@ pub fn next(
             0
         };
         let m = split(if halve_singles { &multi } else { &left }, q);
-        if !halve_singles && m == 0 {
+        if s == 0 && m == 0 {
             continue;
         }
         let score = (
+            -((q & suspect).count_ones() as i32),
             s,
             m,
             left.contains(&q),
@@ -250,6 +265,34 @@ mod tests {
                 Next::Run(q) => known.push((q, q & 1 != 0)),
                 done => {
                     assert_eq!(done, Next::Accept(1));
+                    break;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn after_a_run_that_cannot_start_its_untried_changes_wait() {
+        // {0, 1, 2} could not start: a run without 0, 1 and 2 comes next, even if it splits
+        // less evenly.
+        let answers = answers(5, &|_| true);
+        let known = [(0, false)];
+        let dead = [0b00111];
+        match next(5, &answers, &known, &dead, &|_| true) {
+            Next::Run(q) => assert_eq!(q & 0b00111, 0, "{q:05b}"),
+            other => panic!("{other:?}"),
+        }
+        // Once 1 and 2 started elsewhere, 0 alone is why: no answer with it is left.
+        let known = [(0, false), (0b00110, false)];
+        let mut known = known.to_vec();
+        loop {
+            match next(5, &answers, &known, &dead, &|_| true) {
+                Next::Run(q) => {
+                    assert_eq!(q & 1, 0, "{q:05b}");
+                    known.push((q, q & 0b01000 != 0));
+                }
+                done => {
+                    assert_eq!(done, Next::Accept(0b01000));
                     break;
                 }
             }

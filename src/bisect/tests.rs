@@ -360,3 +360,49 @@ fn a_base_flag_this_machine_cannot_drop_says_nothing() {
     assert_eq!(found.kind, VerdictKind::FixedBy);
     assert_eq!(found.fixing_flags, ["--disable-smart-memory"]);
 }
+
+#[test]
+fn runs_that_cannot_start_are_not_repeated_in_other_shapes() {
+    // The base --async-offload causes it; --lowvram and dropping --cpu cannot start on this
+    // machine. After the first such run, the search keeps to changes that did start.
+    struct Oracle;
+    impl super::search::Oracle for Oracle {
+        fn run(
+            &mut self,
+            config: &super::space::Config,
+        ) -> Result<super::search::Trial, super::search::Stopped> {
+            use crate::outcome::Outcome;
+            let has = |f: &str| config.flags.iter().any(|x| x == f);
+            let outcome = if !has("--cpu") {
+                Outcome::StartupFailed
+            } else if has("--async-offload") {
+                Outcome::Oom
+            } else {
+                Outcome::Pass
+            };
+            Ok(super::search::Trial::of(outcome))
+        }
+    }
+    let p = profile::builtin(Some(&crate::version::Version::lit("0.3.64")));
+    let (toggles, _) = super::command::default_toggles(1, &p.flags);
+    let base = ["--cpu".to_string(), "--async-offload".to_string()];
+    let sp = Space::new(
+        &p.flags,
+        Some(p.version.clone()),
+        Context::new(Platform::Linux),
+        &base,
+        &toggles,
+    );
+    let mut oracle = Oracle;
+    let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
+    let found = search.run();
+    assert_eq!(found.kind, VerdictKind::CausedBy);
+    assert_eq!(found.culprit_flags, ["--async-offload"]);
+    let dead = search
+        .tallies
+        .iter()
+        .filter(|t| t.count(crate::outcome::Outcome::StartupFailed) > 0)
+        .count();
+    assert!(dead <= 1, "{dead} runs could not start");
+    assert!(search.runs <= 6, "{} runs", search.runs);
+}
