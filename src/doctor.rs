@@ -159,6 +159,80 @@ fn nvml_check(now: &Result<NvmlNow, String>) -> Check {
     }
 }
 
+/// Windows only: what the driver does when VRAM runs out. Since 536.40 the *CUDA Sysmem
+/// Fallback Policy* lets CUDA spill into shared system memory instead of failing (the
+/// default, "Driver Default", prefers the fallback), so an out-of-memory error turns into a
+/// run many times slower: `hang` or `timeout` in a bisect, shared GPU memory in Task
+/// Manager. The setting itself is in the NVIDIA Control Panel and not readable here.
+fn sysmem_fallback_check(driver: Option<&str>) -> Check {
+    const TITLE: &str = "CUDA Sysmem Fallback";
+    let version = driver.and_then(|d| {
+        let mut parts = d.split('.');
+        let major: u32 = parts.next()?.trim().parse().ok()?;
+        let minor: u32 = parts.next().unwrap_or("0").trim().parse().ok()?;
+        Some((major, minor))
+    });
+    match version {
+        Some(v) if v >= (536, 40) => Check::new(
+            "sysmem_fallback",
+            TITLE,
+            Status::Warn,
+            format!(
+                "driver {} has the CUDA Sysmem Fallback Policy: unless it is set to \"Prefer No Sysmem Fallback\", running out of VRAM spills into shared system memory instead of failing",
+                driver.unwrap_or("?")
+            ),
+        )
+        .hint("an OOM can then look like a hang or a very slow run; to see it as an OOM, set \"CUDA - Sysmem Fallback Policy\" to \"Prefer No Sysmem Fallback\" for ComfyUI's python.exe in the NVIDIA Control Panel (Manage 3D settings)"),
+        Some(_) => Check::new(
+            "sysmem_fallback",
+            TITLE,
+            Status::Ok,
+            format!(
+                "driver {} predates the fallback (536.40): running out of VRAM fails at once",
+                driver.unwrap_or("?")
+            ),
+        ),
+        None => Check::new("sysmem_fallback", TITLE, Status::Warn, "driver version unknown"),
+    }
+}
+
+/// Windows only: the commit charge against its limit (RAM plus page files). When the charge
+/// reaches the limit, allocations fail (`os error 1455`, "the paging file is too small")
+/// even with RAM free.
+fn commit_check(commit: Option<(u64, u64)>) -> Check {
+    const TITLE: &str = "Commit limit (RAM + page file)";
+    let Some((used, limit)) = commit else {
+        return Check::new(
+            "commit",
+            TITLE,
+            Status::Warn,
+            "cannot read the commit charge",
+        );
+    };
+    let room = limit.saturating_sub(used);
+    let status = if room < 8 * GIB {
+        Status::Warn
+    } else {
+        Status::Ok
+    };
+    let c = Check::new(
+        "commit",
+        TITLE,
+        status,
+        format!(
+            "{} committed of {} ({} to spare)",
+            gib(used),
+            gib(limit),
+            gib(room)
+        ),
+    );
+    if status == Status::Warn {
+        c.hint("loading large models commits memory up front: let Windows manage the page file size, or make it larger (os error 1455 is this limit)")
+    } else {
+        c
+    }
+}
+
 fn cuda_check(present: Result<bool, String>, nvml_ok: bool) -> Check {
     const TITLE: &str = "CUDA driver library";
     match present {
@@ -569,6 +643,7 @@ fn memory_checks() -> Vec<Check> {
                 available: s.available_memory(),
                 swap_total: s.total_swap(),
                 swap_free: s.free_swap(),
+                commit: None,
             })
         });
     let Some(m) = mem else {
@@ -627,6 +702,11 @@ pub fn run(req: &Request) -> Checkup {
     checks.extend(python_checks(install.as_ref(), req, &now));
     checks.push(disk_check(req, install.as_ref()));
     checks.extend(memory_checks());
+    if cfg!(windows) {
+        let driver = now.as_ref().ok().and_then(|n| n.driver.as_deref());
+        checks.push(sysmem_fallback_check(driver));
+        checks.push(commit_check(crate::sampler::system::commit_charge()));
+    }
     let count = |s: Status| checks.iter().filter(|c| c.status == s).count();
     Checkup {
         ok: count(Status::Ok),
@@ -719,5 +799,45 @@ mod tests {
             text,
             "✓ Alpha  fine\n✗ Beta   broken\n         hint: fix it\n\n1 problem, 0 warnings\n"
         );
+    }
+
+    #[test]
+    fn the_sysmem_fallback_comes_with_driver_536_40() {
+        let c = super::sysmem_fallback_check(Some("576.88"));
+        assert_eq!(c.status, super::Status::Warn);
+        assert!(
+            c.summary.contains("Prefer No Sysmem Fallback"),
+            "{}",
+            c.summary
+        );
+        assert_eq!(
+            super::sysmem_fallback_check(Some("536.40")).status,
+            super::Status::Warn
+        );
+        assert_eq!(
+            super::sysmem_fallback_check(Some("531.79")).status,
+            super::Status::Ok
+        );
+        assert_eq!(
+            super::sysmem_fallback_check(None).status,
+            super::Status::Warn
+        );
+        assert_eq!(
+            super::sysmem_fallback_check(Some("garbage")).status,
+            super::Status::Warn
+        );
+    }
+
+    #[test]
+    fn little_room_under_the_commit_limit_is_a_warning() {
+        const G: u64 = 1 << 30;
+        assert_eq!(
+            super::commit_check(Some((20 * G, 64 * G))).status,
+            super::Status::Ok
+        );
+        let c = super::commit_check(Some((60 * G, 64 * G)));
+        assert_eq!(c.status, super::Status::Warn);
+        assert!(c.summary.contains("to spare"), "{}", c.summary);
+        assert_eq!(super::commit_check(None).status, super::Status::Warn);
     }
 }

@@ -39,13 +39,46 @@ pub struct NvmlNow {
     pub processes: Option<Vec<GpuProcess>>,
 }
 
-/// The library to load: the one given, else `$VRAMBISECT_NVML_LIB`, else the system's.
+/// The library to load: the one given, else `$VRAMBISECT_NVML_LIB`, else the system's
+/// (`None`: the loader's search; on Windows the NVSMI folder where older drivers put it).
 pub fn nvml_lib(explicit: Option<&Path>) -> Option<PathBuf> {
-    explicit.map(Path::to_path_buf).or_else(|| {
-        std::env::var_os(crate::sampler::NVML_LIB_ENV)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    })
+    explicit
+        .map(Path::to_path_buf)
+        .or_else(|| {
+            std::env::var_os(crate::sampler::NVML_LIB_ENV)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+        .or_else(|| {
+            if !cfg!(windows) {
+                return None;
+            }
+            windows_nvml(
+                std::env::var_os("SystemRoot").as_deref(),
+                std::env::var_os("ProgramFiles").as_deref(),
+                &|p| p.is_file(),
+            )
+        })
+}
+
+/// Where Windows keeps `nvml.dll`: System32 since driver 418 (found by the loader: `None`),
+/// `NVIDIA Corporation\NVSMI` under Program Files before.
+pub fn windows_nvml(
+    system_root: Option<&std::ffi::OsStr>,
+    program_files: Option<&std::ffi::OsStr>,
+    exists: &dyn Fn(&Path) -> bool,
+) -> Option<PathBuf> {
+    let in_system32 = system_root
+        .map(|r| Path::new(r).join("System32").join("nvml.dll"))
+        .is_some_and(|p| exists(&p));
+    if in_system32 {
+        return None;
+    }
+    let nvsmi = Path::new(program_files?)
+        .join("NVIDIA Corporation")
+        .join("NVSMI")
+        .join("nvml.dll");
+    exists(&nvsmi).then_some(nvsmi)
 }
 
 /// Loads NVML and reads every GPU once. The error is one line for people.

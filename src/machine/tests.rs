@@ -246,3 +246,23 @@ fn the_merge_prefers_what_the_run_recorded_to_the_machine_now() {
     assert!(matches!(env.gpus, Item::Missing { .. }));
     assert!(matches!(env.torch, Item::Missing { .. }));
 }
+
+#[test]
+fn nvml_on_windows_is_found_where_old_drivers_put_it() {
+    use super::gpu::windows_nvml;
+    use std::ffi::OsStr;
+    use std::path::Path;
+    let root = Some(OsStr::new("C:/Windows"));
+    let pf = Some(OsStr::new("C:/Program Files"));
+    let nvsmi = Path::new("C:/Program Files")
+        .join("NVIDIA Corporation")
+        .join("NVSMI")
+        .join("nvml.dll");
+    // Newer drivers: System32, which the loader searches by itself.
+    assert_eq!(windows_nvml(root, pf, &|_| true), None);
+    // Older drivers: only the NVSMI folder.
+    let n2 = nvsmi.clone();
+    assert_eq!(windows_nvml(root, pf, &move |p| p == n2), Some(nvsmi));
+    // No driver at all: the loader's search, which then says it is missing.
+    assert_eq!(windows_nvml(root, pf, &|_| false), None);
+}

@@ -5,6 +5,9 @@
 pub const RAM_TOTAL: &str = "ram.total";
 pub const RAM_AVAILABLE: &str = "ram.available";
 pub const SWAP_USED: &str = "swap.used";
+/// Windows: the commit charge and its limit (RAM plus page files).
+pub const COMMIT_USED: &str = "commit.used";
+pub const COMMIT_LIMIT: &str = "commit.limit";
 /// Processes in the followed tree.
 pub const TREE_PROCS: &str = "tree.procs";
 /// The followed tree's resident memory, and its parts.

@@ -14,6 +14,10 @@ pub struct MemInfo {
     pub available: u64,
     pub swap_total: u64,
     pub swap_free: u64,
+    /// Windows: the commit charge and the commit limit (RAM plus page files), in bytes. There
+    /// "out of memory" means the charge reached the limit (`os error 1455`), whatever RAM is
+    /// free.
+    pub commit: Option<(u64, u64)>,
 }
 
 /// Reads `/proc/meminfo` (kB, which are KiB). `None` without `MemTotal`; without
@@ -90,10 +94,35 @@ impl Source {
                     available: sys.available_memory(),
                     swap_total: sys.total_swap(),
                     swap_free: sys.free_swap(),
+                    commit: commit_charge(),
                 })
             }
         }
     }
+}
+
+/// The commit charge and limit, in bytes (`GetPerformanceInfo`).
+#[cfg(windows)]
+pub fn commit_charge() -> Option<(u64, u64)> {
+    use windows_sys::Win32::System::ProcessStatus::{GetPerformanceInfo, PERFORMANCE_INFORMATION};
+    // SAFETY: the structure is the size given.
+    let info = unsafe {
+        let mut info: PERFORMANCE_INFORMATION = std::mem::zeroed();
+        let size = std::mem::size_of::<PERFORMANCE_INFORMATION>() as u32;
+        info.cb = size;
+        (GetPerformanceInfo(&mut info, size) != 0).then_some(info)
+    }?;
+    let page = info.PageSize as u64;
+    Some((
+        info.CommitTotal as u64 * page,
+        info.CommitLimit as u64 * page,
+    ))
+}
+
+/// Only Windows has a commit limit that decides "out of memory".
+#[cfg(not(windows))]
+pub fn commit_charge() -> Option<(u64, u64)> {
+    None
 }
 
 /// Column order of this probe.
@@ -106,6 +135,9 @@ const TREE_RSS_ANON: usize = 5;
 const TREE_RSS_FILE: usize = 6;
 const TREE_RSS_SHMEM: usize = 7;
 const TREE_SWAP: usize = 8;
+/// Windows only.
+const COMMIT_USED: usize = 9;
+const COMMIT_LIMIT: usize = 10;
 
 /// Reads RAM, swap and the tree's memory.
 pub struct SystemProbe {
@@ -128,6 +160,11 @@ impl SystemProbe {
             SeriesDef::bytes(series::TREE_RSS_SHMEM),
             SeriesDef::bytes(series::TREE_SWAP),
         ];
+        let mut series = series;
+        if cfg!(windows) {
+            series.push(SeriesDef::bytes(series::COMMIT_USED));
+            series.push(SeriesDef::bytes(series::COMMIT_LIMIT));
+        }
         Ok(SystemProbe {
             source,
             series,
@@ -150,6 +187,12 @@ impl Probe for SystemProbe {
             out[RAM_TOTAL] = Some(to_i64(m.total));
             out[RAM_AVAILABLE] = Some(to_i64(m.available));
             out[SWAP_USED] = Some(to_i64(m.swap_total.saturating_sub(m.swap_free)));
+            if let Some((used, limit)) = m.commit
+                && out.len() > COMMIT_LIMIT
+            {
+                out[COMMIT_USED] = Some(to_i64(used));
+                out[COMMIT_LIMIT] = Some(to_i64(limit));
+            }
         }
         if ctx.tree.is_empty() {
             return;
