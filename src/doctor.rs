@@ -125,7 +125,28 @@ pub fn free_disk(path: &Path) -> Option<u64> {
     Some((s.f_bavail as u64).saturating_mul(s.f_frsize as u64))
 }
 
-#[cfg(not(unix))]
+#[cfg(windows)]
+pub fn free_disk(path: &Path) -> Option<u64> {
+    use std::os::windows::ffi::OsStrExt;
+    let wide: Vec<u16> = path
+        .as_os_str()
+        .encode_wide()
+        .chain(std::iter::once(0))
+        .collect();
+    let mut free = 0u64;
+    // SAFETY: a NUL-terminated wide path; the other outputs may be null.
+    let ok = unsafe {
+        windows_sys::Win32::Storage::FileSystem::GetDiskFreeSpaceExW(
+            wide.as_ptr(),
+            &mut free,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    };
+    (ok != 0).then_some(free)
+}
+
+#[cfg(not(any(unix, windows)))]
 pub fn free_disk(_: &Path) -> Option<u64> {
     None
 }
@@ -638,6 +659,10 @@ fn memory_checks() -> Vec<Check> {
         .or_else(|| {
             let mut s = sysinfo::System::new().ok()?;
             s.refresh_memory();
+            #[cfg(windows)]
+            if let Some(m) = crate::sampler::system::windows_memory() {
+                return Some(m);
+            }
             Some(crate::sampler::system::MemInfo {
                 total: s.total_memory(),
                 available: s.available_memory(),

@@ -121,6 +121,8 @@ fn probe_answers() {
     assert!(parse_probe("Traceback\n").is_err());
 }
 
+// Needs python3 on PATH.
+#[cfg(unix)]
 #[test]
 fn the_probe_runs_on_this_python_without_torch() {
     let tmp = tempfile::tempdir().unwrap();

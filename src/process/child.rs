@@ -482,3 +482,97 @@ mod tests {
         assert!(!sys::group_alive(pgid));
     }
 }
+
+/// The Windows side, with `cmd.exe` as the child (what the test bed has under wine; the
+/// portable build starts ComfyUI from a `.bat` the same way). `ping -n N 127.0.0.1` waits
+/// about N - 1 seconds.
+#[cfg(all(test, windows))]
+mod windows_tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn cmd(script: &str, dir: &Path) -> (Child, mpsc::Receiver<Output>) {
+        let (tx, rx) = mpsc::channel();
+        let args = vec!["/c".to_string(), script.to_string()];
+        let spec = Spec {
+            program: std::ffi::OsStr::new("cmd.exe"),
+            args: &args,
+            dir,
+            env: &[("VB_TEST".into(), "yes".into())],
+        };
+        (
+            Child::spawn_captured(&spec, &dir.join("out.log"), tx).unwrap(),
+            rx,
+        )
+    }
+
+    fn line(rx: &mpsc::Receiver<Output>, want: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Output::Line(l)) = rx.recv_timeout(Duration::from_secs(1))
+                && l.raw.trim() == want
+            {
+                return;
+            }
+        }
+        panic!("no line {want:?}");
+    }
+
+    #[test]
+    fn output_and_exit_of_a_child() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (child, rx) = cmd("echo %VB_TEST% & exit /b 3", tmp.path());
+        line(&rx, "yes");
+        let stopped = child.terminate(Duration::from_secs(5));
+        assert_eq!(stopped.exit.unwrap().code, Some(3));
+        assert!(stopped.group_empty);
+    }
+
+    #[test]
+    fn the_job_ends_the_child_and_what_it_started() {
+        let tmp = tempfile::tempdir().unwrap();
+        // A grandchild (another cmd.exe) that would wait half a minute.
+        let (child, rx) = cmd("echo ready & cmd.exe /c ping -n 30 127.0.0.1", tmp.path());
+        line(&rx, "ready");
+        let pgid = child.pid;
+        assert!(sys::group_alive(pgid));
+        let started = Instant::now();
+        child.kill_group();
+        assert!(
+            sys::wait_group_gone(pgid, Duration::from_secs(10)),
+            "group left"
+        );
+        assert!(started.elapsed() < Duration::from_secs(10));
+        drop(child);
+        assert!(!sys::pid_alive(pgid));
+    }
+
+    #[test]
+    fn dropping_the_child_leaves_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (child, rx) = cmd("echo ready & ping -n 30 127.0.0.1", tmp.path());
+        line(&rx, "ready");
+        let pgid = child.pid;
+        drop(child);
+        assert!(!sys::group_alive(pgid));
+        assert!(!sys::pid_alive(pgid));
+    }
+
+    #[test]
+    fn a_grandchild_keeps_the_group_alive() {
+        let tmp = tempfile::tempdir().unwrap();
+        // The child starts a grandchild in the background and exits at once: the group is
+        // the job, so it is alive while the grandchild is.
+        let (child, rx) = cmd("start /b ping -n 30 127.0.0.1 & echo ready", tmp.path());
+        line(&rx, "ready");
+        let pgid = child.pid;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while sys::pid_alive(pgid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!sys::pid_alive(pgid), "the child itself ended");
+        assert!(sys::group_alive(pgid), "the grandchild is still in the job");
+        child.kill_group();
+        assert!(sys::wait_group_gone(pgid, Duration::from_secs(10)));
+    }
+}

@@ -55,6 +55,8 @@ pub fn last_line(stderr: &[u8]) -> String {
 mod tests {
     use super::*;
 
+    // Needs sh and sleep.
+    #[cfg(unix)]
     #[test]
     fn a_command_that_finishes_gives_its_output() {
         let out = output_with_timeout(
@@ -68,6 +70,8 @@ mod tests {
         assert_eq!(ExitStatus::from(&out.status).code, Some(3));
     }
 
+    // Needs sh and sleep.
+    #[cfg(unix)]
     #[test]
     fn a_command_past_its_time_is_killed() {
         let started = Instant::now();

@@ -73,6 +73,10 @@ impl Source {
     }
 
     fn read(&mut self) -> Option<MemInfo> {
+        #[cfg(windows)]
+        if let Some(m) = windows_memory() {
+            return Some(m);
+        }
         match self {
             Source::Proc(f, buf) => {
                 #[cfg(unix)]
@@ -94,29 +98,41 @@ impl Source {
                     available: sys.available_memory(),
                     swap_total: sys.total_swap(),
                     swap_free: sys.free_swap(),
-                    commit: commit_charge(),
+                    commit: None,
                 })
             }
         }
     }
 }
 
-/// The commit charge and limit, in bytes (`GetPerformanceInfo`).
+/// The machine's memory on Windows (`GlobalMemoryStatusEx`): physical memory, and the
+/// commit limit ("total page file" there: RAM plus page files) with what is left of it.
+#[cfg(windows)]
+pub fn windows_memory() -> Option<MemInfo> {
+    use windows_sys::Win32::System::SystemInformation::{GlobalMemoryStatusEx, MEMORYSTATUSEX};
+    // SAFETY: the structure is the size its first field says.
+    let m = unsafe {
+        let mut m: MEMORYSTATUSEX = std::mem::zeroed();
+        m.dwLength = std::mem::size_of::<MEMORYSTATUSEX>() as u32;
+        (GlobalMemoryStatusEx(&mut m) != 0).then_some(m)
+    }?;
+    let swap_total = m.ullTotalPageFile.saturating_sub(m.ullTotalPhys);
+    Some(MemInfo {
+        total: m.ullTotalPhys,
+        available: m.ullAvailPhys,
+        swap_total,
+        swap_free: swap_total.min(m.ullAvailPageFile),
+        commit: Some((
+            m.ullTotalPageFile.saturating_sub(m.ullAvailPageFile),
+            m.ullTotalPageFile,
+        )),
+    })
+}
+
+/// The commit charge and limit, in bytes.
 #[cfg(windows)]
 pub fn commit_charge() -> Option<(u64, u64)> {
-    use windows_sys::Win32::System::ProcessStatus::{GetPerformanceInfo, PERFORMANCE_INFORMATION};
-    // SAFETY: the structure is the size given.
-    let info = unsafe {
-        let mut info: PERFORMANCE_INFORMATION = std::mem::zeroed();
-        let size = std::mem::size_of::<PERFORMANCE_INFORMATION>() as u32;
-        info.cb = size;
-        (GetPerformanceInfo(&mut info, size) != 0).then_some(info)
-    }?;
-    let page = info.PageSize as u64;
-    Some((
-        info.CommitTotal as u64 * page,
-        info.CommitLimit as u64 * page,
-    ))
+    windows_memory()?.commit
 }
 
 /// Only Windows has a commit limit that decides "out of memory".

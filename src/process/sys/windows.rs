@@ -19,7 +19,8 @@ use windows_sys::Win32::Foundation::{CloseHandle, HANDLE, STILL_ACTIVE};
 use windows_sys::Win32::System::Console::{CTRL_BREAK_EVENT, GenerateConsoleCtrlEvent};
 use windows_sys::Win32::System::JobObjects::{
     AssignProcessToJobObject, CreateJobObjectW, JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
-    JOBOBJECT_BASIC_AND_IO_ACCOUNTING_INFORMATION, JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
+    JOBOBJECT_BASIC_ACCOUNTING_INFORMATION, JOBOBJECT_BASIC_AND_IO_ACCOUNTING_INFORMATION,
+    JOBOBJECT_EXTENDED_LIMIT_INFORMATION, JobObjectBasicAccountingInformation,
     JobObjectBasicAndIoAccountingInformation, JobObjectExtendedLimitInformation,
     QueryInformationJobObject, SetInformationJobObject, TerminateJobObject,
 };
@@ -124,15 +125,16 @@ pub fn signal_group(pgid: u32, sig: Signal) {
     }
 }
 
-fn accounting(job: HANDLE) -> Option<JOBOBJECT_BASIC_AND_IO_ACCOUNTING_INFORMATION> {
-    // SAFETY: the buffer is the size given; the job handle is kept in JOBS.
+/// Reads one of the job's information classes into `T` (a plain C structure).
+fn query<T>(job: HANDLE, class: i32) -> Option<T> {
+    // SAFETY: the buffer is a zeroed T of the size given; the job handle is kept in JOBS.
     unsafe {
-        let mut info: JOBOBJECT_BASIC_AND_IO_ACCOUNTING_INFORMATION = std::mem::zeroed();
+        let mut info: T = std::mem::zeroed();
         let ok = QueryInformationJobObject(
             job,
-            JobObjectBasicAndIoAccountingInformation,
-            (&mut info as *mut JOBOBJECT_BASIC_AND_IO_ACCOUNTING_INFORMATION).cast(),
-            std::mem::size_of::<JOBOBJECT_BASIC_AND_IO_ACCOUNTING_INFORMATION>() as u32,
+            class,
+            (&mut info as *mut T).cast(),
+            std::mem::size_of::<T>() as u32,
             std::ptr::null_mut(),
         );
         (ok != 0).then_some(info)
@@ -142,8 +144,11 @@ fn accounting(job: HANDLE) -> Option<JOBOBJECT_BASIC_AND_IO_ACCOUNTING_INFORMATI
 /// Whether any process of group `pgid` is left: its job's active processes, or the group's
 /// first process where there is no job.
 pub fn group_alive(pgid: u32) -> bool {
-    match job_of(pgid).and_then(accounting) {
-        Some(info) => info.BasicInfo.ActiveProcesses > 0,
+    let basic = job_of(pgid).and_then(|job| {
+        query::<JOBOBJECT_BASIC_ACCOUNTING_INFORMATION>(job, JobObjectBasicAccountingInformation)
+    });
+    match basic {
+        Some(info) => info.ActiveProcesses > 0,
         None => pid_alive(pgid),
     }
 }
@@ -170,7 +175,12 @@ pub fn pid_alive(pid: u32) -> bool {
 /// and devices), or `None` without a job.
 pub fn group_read_bytes(pgid: u32) -> Option<u64> {
     job_of(pgid)
-        .and_then(accounting)
+        .and_then(|job| {
+            query::<JOBOBJECT_BASIC_AND_IO_ACCOUNTING_INFORMATION>(
+                job,
+                JobObjectBasicAndIoAccountingInformation,
+            )
+        })
         .map(|info| info.IoInfo.ReadTransferCount)
 }
 
