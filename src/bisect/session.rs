@@ -70,7 +70,7 @@ pub fn open(dir: &Path) -> Result<(PathBuf, SessionSpec, Vec<Entry>)> {
     let spec: SessionSpec = serde_json::from_str(&text)
         .map_err(|e| Error::usage(format!("{} is damaged: {e}", path.display())))?;
     let entries = read_journal(&dir.join(JOURNAL_FILE));
-    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let dir = crate::paths::canonical(dir);
     Ok((dir, spec, entries))
 }
 

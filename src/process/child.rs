@@ -205,7 +205,9 @@ impl Child {
         let mut killed = false;
         let mut exit = self.try_wait();
         if exit.is_none() || self.group_alive() {
-            sys::signal_group(self.pid, Signal::Terminate);
+            // Where no polite request can be sent, it was an order (Windows without a
+            // console shared with ComfyUI's group).
+            killed = !sys::signal_group(self.pid, Signal::Terminate);
             let deadline = Instant::now() + grace;
             while Instant::now() < deadline && !crate::signals::kill_now() {
                 exit = exit.or_else(|| self.try_wait());
@@ -523,6 +525,10 @@ mod windows_tests {
         let tmp = tempfile::tempdir().unwrap();
         let (child, rx) = cmd("echo %VB_TEST% & exit /b 3", tmp.path());
         line(&rx, "yes");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while child.try_wait().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let stopped = child.terminate(Duration::from_secs(5));
         assert_eq!(stopped.exit.unwrap().code, Some(3));
         assert!(stopped.group_empty);
@@ -563,7 +569,10 @@ mod windows_tests {
         let tmp = tempfile::tempdir().unwrap();
         // The child starts a grandchild in the background and exits at once: the group is
         // the job, so it is alive while the grandchild is.
-        let (child, rx) = cmd("start /b ping -n 30 127.0.0.1 & echo ready", tmp.path());
+        let (child, rx) = cmd(
+            "start /b ping -n 30 127.0.0.1 & ping -n 2 127.0.0.1 > nul & echo ready",
+            tmp.path(),
+        );
         line(&rx, "ready");
         let pgid = child.pid;
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -401,8 +401,8 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
             let abs = std::env::current_dir()
                 .map(|c| c.join(&dir))
                 .unwrap_or_else(|_| dir.clone());
-            let top = std::fs::canonicalize(&repo.dir).unwrap_or(repo.dir.clone());
-            let parent = abs.parent().and_then(|p| std::fs::canonicalize(p).ok());
+            let top = crate::paths::canonical(&repo.dir);
+            let parent = abs.parent().and_then(crate::paths::canonical_opt);
             if parent.is_some_and(|p| p.starts_with(&top)) {
                 return Err(Error::usage(format!(
                     "the session folder {} would be inside your checkout {}",
@@ -415,9 +415,9 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
             }
             let dir = run::folder::create(&dir)?;
             let spec = Spec {
-                comfyui: std::fs::canonicalize(&repo.dir).unwrap_or(repo.dir.clone()),
+                comfyui: crate::paths::canonical(&repo.dir),
                 python,
-                workflow: std::fs::canonicalize(&workflow).unwrap_or(workflow),
+                workflow: crate::paths::canonical(&workflow),
                 launcher,
                 flags,
                 env,

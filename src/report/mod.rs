@@ -689,7 +689,7 @@ pub fn build(req: &Request) -> Result<Built> {
         })
         .collect();
     Ok(Built {
-        bundle: std::fs::canonicalize(&output).unwrap_or(output),
+        bundle: crate::paths::canonical(&output),
         bytes: zip.len() as u64,
         source_kind: src.kind,
         source_dir: src.dir.clone(),

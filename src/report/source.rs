@@ -155,7 +155,7 @@ pub fn open(dir: &Path) -> Result<Source> {
         return Err(Error::usage(format!("{} is not a folder", dir.display()))
             .hint("give the folder of a run (vrambisect run --output) or of a bisect session"));
     }
-    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let dir = crate::paths::canonical(dir);
     if dir.join(SPEC_FILE).is_file() {
         let spec: SessionSpec = load_json(&dir.join(SPEC_FILE))
             .ok_or_else(|| Error::usage(format!("{} is damaged", dir.join(SPEC_FILE).display())))?;

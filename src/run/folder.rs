@@ -110,7 +110,7 @@ pub fn create(dir: &Path) -> Result<PathBuf> {
     }
     crate::private::create_dir_all(dir)
         .map_err(|e| crate::error::io_error("create run folder", dir, &e))?;
-    Ok(std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()))
+    Ok(crate::paths::canonical(dir))
 }
 
 /// A fresh folder name under `parent`: `run-20261129-145700-1a2b`.

@@ -27,18 +27,18 @@ pub fn new_group(cmd: &mut std::process::Command, die_with_parent: bool) {
     let _ = die_with_parent;
 }
 
-/// Sends `sig` to every process of group `pgid`.
-pub fn signal_group(pgid: u32, sig: Signal) {
+/// Sends `sig` to every process of group `pgid`. `false` only when it could not be sent to a
+/// group that is there (a group already gone needs no signal).
+pub fn signal_group(pgid: u32, sig: Signal) -> bool {
     let Some(pgid) = libc::pid_t::try_from(pgid).ok().filter(|&p| p > 0) else {
-        return;
+        return false;
     };
     let sig = match sig {
         Signal::Terminate => libc::SIGTERM,
         Signal::Kill => libc::SIGKILL,
     };
-    unsafe {
-        libc::killpg(pgid, sig);
-    }
+    let sent = unsafe { libc::killpg(pgid, sig) } == 0;
+    sent || std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
 /// Whether any process with process group id `pgid` exists (zombies not yet reaped count).

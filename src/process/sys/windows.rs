@@ -99,29 +99,29 @@ pub fn release(pgid: u32) {
 }
 
 /// Asks group `pgid` to stop (`CTRL_BREAK_EVENT`), or ends every process in its job.
-pub fn signal_group(pgid: u32, sig: Signal) {
+/// Whether the request itself went out: without a console shared with the group there is no
+/// polite way, and the group is ended at once (`false`).
+pub fn signal_group(pgid: u32, sig: Signal) -> bool {
     if pgid == 0 {
-        return;
+        return false;
     }
     // SAFETY: Win32 calls with a job handle kept in JOBS or a process handle closed here.
     unsafe {
-        match sig {
-            Signal::Terminate => {
-                GenerateConsoleCtrlEvent(CTRL_BREAK_EVENT, pgid);
-            }
-            Signal::Kill => match job_of(pgid) {
-                Some(job) => {
-                    TerminateJobObject(job, 1);
-                }
-                None => {
-                    let p = OpenProcess(PROCESS_TERMINATE, 0, pgid);
-                    if !p.is_null() {
-                        TerminateProcess(p, 1);
-                        CloseHandle(p);
-                    }
-                }
-            },
+        if sig == Signal::Terminate && GenerateConsoleCtrlEvent(CTRL_BREAK_EVENT, pgid) != 0 {
+            return true;
         }
+        let ended = match job_of(pgid) {
+            Some(job) => TerminateJobObject(job, 1) != 0,
+            None => {
+                let p = OpenProcess(PROCESS_TERMINATE, 0, pgid);
+                let ended = !p.is_null() && TerminateProcess(p, 1) != 0;
+                if !p.is_null() {
+                    CloseHandle(p);
+                }
+                ended
+            }
+        };
+        sig == Signal::Kill && ended
     }
 }
 
