@@ -17,6 +17,7 @@ pub mod proctree;
 pub mod series;
 pub mod stats;
 pub mod system;
+pub mod wddm;
 pub mod writer;
 
 use crate::error::{Error, Result, io_error};
@@ -447,6 +448,14 @@ fn open_probes(config: &SamplerConfig) -> Opened {
     list.push(Box::new(comfy));
     if config.system {
         match system::SystemProbe::open() {
+            Ok(p) => list.push(Box::new(p)),
+            Err(u) => unavailable.push(u),
+        }
+    }
+    // Only where NVML found a GPU: without one there is no GPU memory to read.
+    #[cfg(windows)]
+    if config.nvml && !devices.is_empty() {
+        match wddm::WddmProbe::open() {
             Ok(p) => list.push(Box::new(p)),
             Err(u) => unavailable.push(u),
         }

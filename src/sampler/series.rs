@@ -8,6 +8,10 @@ pub const SWAP_USED: &str = "swap.used";
 /// Windows: the commit charge and its limit (RAM plus page files).
 pub const COMMIT_USED: &str = "commit.used";
 pub const COMMIT_LIMIT: &str = "commit.limit";
+/// Windows under WDDM: the followed tree's dedicated (VRAM) and shared GPU memory, from the
+/// `GPU Process Memory` performance counters (NVML has no per-process figure there).
+pub const WDDM_TREE_DEDICATED: &str = "wddm.tree_dedicated";
+pub const WDDM_TREE_SHARED: &str = "wddm.tree_shared";
 /// Processes in the followed tree.
 pub const TREE_PROCS: &str = "tree.procs";
 /// The followed tree's resident memory, and its parts.
