@@ -319,9 +319,9 @@ fn the_failure_rate_of_few_runs_is_not_taken_at_its_word() {
     assert!(wilson_lower(7, 10) < 0.7 && wilson_lower(7, 10) > 0.5);
 }
 
-/// Configurations without `--cpu` cannot start (a machine with no GPU); the rest fail unless
-/// they hold `--disable-smart-memory`.
-struct NoGpu;
+/// A machine with no GPU: configurations without `--cpu` cannot start; the rest pass when
+/// `passes` says so (given a configuration's flags) and run out of memory otherwise.
+struct NoGpu(fn(&dyn Fn(&str) -> bool) -> bool);
 
 impl super::search::Oracle for NoGpu {
     fn run(
@@ -332,7 +332,7 @@ impl super::search::Oracle for NoGpu {
         let has = |f: &str| config.flags.iter().any(|x| x == f);
         let outcome = if !has("--cpu") {
             Outcome::StartupFailed
-        } else if has("--disable-smart-memory") {
+        } else if (self.0)(&has) {
             Outcome::Pass
         } else {
             Outcome::Oom
@@ -341,22 +341,29 @@ impl super::search::Oracle for NoGpu {
     }
 }
 
-#[test]
-fn a_base_flag_this_machine_cannot_drop_says_nothing() {
-    // The real 0.3.64 on CPU: the search's runs without --cpu cannot start; they must not
-    // rule out --disable-smart-memory alone (they once made the verdict a pair).
+/// A search on ComfyUI 0.3.64's default toggles with `base` flags, on a machine with no GPU.
+fn no_gpu_search(base: &[&str], oracle: &mut NoGpu) -> (Found, Vec<super::search::Tally>, u32) {
     let p = profile::builtin(Some(&crate::version::Version::lit("0.3.64")));
     let (toggles, _) = super::command::default_toggles(1, &p.flags);
+    let base: Vec<String> = base.iter().map(|s| s.to_string()).collect();
     let sp = Space::new(
         &p.flags,
         Some(p.version.clone()),
         Context::new(Platform::Linux),
-        &["--cpu".to_string()],
+        &base,
         &toggles,
     );
-    let mut oracle = NoGpu;
-    let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
+    let mut search = Search::new(&sp, oracle, Settings::default(), Vec::new());
     let found = search.run();
+    (found, search.tallies, search.runs)
+}
+
+#[test]
+fn a_base_flag_this_machine_cannot_drop_says_nothing() {
+    // The real 0.3.64 on CPU: the search's runs without --cpu cannot start; they must not
+    // rule out --disable-smart-memory alone (they once made the verdict a pair).
+    let mut oracle = NoGpu(|has| has("--disable-smart-memory"));
+    let (found, _, _) = no_gpu_search(&["--cpu"], &mut oracle);
     assert_eq!(found.kind, VerdictKind::FixedBy);
     assert_eq!(found.fixing_flags, ["--disable-smart-memory"]);
 }
@@ -365,44 +372,14 @@ fn a_base_flag_this_machine_cannot_drop_says_nothing() {
 fn runs_that_cannot_start_are_not_repeated_in_other_shapes() {
     // The base --async-offload causes it; --lowvram and dropping --cpu cannot start on this
     // machine. After the first such run, the search keeps to changes that did start.
-    struct Oracle;
-    impl super::search::Oracle for Oracle {
-        fn run(
-            &mut self,
-            config: &super::space::Config,
-        ) -> Result<super::search::Trial, super::search::Stopped> {
-            use crate::outcome::Outcome;
-            let has = |f: &str| config.flags.iter().any(|x| x == f);
-            let outcome = if !has("--cpu") {
-                Outcome::StartupFailed
-            } else if has("--async-offload") {
-                Outcome::Oom
-            } else {
-                Outcome::Pass
-            };
-            Ok(super::search::Trial::of(outcome))
-        }
-    }
-    let p = profile::builtin(Some(&crate::version::Version::lit("0.3.64")));
-    let (toggles, _) = super::command::default_toggles(1, &p.flags);
-    let base = ["--cpu".to_string(), "--async-offload".to_string()];
-    let sp = Space::new(
-        &p.flags,
-        Some(p.version.clone()),
-        Context::new(Platform::Linux),
-        &base,
-        &toggles,
-    );
-    let mut oracle = Oracle;
-    let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
-    let found = search.run();
+    let mut oracle = NoGpu(|has| !has("--async-offload"));
+    let (found, tallies, runs) = no_gpu_search(&["--cpu", "--async-offload"], &mut oracle);
     assert_eq!(found.kind, VerdictKind::CausedBy);
     assert_eq!(found.culprit_flags, ["--async-offload"]);
-    let dead = search
-        .tallies
+    let dead = tallies
         .iter()
         .filter(|t| t.count(crate::outcome::Outcome::StartupFailed) > 0)
         .count();
     assert!(dead <= 1, "{dead} runs could not start");
-    assert!(search.runs <= 6, "{} runs", search.runs);
+    assert!(runs <= 6, "{runs} runs");
 }
