@@ -321,7 +321,10 @@ fn the_failure_rate_of_few_runs_is_not_taken_at_its_word() {
 
 /// A machine with no GPU: configurations without `--cpu` cannot start; the rest pass when
 /// `passes` says so (given a configuration's flags) and run out of memory otherwise.
-struct NoGpu(fn(&dyn Fn(&str) -> bool) -> bool);
+struct NoGpu(fn(Has) -> bool);
+
+/// Whether a configuration holds a flag.
+type Has<'a> = &'a dyn Fn(&str) -> bool;
 
 impl super::search::Oracle for NoGpu {
     fn run(
