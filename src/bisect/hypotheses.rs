@@ -49,6 +49,16 @@ pub fn singles_left(answers: &[u32], known: &[(u32, bool)]) -> usize {
         .count()
 }
 
+/// The changes taken to be why configurations could not start: each one that was the only
+/// change in such a configuration never seen in one that started.
+pub fn cannot_start(known: &[(u32, bool)], dead: &[u32]) -> u32 {
+    let live = known.iter().fold(0, |m, (q, _)| m | q);
+    dead.iter()
+        .map(|d| d & !live)
+        .filter(|d| d.count_ones() == 1)
+        .fold(0, |m, d| m | d)
+}
+
 /// Whether `answer` fits every finished configuration (`(mask, passed)`).
 fn fits(answer: u32, known: &[(u32, bool)]) -> bool {
     known
@@ -71,11 +81,7 @@ pub fn next(
     // in it ("gone": every configuration with it is taken not to start).
     let live = known.iter().fold(0, |m, (q, _)| m | q);
     let suspect = dead.iter().fold(0, |m, d| m | d) & !live;
-    let gone = dead
-        .iter()
-        .map(|d| d & !live)
-        .filter(|d| d.count_ones() == 1)
-        .fold(0, |m, d| m | d);
+    let gone = cannot_start(known, dead);
     // An answer whose own configuration cannot run here can never be shown to fix it.
     let left: Vec<u32> = answers
         .iter()

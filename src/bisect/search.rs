@@ -47,6 +47,9 @@ pub enum Stopped {
     Budget,
 }
 
+/// Failed starts after which a configuration counts as one that cannot start here.
+const STARTS_TO_GIVE_UP: usize = 2;
+
 /// Runs ComfyUI with a configuration.
 pub trait Oracle {
     fn run(&mut self, config: &Config) -> Result<Trial, Stopped>;
@@ -295,7 +298,13 @@ impl<'a> Search<'a> {
         loop {
             let i = self.tally_index(&config);
             let t = &self.tallies[i];
-            if t.count(target) > 0 || t.others(target) > 0 {
+            let failed_start = t.count(Outcome::StartupFailed);
+            if t.count(target) > 0 || t.others(target) > failed_start {
+                return Ok(Eval::Fail);
+            }
+            // A start that failed once may have been chance (a port taken at that moment):
+            // it is tried again before the configuration counts as one that cannot start.
+            if failed_start >= STARTS_TO_GIVE_UP {
                 return Ok(Eval::Fail);
             }
             if t.passes() >= self.passes_needed() {
@@ -503,20 +512,16 @@ impl<'a> Search<'a> {
     fn known_masks(&self, asked: &[u32]) -> (Vec<(u32, bool)>, Vec<u32>) {
         let target = self.target.expect("baseline ran first");
         let needed = self.passes_needed();
-        // Some(Some(passed)); Some(None): could not start; None: not enough runs yet.
+        // Some(Some(passed)); Some(None): cannot run here; None: not enough runs yet.
         let status = |t: &Tally| {
-            if t.count(target) > 0 {
+            let failed_start = t.count(Outcome::StartupFailed);
+            let refused = t.count(Outcome::FlagRejected) + t.count(Outcome::InvalidWorkflow);
+            if t.count(target) > 0 || t.others(target) > failed_start + refused {
                 Some(Some(false))
-            } else if t.others(target) > 0 {
-                let untestable = t.trials.iter().all(|r| {
-                    matches!(
-                        r.outcome,
-                        Outcome::StartupFailed | Outcome::FlagRejected | Outcome::InvalidWorkflow
-                    )
-                });
-                Some((!untestable).then_some(false))
             } else if t.passes() >= needed {
                 Some(Some(true))
+            } else if refused > 0 || failed_start >= STARTS_TO_GIVE_UP {
+                Some(None)
             } else {
                 None
             }
@@ -604,7 +609,10 @@ impl<'a> Search<'a> {
                 break;
             }
         }
-        let all: Vec<usize> = (0..k).collect();
+        // Changes that cannot start here would make "everything" fail for nothing.
+        let (known, dead) = self.known_masks(&asked);
+        let gone = hypotheses::cannot_start(&known, &dead);
+        let all: Vec<usize> = (0..k).filter(|d| gone & (1 << d) == 0).collect();
         self.together(&all)
     }
 

@@ -427,3 +427,42 @@ fn runs_that_cannot_start_are_not_repeated_in_other_shapes() {
     assert!(dead <= 1, "{dead} runs could not start");
     assert!(runs <= 6, "{runs} runs");
 }
+
+#[test]
+fn a_start_that_failed_once_is_tried_again() {
+    // The fix alone hits a failed start by chance (a port taken at that moment) on its
+    // first run. It must not count as a configuration that cannot start, or the verdict
+    // becomes a pair with a flag not needed.
+    struct Once {
+        failed: bool,
+    }
+    impl super::search::Oracle for Once {
+        fn run(
+            &mut self,
+            config: &super::space::Config,
+        ) -> Result<super::search::Trial, super::search::Stopped> {
+            use crate::outcome::Outcome;
+            let outcome = if config.flags == [SWITCHES[0]] && !self.failed {
+                self.failed = true;
+                Outcome::StartupFailed
+            } else if config.flags.iter().any(|f| f == SWITCHES[0]) {
+                Outcome::Pass
+            } else {
+                Outcome::Oom
+            };
+            Ok(super::search::Trial::of(outcome))
+        }
+    }
+    for k in [2, 4, 8] {
+        let sp = space(&[], &SWITCHES[..k]);
+        let mut oracle = Once { failed: false };
+        let (found, _) = {
+            let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
+            let found = search.run();
+            (found, search.runs)
+        };
+        assert!(oracle.failed, "k={k}: the fix alone ran");
+        assert_eq!(found.kind, VerdictKind::FixedBy, "k={k}");
+        assert_eq!(found.fixing_flags, [SWITCHES[0]], "k={k}");
+    }
+}

@@ -260,10 +260,9 @@ impl Drop for Child {
         if !self.group_alive() {
             self.dismiss_guardian();
         }
-        // Windows: closing the job ends whatever a kept-alive child left in it.
-        if self.kill_on_drop {
-            sys::release(self.pid);
-        }
+        // Windows: the job is let go of (closing it ends what is left only in a job made to
+        // die with this tool, which a released child's is not).
+        sys::release(self.pid);
     }
 }
 
