@@ -165,7 +165,11 @@ pub fn acquire(
     match acquire_in(&dir.path, &keys, waiting, stop) {
         // Something planted in the shared folder (a link, a FIFO, a file nobody may read)
         // is not ours to remove there: use this user's own folder instead, and say so.
-        Err(e) if dir.note.is_none() && std::env::var_os("VRAMBISECT_LOCK_DIR").is_none() => {
+        Err(e)
+            if sys::SHARED
+                && dir.note.is_none()
+                && std::env::var_os("VRAMBISECT_LOCK_DIR").is_none() =>
+        {
             note(&format!(
                 "{e}; sessions of other users on this machine are not seen"
             ));

@@ -116,6 +116,8 @@ pub fn windows_memory() -> Option<MemInfo> {
         m.dwLength = std::mem::size_of::<MEMORYSTATUSEX>() as u32;
         (GlobalMemoryStatusEx(&mut m) != 0).then_some(m)
     }?;
+    // Windows has no swap figure of its own here: the page files are what the commit limit
+    // adds to RAM, and "swap used" is the commit beyond that (as sysinfo reads it too).
     let swap_total = m.ullTotalPageFile.saturating_sub(m.ullTotalPhys);
     Some(MemInfo {
         total: m.ullTotalPhys,
