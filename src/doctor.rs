@@ -653,16 +653,17 @@ fn disk_check(req: &Request, install: Option<&Install>) -> Check {
 }
 
 fn memory_checks() -> Vec<Check> {
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .ok()
+    let mem = cfg!(unix)
+        .then(|| std::fs::read_to_string("/proc/meminfo").ok())
+        .flatten()
         .and_then(|t| crate::sampler::system::parse_meminfo(&t))
         .or_else(|| {
-            let mut s = sysinfo::System::new().ok()?;
-            s.refresh_memory();
             #[cfg(windows)]
             if let Some(m) = crate::sampler::system::windows_memory() {
                 return Some(m);
             }
+            let mut s = sysinfo::System::new().ok()?;
+            s.refresh_memory();
             Some(crate::sampler::system::MemInfo {
                 total: s.total_memory(),
                 available: s.available_memory(),

@@ -58,14 +58,24 @@ pub fn parse_meminfo(text: &str) -> Option<MemInfo> {
 /// Where the machine's memory figures come from.
 enum Source {
     /// `/proc/meminfo`, kept open.
+    #[cfg(unix)]
     Proc(std::fs::File, Vec<u8>),
     Sysinfo(Box<System>),
+    /// `GlobalMemoryStatusEx`, with the commit limit.
+    #[cfg(windows)]
+    Windows,
 }
 
 impl Source {
     fn open() -> Result<Source, Unavailable> {
+        // (Only on Unix: wine shows the host's /proc to Windows programs as well.)
+        #[cfg(unix)]
         if let Ok(f) = std::fs::File::open("/proc/meminfo") {
             return Ok(Source::Proc(f, vec![0; 16 * 1024]));
+        }
+        #[cfg(windows)]
+        if windows_memory().is_some() {
+            return Ok(Source::Windows);
         }
         let sys = System::new()
             .map_err(|e| Unavailable::new("system", format!("cannot read system memory: {e}")))?;
@@ -73,23 +83,14 @@ impl Source {
     }
 
     fn read(&mut self) -> Option<MemInfo> {
-        #[cfg(windows)]
-        if let Some(m) = windows_memory() {
-            return Some(m);
-        }
         match self {
+            #[cfg(windows)]
+            Source::Windows => windows_memory(),
+            #[cfg(unix)]
             Source::Proc(f, buf) => {
-                #[cfg(unix)]
-                {
-                    use std::os::unix::fs::FileExt;
-                    let n = f.read_at(buf, 0).ok()?;
-                    parse_meminfo(std::str::from_utf8(&buf[..n]).ok()?)
-                }
-                #[cfg(not(unix))]
-                {
-                    let _ = (f, buf);
-                    None
-                }
+                use std::os::unix::fs::FileExt;
+                let n = f.read_at(buf, 0).ok()?;
+                parse_meminfo(std::str::from_utf8(&buf[..n]).ok()?)
             }
             Source::Sysinfo(sys) => {
                 sys.refresh_memory_specifics(MemoryRefreshKind::nothing().with_ram().with_swap());
