@@ -11,8 +11,8 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let global = cli.global.clone();
     let result = match cli.command {
         Command::Explain(args) => run_explain(args, &global, out),
-        Command::Run(args) => run_run(args, &global, out),
-        Command::Bisect(args) => run_bisect(args, &global, out),
+        Command::Run(args) => run_run(args, &global, out, err),
+        Command::Bisect(args) => run_bisect(args, &global, out, err),
         Command::Regress(args) => run_regress(args, &global, out, err),
         Command::Sample(args) => run_sample(args, &global, out, err),
         Command::Logscan(args) => run_logscan(args, &global, out, err),
@@ -90,12 +90,23 @@ fn run_explain(args: ExplainArgs, global: &Global, out: &mut dyn Write) -> Resul
     })
 }
 
-fn run_run(args: RunArgs, global: &Global, out: &mut dyn Write) -> Result<i32, Failure> {
+fn run_run(
+    args: RunArgs,
+    global: &Global,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<i32, Failure> {
     use crate::run;
     use std::io::IsTerminal;
     // Before anything is made that must be cleaned up (the stand-in's copy, a run folder).
     crate::signals::install();
-    let target = run::Target::load(&args.comfyui, args.python.as_deref(), &args.workflow)?;
+    let comfyui = crate::locate::require_comfyui_dir(
+        args.comfyui.as_deref(),
+        args.python.as_deref(),
+        crate::locate::Origin::current(),
+    )?;
+    let target = run::Target::load(&comfyui, args.python.as_deref(), &args.workflow)?;
+    say_defaults(&target.defaults, err)?;
     let run_dir = match &args.output {
         Some(dir) => dir.clone(),
         None => run::folder::fresh(std::path::Path::new("vrambisect-runs"), "run"),
@@ -124,6 +135,15 @@ fn run_run(args: RunArgs, global: &Global, out: &mut dyn Write) -> Result<i32, F
         run::render::summary(&record, &Style::new(global.color), out)?;
     }
     Ok(run_exit_code(&record))
+}
+
+/// The first lines of `run` and `bisect`: which ComfyUI folder and Python, and why (on
+/// stderr, so that `--json` keeps stdout to itself).
+fn say_defaults(defaults: &crate::locate::Defaults, err: &mut dyn Write) -> io::Result<()> {
+    for line in defaults.lines() {
+        writeln!(err, "{line}")?;
+    }
+    Ok(())
 }
 
 /// `git bisect run` semantics: 0 pass, 1 fail, 125 untestable; 130 after Ctrl-C.
@@ -168,12 +188,17 @@ fn run_sample(
     Ok(outcome.exit_code)
 }
 
-fn run_bisect(args: BisectArgs, global: &Global, out: &mut dyn Write) -> Result<i32, Failure> {
+fn run_bisect(
+    args: BisectArgs,
+    global: &Global,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<i32, Failure> {
     use std::io::IsTerminal;
     crate::signals::install();
     let req = bisect_request(args)?;
     let visible = !global.json && io::stderr().is_terminal();
-    let (result, code) = crate::bisect::command::run(&req, visible)?;
+    let (result, code) = crate::bisect::command::run(&req, visible, err)?;
     if global.json {
         write_json(out, &result)?;
     } else {
@@ -186,9 +211,14 @@ fn run_bisect(args: BisectArgs, global: &Global, out: &mut dyn Write) -> Result<
 fn bisect_request(args: BisectArgs) -> Result<crate::bisect::command::Request, Failure> {
     use crate::bisect::command::{NewSession, Request, Session};
     use crate::launcher::{self, Launch};
-    let session = match (args.resume, args.comfyui, args.workflow) {
-        (Some(dir), _, _) => Session::Resume(dir),
-        (None, Some(comfyui), Some(workflow)) => {
+    let session = match (args.resume, args.workflow) {
+        (Some(dir), _) => Session::Resume(dir),
+        (None, Some(workflow)) => {
+            let comfyui = crate::locate::require_comfyui_dir(
+                args.comfyui.as_deref(),
+                args.python.as_deref(),
+                crate::locate::Origin::current(),
+            )?;
             let launch = match &args.launcher {
                 Some(path) => launcher::read_file(path, &args.base)?,
                 None => Launch::from_command_line(&args.base),
@@ -214,10 +244,10 @@ fn bisect_request(args: BisectArgs) -> Result<crate::bisect::command::Request, F
                 custom_nodes_check: !args.no_custom_nodes_check,
             }))
         }
-        // clap requires both without --resume.
-        _ => {
+        // clap requires it without --resume.
+        (None, None) => {
             return Err(Failure::Tool(Error::usage(
-                "--comfyui and --workflow are needed (or --resume DIR)",
+                "--workflow is needed (or --resume DIR)",
             )));
         }
     };
@@ -243,13 +273,16 @@ fn run_regress(
             max_runs: args.max_runs,
         },
         None => {
-            let (Some(comfyui), Some(workflow), Some(good)) =
-                (args.comfyui, args.workflow, args.good)
-            else {
+            let (Some(workflow), Some(good)) = (args.workflow, args.good) else {
                 return Err(Failure::Tool(Error::usage(
-                    "--comfyui, --workflow and --good are needed (or --resume DIR)",
+                    "--workflow and --good are needed (or --resume DIR)",
                 )));
             };
+            let comfyui = crate::locate::require_comfyui_dir(
+                args.comfyui.as_deref(),
+                args.python.as_deref(),
+                crate::locate::Origin::current(),
+            )?;
             let launch = match &args.launcher {
                 Some(path) => crate::launcher::read_file(path, &args.flags)?,
                 None => crate::launcher::Launch::from_command_line(&args.flags),
@@ -347,7 +380,7 @@ fn run_doctor(
         comfyui: args.comfyui,
         python: args.python,
         nvml_lib: args.nvml_lib,
-        work_dir: std::env::current_dir().unwrap_or_else(|_| ".".into()),
+        origin: crate::locate::Origin::current().clone(),
     };
     let report = crate::doctor::run(&req);
     if global.json {

@@ -127,8 +127,10 @@ pub struct ExplainArgs {
     /// The ComfyUI folder (holding main.py); its own `main.py --help` gives the flag list.
     #[arg(help_heading = "Inputs", long, value_name = "DIR")]
     pub comfyui: Option<PathBuf>,
-    /// The Python that runs ComfyUI (default: DIR/venv, DIR/.venv, the portable
-    /// python_embeded beside DIR, else python3).
+    /// The Python that runs ComfyUI (default: the one that ran `python -m vrambisect` when
+    /// the folder was found from it; else DIR/venv, DIR/.venv, the portable python_embeded
+    /// beside DIR, Desktop's venv; else the one that ran `python -m vrambisect`; else
+    /// python3).
     #[arg(help_heading = "Inputs", long, value_name = "PY")]
     pub python: Option<PathBuf>,
     /// A launcher script (run_nvidia_gpu.bat, a .sh) to read the flags from.
@@ -145,14 +147,18 @@ pub struct ExplainArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The ComfyUI folder (holding main.py).
+    /// The ComfyUI folder (holding main.py). Default: found from the Python that ran
+    /// `python -m vrambisect` (the portable build, a venv inside or beside the folder,
+    /// ComfyUI Desktop) and from the current folder.
     #[arg(help_heading = "Inputs", long, value_name = "DIR")]
-    pub comfyui: PathBuf,
+    pub comfyui: Option<PathBuf>,
     /// The workflow, in API format (Workflow → Export (API) in ComfyUI).
     #[arg(help_heading = "Inputs", long, value_name = "FILE")]
     pub workflow: PathBuf,
-    /// The Python that runs ComfyUI (default: DIR/venv, DIR/.venv, the portable
-    /// python_embeded beside DIR, else python3).
+    /// The Python that runs ComfyUI (default: the one that ran `python -m vrambisect` when
+    /// the folder was found from it; else DIR/venv, DIR/.venv, the portable python_embeded
+    /// beside DIR, Desktop's venv; else the one that ran `python -m vrambisect`; else
+    /// python3).
     #[arg(help_heading = "Inputs", long, value_name = "PY")]
     pub python: Option<PathBuf>,
     /// Send the prompt this many times to the same ComfyUI (some failures only appear on the
@@ -226,12 +232,12 @@ pub struct SampleArgs {
 
 #[derive(Debug, Args)]
 pub struct BisectArgs {
-    /// The ComfyUI folder (holding main.py).
+    /// The ComfyUI folder (holding main.py). Default: found from the Python that ran
+    /// `python -m vrambisect` and from the current folder, as for run.
     #[arg(
         help_heading = "Inputs",
         long,
         value_name = "DIR",
-        required_unless_present = "resume",
         conflicts_with = "resume"
     )]
     pub comfyui: Option<PathBuf>,
@@ -338,8 +344,8 @@ pub struct BisectArgs {
 /// `vrambisect regress`.
 #[derive(Debug, Args)]
 pub struct RegressArgs {
-    /// Your ComfyUI checkout (a git clone; it is only read).
-    #[arg(long, value_name = "DIR", required_unless_present = "resume")]
+    /// Your ComfyUI checkout (a git clone; it is only read). Default: found as for run.
+    #[arg(long, value_name = "DIR", conflicts_with = "resume")]
     pub comfyui: Option<PathBuf>,
     /// The workflow, in API format.
     #[arg(long, value_name = "FILE", required_unless_present = "resume")]
@@ -458,8 +464,10 @@ pub struct DoctorArgs {
     /// The ComfyUI folder to check (holding main.py).
     #[arg(help_heading = "Inputs", long, value_name = "DIR")]
     pub comfyui: Option<PathBuf>,
-    /// The Python that runs ComfyUI (default: DIR/venv, DIR/.venv, the portable
-    /// python_embeded beside DIR, else python3).
+    /// The Python that runs ComfyUI (default: the one that ran `python -m vrambisect` when
+    /// the folder was found from it; else DIR/venv, DIR/.venv, the portable python_embeded
+    /// beside DIR, Desktop's venv; else the one that ran `python -m vrambisect`; else
+    /// python3).
     #[arg(help_heading = "Inputs", long, value_name = "PY")]
     pub python: Option<PathBuf>,
     /// The NVML library to load (default: the system's libnvidia-ml.so.1).
@@ -473,12 +481,14 @@ const EXAMPLES_EXPLAIN: &str = "Examples:
   vrambisect explain --comfyui ~/ComfyUI -- --lowvram";
 
 const EXAMPLES_RUN: &str = "Examples:
+  ~/ComfyUI/venv/bin/python -m vrambisect run --workflow flux_api.json
   vrambisect run --comfyui ~/ComfyUI --workflow flux_api.json
   vrambisect run --comfyui ~/ComfyUI --workflow flux_api.json -- --disable-dynamic-vram
   vrambisect run --comfyui ~/ComfyUI --workflow wan_api.json --iterations 3 --timeout 30m
   git bisect run vrambisect run --comfyui . --workflow ../wan_api.json";
 
 const EXAMPLES_BISECT: &str = "Examples:
+  python_embeded\\python.exe -m vrambisect bisect --workflow flux_api.json
   vrambisect bisect --comfyui ~/ComfyUI --workflow flux_api.json
   vrambisect bisect --comfyui ~/ComfyUI --workflow flux_api.json -- --reserve-vram 1
   vrambisect bisect --comfyui ~/ComfyUI --workflow flux_api.json --launcher ~/ComfyUI/run.sh
@@ -506,6 +516,7 @@ const EXAMPLES_REPORT: &str = "Examples:
   vrambisect report vrambisect-runs/run-20261129-145700-1a2b --output issue.zip";
 
 const EXAMPLES_DOCTOR: &str = "Examples:
+  python -m vrambisect doctor
   vrambisect doctor
   vrambisect doctor --comfyui ~/ComfyUI --python ~/ComfyUI/venv/bin/python";
 

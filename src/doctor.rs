@@ -8,6 +8,7 @@
 //! diagnosed): "the CUDA driver library is loadable" is a presence check.
 
 use crate::install::Install;
+use crate::locate::{Chosen, Defaults};
 use crate::machine::{self as environment, NvmlNow, PyFacts};
 use crate::output::Style;
 use serde::Serialize;
@@ -80,6 +81,8 @@ impl Check {
 /// Everything doctor found (`doctor --json`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Checkup {
+    /// The ComfyUI folder and the Python checked, and where each came from.
+    pub defaults: Defaults,
     pub checks: Vec<Check>,
     pub ok: usize,
     pub warnings: usize,
@@ -103,8 +106,9 @@ pub struct Request {
     pub comfyui: Option<PathBuf>,
     pub python: Option<PathBuf>,
     pub nvml_lib: Option<PathBuf>,
-    /// Where runs will be written (free disk is checked there): the current folder.
-    pub work_dir: PathBuf,
+    /// How vrambisect was started; its current folder is where runs will be written (free
+    /// disk is checked there).
+    pub origin: crate::locate::Origin,
 }
 
 const GIB: u64 = 1 << 30;
@@ -377,27 +381,37 @@ fn processes_check(now: &Result<NvmlNow, String>) -> Check {
     }
 }
 
-/// The ComfyUI folder: `--comfyui`, else the current folder when it holds `main.py`.
-fn comfyui_check(req: &Request) -> (Check, Option<Install>) {
+/// The ComfyUI folder: `--comfyui`, else the one found from how vrambisect was started
+/// ([`crate::locate::comfyui_dir`]).
+fn comfyui_check(req: &Request) -> (Check, Option<(Install, Chosen)>) {
     const TITLE: &str = "ComfyUI folder";
-    let (dir, how) = match &req.comfyui {
-        Some(d) => (d.clone(), "--comfyui"),
-        None if req.work_dir.join("main.py").is_file() => {
-            (req.work_dir.clone(), "the current folder")
-        }
-        None => {
+    let chosen =
+        crate::locate::comfyui_dir(req.comfyui.as_deref(), req.python.as_deref(), &req.origin);
+    let chosen = match chosen {
+        Ok(Some(c)) => c,
+        Ok(None) => {
             return (
                 Check::new(
                     "comfyui",
                     TITLE,
                     Status::Warn,
-                    "not checked: the current folder has no main.py and no --comfyui was given",
+                    "not checked: no --comfyui given, and none found from how vrambisect was started or in the current folder",
                 )
                 .hint("run doctor in the ComfyUI folder, or pass --comfyui DIR (the folder holding main.py) to check the install, its Python and torch"),
                 None,
             );
         }
+        Err(e) => {
+            return (
+                Check {
+                    hint: e.hint.clone(),
+                    ..Check::new("comfyui", TITLE, Status::Fail, e.message)
+                },
+                None,
+            );
+        }
     };
+    let (dir, how) = (chosen.path.clone(), chosen.source.as_str());
     match Install::open(&dir) {
         Ok(install) => {
             let mut details = vec![format!("{} ({how})", install.dir.display())];
@@ -426,7 +440,7 @@ fn comfyui_check(req: &Request) -> (Check, Option<Install>) {
                 None => Check::new("comfyui", TITLE, Status::Warn, "version unknown")
                     .hint("comfyui_version.py is missing or unreadable: update ComfyUI, or the flag model falls back to guesses"),
             };
-            (c.details(details), Some(install))
+            (c.details(details), Some((install, chosen)))
         }
         Err(e) => (
             Check {
@@ -450,24 +464,41 @@ fn newer_than(a: &str, b: &str) -> bool {
     matches!((parse(a), parse(b)), (Some(x), Some(y)) if x > y)
 }
 
+/// The Python doctor checks: the install's (as a run would choose it); without an install,
+/// `--python` or the one that ran `python -m vrambisect` (from the current folder).
+fn python_of(install: Option<&Install>, req: &Request) -> Option<(Chosen, PathBuf)> {
+    match (install, &req.python, &req.origin.interpreter) {
+        (Some(i), _, _) => Some((
+            crate::locate::python_for(&i.dir, req.python.as_deref(), &req.origin),
+            i.dir.clone(),
+        )),
+        (None, Some(p), _) => Some((
+            Chosen {
+                path: p.clone(),
+                source: "--python".into(),
+            },
+            req.origin.cwd.clone(),
+        )),
+        (None, None, Some(p)) => Some((
+            Chosen {
+                path: p.clone(),
+                source: "the Python that ran python -m vrambisect".into(),
+            },
+            req.origin.cwd.clone(),
+        )),
+        (None, None, None) => None,
+    }
+}
+
 fn python_checks(
     install: Option<&Install>,
-    req: &Request,
+    python: Option<&(Chosen, PathBuf)>,
     now: &Result<NvmlNow, String>,
 ) -> Vec<Check> {
-    // Without an install, an explicit --python is still checked (from the current folder).
-    let (python, dir) = match (install, &req.python) {
-        (Some(i), _) => (i.python(req.python.as_deref()), i.dir.clone()),
-        (None, Some(p)) => (
-            crate::install::Python {
-                path: p.clone(),
-                how: "--python".into(),
-            },
-            req.work_dir.clone(),
-        ),
-        (None, None) => return Vec::new(),
+    let Some((python, dir)) = python else {
+        return Vec::new();
     };
-    let facts: Result<PyFacts, String> = environment::ask_python(&python, &dir);
+    let facts: Result<PyFacts, String> = environment::ask_python(python, dir);
     let mut out = Vec::new();
     let f = match facts {
         Ok(f) => {
@@ -476,7 +507,7 @@ fn python_checks(
                     "python",
                     "ComfyUI's Python",
                     Status::Ok,
-                    format!("Python {} ({})", f.python, python.how),
+                    format!("Python {} ({})", f.python, python.source),
                 )
                 .details(f.executable.clone().into_iter().collect()),
             );
@@ -574,7 +605,7 @@ fn python_checks(
         return out;
     };
     // The flags this install supports.
-    let flags = match install.flags(&python) {
+    let flags = match install.flags(python) {
         Ok(set) => {
             const MEMORY: &[&str] = &[
                 "--disable-dynamic-vram",
@@ -624,7 +655,7 @@ fn python_checks(
 
 fn disk_check(req: &Request, install: Option<&Install>) -> Check {
     let mut places: Vec<(String, PathBuf)> =
-        vec![("in the current folder".into(), req.work_dir.clone())];
+        vec![("in the current folder".into(), req.origin.cwd.clone())];
     if let Some(i) = install {
         places.push(("in the ComfyUI folder".into(), i.dir.clone()));
     }
@@ -717,15 +748,22 @@ fn memory_checks() -> Vec<Check> {
 pub fn run(req: &Request) -> Checkup {
     let lib = environment::nvml_lib(req.nvml_lib.as_deref());
     let now = environment::nvml_now(lib.as_deref());
-    let mut checks = vec![
-        nvml_check(&now),
-        cuda_check(libcuda_present(), now.is_ok()),
-        gpus_check(&now),
-        processes_check(&now),
-    ];
-    let (c, install) = comfyui_check(req);
+    let mut checks = match crate::machine::NVIDIA_NOT_ON_THIS_OS {
+        Some(why) if req.nvml_lib.is_none() => {
+            vec![Check::new("nvml", "NVIDIA GPUs", Status::Ok, why)]
+        }
+        _ => vec![
+            nvml_check(&now),
+            cuda_check(libcuda_present(), now.is_ok()),
+            gpus_check(&now),
+            processes_check(&now),
+        ],
+    };
+    let (c, found) = comfyui_check(req);
     checks.push(c);
-    checks.extend(python_checks(install.as_ref(), req, &now));
+    let (install, comfyui) = found.unzip();
+    let python = python_of(install.as_ref(), req);
+    checks.extend(python_checks(install.as_ref(), python.as_ref(), &now));
     checks.push(disk_check(req, install.as_ref()));
     checks.extend(memory_checks());
     if cfg!(windows) {
@@ -735,6 +773,10 @@ pub fn run(req: &Request) -> Checkup {
     }
     let count = |s: Status| checks.iter().filter(|c| c.status == s).count();
     Checkup {
+        defaults: Defaults {
+            comfyui,
+            python: python.map(|(p, _)| p),
+        },
         ok: count(Status::Ok),
         warnings: count(Status::Warn),
         failures: count(Status::Fail),
@@ -809,6 +851,7 @@ mod tests {
     #[test]
     fn rendering_and_exit_codes() {
         let r = Checkup {
+            defaults: Defaults::default(),
             checks: vec![
                 Check::new("a", "Alpha", Status::Ok, "fine"),
                 Check::new("b", "Beta", Status::Fail, "broken").hint("fix it"),

@@ -69,6 +69,9 @@ pub struct LauncherOut {
 /// The whole answer of `explain`, as printed and as `--json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Explanation {
+    /// The ComfyUI folder and the Python whose flags were read, and where each came from
+    /// (empty when the built-in flag list was used).
+    pub defaults: crate::locate::Defaults,
     pub comfyui_version: Option<String>,
     pub flags_source: FlagsSource,
     pub platform: Platform,
@@ -110,16 +113,27 @@ pub fn explain(req: &Request) -> Result<Explanation> {
         Some(path) => launcher::read_file(path, &req.args)?,
         None => Launch::from_command_line(&req.args),
     };
-    let install = req.comfyui.as_deref().map(Install::open).transpose()?;
+    let origin = crate::locate::Origin::current();
+    let comfyui =
+        crate::locate::comfyui_dir(req.comfyui.as_deref(), req.python.as_deref(), origin)?;
+    let install = comfyui
+        .as_ref()
+        .map(|c| Install::open(&c.path))
+        .transpose()?;
+    let mut defaults = crate::locate::Defaults {
+        comfyui,
+        python: None,
+    };
     let (flags, version, flags_source) = match &install {
         Some(install) => {
             let python = install.python(req.python.as_deref());
+            defaults.python = Some(python.clone());
             let flags = install.flags(&python)?;
             let detail = format!(
                 "{} main.py --help in {} ({})",
                 python.path.display(),
                 install.dir.display(),
-                python.how
+                python.source
             );
             (
                 flags,
@@ -152,7 +166,7 @@ pub fn explain(req: &Request) -> Result<Explanation> {
         (None, None) => (Platform::host(), "this machine".to_string()),
     };
     let environment = environment(&launch, req, platform);
-    Ok(analyse(
+    let mut explanation = analyse(
         &flags,
         version,
         flags_source,
@@ -161,7 +175,9 @@ pub fn explain(req: &Request) -> Result<Explanation> {
         &launch,
         req.launcher.clone(),
         environment,
-    ))
+    );
+    explanation.defaults = defaults;
+    Ok(explanation)
 }
 
 fn environment(launch: &Launch, req: &Request, platform: Platform) -> Vec<EnvVar> {
@@ -260,6 +276,7 @@ pub fn analyse(
         )
     };
     Explanation {
+        defaults: Default::default(),
         comfyui_version: version.as_ref().map(ToString::to_string),
         flags_source,
         platform,

@@ -7,6 +7,9 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The interpreter chosen for an install, and where it came from.
+pub use crate::locate::Chosen as Python;
+
 /// A ComfyUI folder (the one holding `main.py`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Install {
@@ -67,52 +70,9 @@ impl Install {
         Install::open(to)
     }
 
-    /// The Python that runs this install: `explicit`, else a venv inside the folder, else the
-    /// portable build's `python_embeded` beside it, else `python3`.
+    /// The Python that runs this install, and why (see [`crate::locate::python_for`]).
     pub fn python(&self, explicit: Option<&Path>) -> Python {
-        if let Some(p) = explicit {
-            // A relative path with a folder in it means "from here", not from ComfyUI's folder.
-            let path = if p.components().count() > 1 && p.is_relative() {
-                std::env::current_dir()
-                    .map(|d| d.join(p))
-                    .unwrap_or_else(|_| p.to_path_buf())
-            } else {
-                p.to_path_buf()
-            };
-            return Python {
-                path,
-                how: "--python".into(),
-            };
-        }
-        let candidates = [
-            (self.dir.join("venv/bin/python"), "the install's venv"),
-            (self.dir.join(".venv/bin/python"), "the install's .venv"),
-            (
-                self.dir.join("venv/Scripts/python.exe"),
-                "the install's venv",
-            ),
-            (
-                self.dir.join(".venv/Scripts/python.exe"),
-                "the install's .venv",
-            ),
-            (
-                self.dir.join("../python_embeded/python.exe"),
-                "the portable build's python_embeded",
-            ),
-        ];
-        for (path, how) in candidates {
-            if path.is_file() {
-                return Python {
-                    path,
-                    how: how.into(),
-                };
-            }
-        }
-        let fallback = if cfg!(windows) { "python" } else { "python3" };
-        Python {
-            path: PathBuf::from(fallback),
-            how: format!("{fallback} on PATH"),
-        }
+        crate::locate::python_for(&self.dir, explicit, crate::locate::Origin::current())
     }
 
     /// Asks the install for its flags by running `PYTHON main.py --help` (no torch import).
@@ -146,7 +106,7 @@ impl Install {
                 Error::environment(format!(
                     "cannot run Python '{}' ({}): {why}",
                     python.path.display(),
-                    python.how
+                    python.source
                 ))
                 .hint("pass --python with the Python that runs ComfyUI")
             })?
@@ -212,14 +172,6 @@ pub fn startup_hint(stderr: &str) -> String {
     }
 }
 
-/// The interpreter chosen for an install, and why.
-#[derive(Debug, Clone, Serialize)]
-pub struct Python {
-    pub path: PathBuf,
-    /// Where it came from, in words.
-    pub how: String,
-}
-
 /// Copies a link as a link (Unix), or as a link of the same kind (Windows: to a folder or a
 /// file).
 fn symlink_like(link: &Path, at: &Path) -> std::io::Result<()> {
@@ -261,17 +213,17 @@ mod tests {
         let install = Install::open(&dir).unwrap();
         assert_eq!(install.version, Some(Version::lit("0.3.64")));
         let on_path = if cfg!(windows) { "python" } else { "python3" };
-        assert_eq!(install.python(None).how, format!("{on_path} on PATH"));
+        assert_eq!(install.python(None).source, format!("{on_path} on PATH"));
         std::fs::write(dir.join("venv/bin/python"), "").unwrap();
-        assert_eq!(install.python(None).how, "the install's venv");
+        assert_eq!(install.python(None).source, "the install's venv");
         std::fs::create_dir_all(tmp.path().join("python_embeded")).unwrap();
         std::fs::remove_file(dir.join("venv/bin/python")).unwrap();
         std::fs::write(tmp.path().join("python_embeded/python.exe"), "").unwrap();
         assert_eq!(
-            install.python(None).how,
+            install.python(None).source,
             "the portable build's python_embeded"
         );
-        assert_eq!(install.python(Some(Path::new("/x/py"))).how, "--python");
+        assert_eq!(install.python(Some(Path::new("/x/py"))).source, "--python");
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod flags;
 pub mod gpulock;
 pub mod install;
 pub mod launcher;
+pub mod locate;
 pub mod logscan;
 pub mod machine;
 pub mod outcome;

@@ -7,11 +7,20 @@ use super::space::{DEFAULT_TOGGLES, Space};
 use crate::error::{Error, Result, exit};
 use crate::flags::decide::{Context, Platform};
 use crate::launcher;
+use crate::locate::{Chosen, Defaults};
 use crate::output::StatusLine;
 use crate::run::{self, Limits, Reporter, RunEvent, RunOptions, Target};
 use crate::signals::{self, Stop};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// The first lines of a bisect: which ComfyUI folder and Python, and why.
+fn say_defaults(defaults: &Defaults, err: &mut dyn Write) {
+    for line in defaults.lines() {
+        let _ = writeln!(err, "{line}");
+    }
+}
 
 fn canonical(p: &Path) -> PathBuf {
     crate::paths::canonical(p)
@@ -39,7 +48,8 @@ pub enum Session {
 /// The settings of a new session.
 #[derive(Debug, Clone)]
 pub struct NewSession {
-    pub comfyui: PathBuf,
+    /// The ComfyUI folder, and where it came from.
+    pub comfyui: crate::locate::Chosen,
     pub workflow: PathBuf,
     pub python: Option<PathBuf>,
     pub launcher: Option<PathBuf>,
@@ -62,8 +72,9 @@ impl NewSession {
     /// The session's settings as its folder keeps them.
     fn spec(&self, max_runs: Option<u32>) -> SessionSpec {
         SessionSpec {
-            comfyui: canonical(&self.comfyui),
+            comfyui: canonical(&self.comfyui.path),
             python: self.python.clone(),
+            python_source: None,
             workflow: canonical(&self.workflow),
             launcher: self.launcher.as_deref().map(canonical),
             base_flags: self.base_flags.clone(),
@@ -127,7 +138,11 @@ pub fn default_toggles(
 }
 
 /// Runs `bisect`; returns the result (also written to the session folder) and the exit code.
-pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)> {
+pub fn run(
+    req: &Request,
+    progress_visible: bool,
+    err: &mut dyn std::io::Write,
+) -> Result<(BisectResult, i32)> {
     let (dir, spec, entries, target, (space, toggles, toggle_set)) = match &req.session {
         Session::Resume(dir) => {
             let (dir, mut spec, entries) = session::open(dir)?;
@@ -137,21 +152,40 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
                 return Ok((done, code));
             }
             for warning in session::unreadable_lines(&dir.join(session::JOURNAL_FILE)) {
-                use std::io::Write;
-                let _ = writeln!(std::io::stderr(), "warning: {warning}");
+                let _ = writeln!(err, "warning: {warning}");
             }
             // Everything else is the session's own; a new run budget may be given.
             if let Some(max) = req.max_runs {
                 spec.max_runs = max;
             }
-            let target = Target::load(&spec.comfyui, spec.python.as_deref(), &spec.workflow)?;
+            let kept = format!("kept by the session in {}", dir.display());
+            let comfyui = Chosen {
+                path: spec.comfyui.clone(),
+                source: kept.clone(),
+            };
+            let mut target = Target::load(&comfyui, spec.python.as_deref(), &spec.workflow)?;
+            if let (Some(source), Some(python)) = (&spec.python_source, &mut target.defaults.python)
+            {
+                python.source = format!("{source}; {kept}");
+            }
+            say_defaults(&target.defaults, err);
             let space = space_of(&spec, &target)?;
             (dir, spec, entries, target, space)
         }
         Session::New(new) => {
             let mut spec = new.spec(req.max_runs);
             // The inputs and the flags are checked before a session folder is made.
-            let target = Target::load(&spec.comfyui, spec.python.as_deref(), &spec.workflow)?;
+            let target = Target::load(&new.comfyui, spec.python.as_deref(), &spec.workflow)?;
+            say_defaults(&target.defaults, err);
+            // A Python found from how vrambisect was started is kept, so that a resume (which
+            // may be started otherwise) runs the same one.
+            if spec.python.is_none()
+                && let Some(python) = &target.defaults.python
+                && crate::locate::Origin::current().interpreter.as_ref() == Some(&python.path)
+            {
+                spec.python = Some(python.path.clone());
+                spec.python_source = Some(python.source.clone());
+            }
             let space = space_of(&spec, &target)?;
             // The default set is kept as chosen, so a resume searches the same space even if
             // ComfyUI was updated in between.
@@ -167,6 +201,7 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
         }
     };
     let python = target.python.clone();
+    let defaults = target.defaults.clone();
     if spec.strategy == Strategy::Matrix && matrix_size(&space) > 1024 {
         return Err(Error::usage(format!(
             "--strategy matrix would need up to {} runs for these toggles",
@@ -243,6 +278,7 @@ pub fn run(req: &Request, progress_visible: bool) -> Result<(BisectResult, i32)>
     };
     let mut result = result::build(&space, &found, &tallies, runs, info);
     result.toggle_set = toggle_set;
+    result.defaults = defaults;
     // The bug template's first question, answered by a run: does it fail without custom
     // nodes? One extra run of the failing configuration, apart from the search.
     if spec.custom_nodes_check

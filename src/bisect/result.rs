@@ -150,6 +150,9 @@ pub struct BisectResult {
     /// Which toggles were tried and why, when the user named none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub toggle_set: Option<String>,
+    /// The ComfyUI folder and the Python the runs used, and where each came from.
+    #[serde(default)]
+    pub defaults: crate::locate::Defaults,
 }
 
 fn most_frequent_failure(t: &Tally) -> Option<Outcome> {
@@ -264,6 +267,7 @@ pub fn build(
         continue_with: None,
         custom_nodes_check: None,
         toggle_set: None,
+        defaults: Default::default(),
     }
 }
 

@@ -17,6 +17,9 @@ use std::path::{Path, PathBuf};
 pub struct SessionSpec {
     pub comfyui: PathBuf,
     pub python: Option<PathBuf>,
+    /// Where `python` came from when it was not given (`None`: `--python`, or not kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_source: Option<String>,
     pub workflow: PathBuf,
     pub launcher: Option<PathBuf>,
     pub base_flags: Vec<String>,

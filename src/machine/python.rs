@@ -89,7 +89,11 @@ pub fn ask_python(python: &Python, dir: &Path) -> Result<PyFacts, String> {
     let output = crate::process::output_with_timeout(expr, TIMEOUT)
         .map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
-                format!("{} ({}) was not found", python.path.display(), python.how)
+                format!(
+                    "{} ({}) was not found",
+                    python.path.display(),
+                    python.source
+                )
             } else {
                 format!("cannot run {}: {e}", python.path.display())
             }

@@ -128,14 +128,14 @@ fn the_probe_runs_on_this_python_without_torch() {
     let tmp = tempfile::tempdir().unwrap();
     let py = Python {
         path: "python3".into(),
-        how: "test".into(),
+        source: "test".into(),
     };
     let f = ask_python(&py, tmp.path()).unwrap();
     assert!(f.python.starts_with('3'), "{f:?}");
     assert!(f.error.is_none(), "{f:?}");
     let missing = Python {
         path: "/no/such/python".into(),
-        how: "test".into(),
+        source: "test".into(),
     };
     assert!(
         ask_python(&missing, tmp.path())

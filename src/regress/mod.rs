@@ -26,6 +26,9 @@ use std::time::Duration;
 pub struct Spec {
     pub comfyui: PathBuf,
     pub python: PathBuf,
+    /// Where the checkout and the Python came from (sessions made before: not known).
+    #[serde(default)]
+    pub defaults: crate::locate::Defaults,
     pub workflow: PathBuf,
     pub launcher: Option<PathBuf>,
     pub flags: Vec<String>,
@@ -50,7 +53,7 @@ pub const RESULT_FILE: &str = "result.json";
 #[allow(clippy::large_enum_variant)]
 pub enum Request {
     New {
-        comfyui: PathBuf,
+        comfyui: crate::locate::Chosen,
         workflow: PathBuf,
         python: Option<PathBuf>,
         launcher: Option<PathBuf>,
@@ -120,6 +123,9 @@ pub struct RegressResult {
     pub reproduce: Option<String>,
     /// For a session stopped early.
     pub continue_with: Option<String>,
+    /// The checkout and the Python, and where each came from.
+    #[serde(default)]
+    pub defaults: crate::locate::Defaults,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -193,6 +199,18 @@ impl Session<'_> {
         Ok(tested)
     }
 
+    /// A commit's export, as the folder a run starts ComfyUI in.
+    fn export(&self, tree: &Path, commit: &str) -> crate::locate::Chosen {
+        crate::locate::Chosen {
+            path: tree.to_path_buf(),
+            source: format!(
+                "commit {} of {}, exported",
+                &commit[..12.min(commit.len())],
+                self.spec.comfyui.display()
+            ),
+        }
+    }
+
     fn run_commit(
         &mut self,
         commit: &str,
@@ -207,8 +225,12 @@ impl Session<'_> {
             return Err(Error::untestable(why));
         }
         tree::prepare(&self.repo, commit, &self.spec.comfyui, tree)?;
-        let target = Target::load(tree, Some(&self.spec.python), &self.spec.workflow)
-            .map_err(|e| Error::untestable(format!("it does not start: {}", e.message)))?;
+        let target = Target::load(
+            &self.export(tree, commit),
+            Some(&self.spec.python),
+            &self.spec.workflow,
+        )
+        .map_err(|e| Error::untestable(format!("it does not start: {}", e.message)))?;
         let parsed = crate::flags::argparse::parse(&target.flags, &self.spec.flags, None);
         if let Some(err) = &parsed.error {
             return Err(Error::untestable(format!(
@@ -240,7 +262,11 @@ impl Session<'_> {
                 .join(format!("{:03}", next_run_number(&self.dir.join("runs"))));
             let run_dir = run::folder::create(&run_dir)?;
             tested.runs.push(run_dir.clone());
-            let target = Target::load(tree, Some(&self.spec.python), &self.spec.workflow)?;
+            let target = Target::load(
+                &self.export(tree, commit),
+                Some(&self.spec.python),
+                &self.spec.workflow,
+            )?;
             let mut opts = RunOptions::new(target, limits, run_dir.clone());
             opts.comfy_flags = self.spec.flags.clone();
             opts.env = self.spec.env.clone();
@@ -378,10 +404,18 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
             max_runs,
             output,
         } => {
-            let repo = Repo::open(&comfyui)?;
-            let install = crate::install::Install::open(&comfyui)?;
+            let repo = Repo::open(&comfyui.path)?;
+            let install = crate::install::Install::open(&comfyui.path)?;
             crate::workflow::Workflow::load(&workflow)?;
-            let python = install.python(python.as_deref()).path;
+            let chosen = install.python(python.as_deref());
+            let python = chosen.path.clone();
+            let defaults = crate::locate::Defaults {
+                comfyui: Some(comfyui),
+                python: Some(chosen),
+            };
+            for line in defaults.lines() {
+                progress(&line);
+            }
             let good = repo.resolve(&snapshot_rev(&good)?)?;
             let bad = repo.resolve(bad.as_deref().unwrap_or("HEAD"))?;
             if good == bad
@@ -417,6 +451,7 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
             let spec = Spec {
                 comfyui: crate::paths::canonical(&repo.dir),
                 python,
+                defaults,
                 workflow: crate::paths::canonical(&workflow),
                 launcher,
                 flags,
@@ -633,6 +668,7 @@ fn finish(
         )
     });
     Ok(RegressResult {
+        defaults: spec.defaults.clone(),
         verdict: Verdict {
             kind: kind_name.to_string(),
             regress: kind,

@@ -186,6 +186,7 @@ fn assemble(
         overhead: parts.overhead,
         sampling: Vec::new(),
         gpu_wait_ms: parts.gpu_wait_ms,
+        defaults: opts.defaults.clone(),
     };
     if let Some(summary) = summary {
         apply_samples(&mut record, summary);

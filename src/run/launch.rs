@@ -189,7 +189,7 @@ pub fn launch(
                     evidence: vec![format!(
                         "cannot run Python '{}' ({}): {why}",
                         opts.python.path.display(),
-                        opts.python.how
+                        opts.python.source
                     )],
                     signatures: vec![],
                     explanation: Some("pass --python with the Python that runs ComfyUI".into()),

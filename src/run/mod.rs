@@ -14,6 +14,7 @@ pub use record::RunRecord;
 use crate::error::{Error, ErrorKind, Result};
 use crate::flags::help::FlagSet;
 use crate::install::{Install, Python};
+use crate::locate::{Chosen, Defaults};
 use crate::outcome::Outcome;
 use crate::workflow::Workflow;
 use std::path::{Path, PathBuf};
@@ -31,15 +32,19 @@ pub struct Target {
     pub workflow_path: PathBuf,
     /// The copy of the bundled stand-in this command runs, removed when it ends.
     pub stand_in_copy: Option<std::sync::Arc<tempfile::TempDir>>,
+    /// The ComfyUI folder and the Python as chosen, with where each came from.
+    pub defaults: Defaults,
 }
 
 impl Target {
     /// Loads the workflow (first: a bad workflow is the user's to fix before any Python
     /// runs), opens the install, finds its Python and asks it for the install's flags. A
     /// Python that cannot run makes the workflow untestable (exit 125).
-    pub fn load(comfyui: &Path, python: Option<&Path>, workflow: &Path) -> Result<Target> {
+    pub fn load(comfyui: &Chosen, python: Option<&Path>, workflow: &Path) -> Result<Target> {
         let loaded = Workflow::load(workflow)?;
-        let mut install = Install::open(comfyui)?;
+        let mut install = Install::open(&comfyui.path)?;
+        // Chosen for the folder the user has, not for a copy of it.
+        let python = install.python(python);
         // The repository's stand-in keeps a run's state in its folder: run a fresh copy.
         let mut stand_in_copy = None;
         if install.is_bundled_stand_in() {
@@ -50,7 +55,6 @@ impl Target {
             install = install.copy_stand_in(&tmp.path().join("ComfyUI"))?;
             stand_in_copy = Some(std::sync::Arc::new(tmp));
         }
-        let python = install.python(python);
         let flags = install.flags(&python).map_err(|e| {
             if e.kind == ErrorKind::Environment {
                 Error {
@@ -63,11 +67,15 @@ impl Target {
         })?;
         Ok(Target {
             install,
-            python,
+            python: python.clone(),
             flags,
             workflow: loaded,
             workflow_path: workflow.to_path_buf(),
             stand_in_copy,
+            defaults: Defaults {
+                comfyui: Some(comfyui.clone()),
+                python: Some(python),
+            },
         })
     }
 }
@@ -91,6 +99,7 @@ impl RunOptions {
         RunOptions {
             stand_in_copy: target.stand_in_copy,
             install: target.install,
+            defaults: target.defaults,
             python: target.python,
             flags: target.flags,
             workflow: target.workflow,
@@ -118,6 +127,8 @@ pub struct RunOptions {
     pub stand_in_copy: Option<std::sync::Arc<tempfile::TempDir>>,
     pub install: Install,
     pub python: Python,
+    /// Where the ComfyUI folder and the Python came from (kept in the record).
+    pub defaults: Defaults,
     /// The install's flags (to predict, and to know whether `--disable-assets` exists).
     pub flags: FlagSet,
     pub workflow: Workflow,

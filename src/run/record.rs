@@ -126,6 +126,9 @@ pub struct RunRecord {
     /// not be measured).
     #[serde(default)]
     pub ram_growth: Option<RamGrowth>,
+    /// The ComfyUI folder and the Python this run used, and where each came from.
+    #[serde(default)]
+    pub defaults: crate::locate::Defaults,
 }
 
 /// RAM not given back after prompts: a finding of its own, whatever the outcome.

@@ -1,0 +1,455 @@
+//! Where the ComfyUI folder and its Python come from when the command line does not say:
+//! the Python that ran `python -m vrambisect`, the layout around it (the portable build, a
+//! venv inside or beside the ComfyUI folder, ComfyUI Desktop), and the current folder. Every
+//! default carries the words that say where it came from; two candidates are an error that
+//! names both, never a guess.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// The variable through which `python -m vrambisect` tells the binary which interpreter ran
+/// it (`python/vrambisect/__main__.py` sets it).
+pub const PYTHON_ENV: &str = "VRAMBISECT_PYTHON";
+
+/// The words for a Python that ran `python -m vrambisect`.
+const STARTED_BY: &str = "the Python that ran python -m vrambisect";
+
+/// How vrambisect was started: what the defaults are found from.
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    /// The interpreter of `python -m vrambisect`, absolute, links not resolved (a venv's
+    /// `bin/python` is the venv, not the Python it links to).
+    pub interpreter: Option<PathBuf>,
+    /// The current folder.
+    pub cwd: PathBuf,
+    /// Where ComfyUI Desktop keeps its settings and its bundled ComfyUI on this machine.
+    pub desktop: DesktopPlaces,
+}
+
+impl Origin {
+    /// This process's origin, read from its environment once.
+    pub fn current() -> &'static Origin {
+        static ORIGIN: std::sync::OnceLock<Origin> = std::sync::OnceLock::new();
+        ORIGIN.get_or_init(Origin::from_env)
+    }
+
+    /// This process's origin, from its environment.
+    pub fn from_env() -> Origin {
+        let cwd = std::env::current_dir().unwrap_or_default();
+        let interpreter = std::env::var_os(PYTHON_ENV)
+            .filter(|v| !v.is_empty())
+            .map(|v| absolute(Path::new(&v), &cwd));
+        Origin {
+            interpreter,
+            cwd,
+            desktop: DesktopPlaces::here(|k| std::env::var_os(k)),
+        }
+    }
+}
+
+/// ComfyUI Desktop's files on one machine: its settings (`config.json`, whose `basePath` is
+/// the folder holding `.venv`, `models`, `user`, ...) and the app's own ComfyUI folder (the
+/// `main.py` it runs), which is not in the base folder.
+#[derive(Debug, Clone, Default)]
+pub struct DesktopPlaces {
+    pub configs: Vec<PathBuf>,
+    pub apps: Vec<PathBuf>,
+}
+
+impl DesktopPlaces {
+    /// The places on this platform: Windows (`%APPDATA%\ComfyUI`, the app under
+    /// `%LOCALAPPDATA%\Programs`), macOS (`~/Library/Application Support/ComfyUI`,
+    /// `ComfyUI.app`), Linux (`~/.config/ComfyUI`; Desktop ships no Linux app, so only its
+    /// settings are known).
+    pub fn here(var: impl Fn(&str) -> Option<OsString>) -> DesktopPlaces {
+        let path = |k: &str| var(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let mut places = DesktopPlaces::default();
+        if cfg!(windows) {
+            if let Some(roaming) = path("APPDATA") {
+                places
+                    .configs
+                    .push(roaming.join("ComfyUI").join("config.json"));
+            }
+            if let Some(local) = path("LOCALAPPDATA") {
+                // The installer's folder was renamed over Desktop's releases.
+                for name in ["@comfyorgcomfyui-electron", "comfyui-electron", "ComfyUI"] {
+                    places.apps.push(
+                        local
+                            .join("Programs")
+                            .join(name)
+                            .join("resources")
+                            .join("ComfyUI"),
+                    );
+                }
+            }
+        } else if cfg!(target_os = "macos") {
+            let app = Path::new("ComfyUI.app/Contents/Resources/ComfyUI");
+            places.apps.push(Path::new("/Applications").join(app));
+            if let Some(home) = path("HOME") {
+                places.configs.push(
+                    home.join("Library/Application Support/ComfyUI")
+                        .join("config.json"),
+                );
+                places.apps.push(home.join("Applications").join(app));
+            }
+        } else if let Some(config) =
+            path("XDG_CONFIG_HOME").or_else(|| path("HOME").map(|h| h.join(".config")))
+        {
+            places
+                .configs
+                .push(config.join("ComfyUI").join("config.json"));
+        }
+        places
+    }
+
+    /// The base folders Desktop's settings name (`basePath`).
+    fn base_paths(&self) -> Vec<PathBuf> {
+        #[derive(Deserialize)]
+        struct Config {
+            #[serde(rename = "basePath")]
+            base_path: Option<PathBuf>,
+        }
+        self.configs
+            .iter()
+            .filter_map(|c| std::fs::read_to_string(c).ok())
+            .filter_map(|t| serde_json::from_str::<Config>(t.trim_start_matches('\u{feff}')).ok())
+            .filter_map(|c| c.base_path)
+            .collect()
+    }
+
+    /// The app's ComfyUI folders that exist.
+    fn existing_apps(&self) -> Vec<PathBuf> {
+        self.apps
+            .iter()
+            .filter(|a| a.join("main.py").is_file())
+            .cloned()
+            .collect()
+    }
+}
+
+/// A default, and where it came from in words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Chosen {
+    pub path: PathBuf,
+    pub source: String,
+}
+
+/// The ComfyUI folder and the Python a command uses, each with where it came from (the
+/// `defaults` of `--json`, the first lines of `run` and `bisect`, `doctor`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Defaults {
+    pub comfyui: Option<Chosen>,
+    pub python: Option<Chosen>,
+}
+
+impl Defaults {
+    /// Two lines for a person (`ComfyUI: DIR (from ...)`), empty when nothing is known.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(c) = &self.comfyui {
+            out.push(format!("ComfyUI: {} ({})", c.path.display(), c.source));
+        }
+        if let Some(p) = &self.python {
+            out.push(format!("Python:  {} ({})", p.path.display(), p.source));
+        }
+        out
+    }
+}
+
+/// The ComfyUI folder: `explicit` (`--comfyui`), else the one found from `python` (`--python`,
+/// else the interpreter of `python -m vrambisect`) and from the current folder. `Ok(None)`
+/// when nothing was found; an error when two different folders could be meant.
+pub fn comfyui_dir(
+    explicit: Option<&Path>,
+    python: Option<&Path>,
+    origin: &Origin,
+) -> Result<Option<Chosen>> {
+    if let Some(dir) = explicit {
+        return Ok(Some(Chosen {
+            path: absolute(dir, &origin.cwd),
+            source: "--comfyui".into(),
+        }));
+    }
+    let mut found = Vec::new();
+    let mut notes = Vec::new();
+    let (interpreter, whose) = match python {
+        Some(p) => (Some(absolute(p, &origin.cwd)), "--python"),
+        None => (origin.interpreter.clone(), STARTED_BY),
+    };
+    if let Some(py) = &interpreter {
+        let (candidates, note) = from_interpreter(py, &origin.desktop);
+        found.extend(candidates.into_iter().map(|(path, how)| Chosen {
+            path,
+            source: format!("{how} of {whose}"),
+        }));
+        notes.extend(note);
+    }
+    if origin.cwd.join("main.py").is_file() {
+        found.push(Chosen {
+            path: origin.cwd.clone(),
+            source: "the current folder".into(),
+        });
+    }
+    if origin.cwd.join("ComfyUI").join("main.py").is_file() {
+        found.push(Chosen {
+            path: origin.cwd.join("ComfyUI"),
+            source: "the ComfyUI folder in the current folder".into(),
+        });
+    }
+    let mut unique: Vec<Chosen> = Vec::new();
+    for c in found {
+        let key = crate::paths::canonical(&c.path);
+        if !unique
+            .iter()
+            .any(|u| crate::paths::canonical(&u.path) == key)
+        {
+            unique.push(c);
+        }
+    }
+    match unique.len() {
+        0 => match notes.into_iter().next() {
+            Some(note) => Err(Error::usage(note)
+                .hint("pass --comfyui with the folder that holds ComfyUI's main.py")),
+            None => Ok(None),
+        },
+        1 => Ok(unique.pop()),
+        _ => {
+            let named: Vec<String> = unique
+                .iter()
+                .map(|c| format!("{} ({})", c.path.display(), c.source))
+                .collect();
+            Err(Error::usage(format!(
+                "more than one ComfyUI folder could be meant: {}",
+                named.join(" and ")
+            ))
+            .hint("pass --comfyui with the one to use"))
+        }
+    }
+}
+
+/// [`comfyui_dir`] where a command cannot go on without one: the error says what was looked
+/// at.
+pub fn require_comfyui_dir(
+    explicit: Option<&Path>,
+    python: Option<&Path>,
+    origin: &Origin,
+) -> Result<Chosen> {
+    comfyui_dir(explicit, python, origin)?.ok_or_else(|| {
+        let looked = match (python, &origin.interpreter) {
+            (Some(_), _) => "around --python or in the current folder",
+            (None, Some(_)) => {
+                "around the Python that ran python -m vrambisect or in the current folder"
+            }
+            (None, None) => "in the current folder",
+        };
+        Error::usage(format!("no ComfyUI folder given, and none found {looked}")).hint(
+            "pass --comfyui with the folder that holds ComfyUI's main.py, or run from that folder",
+        )
+    })
+}
+
+/// The ComfyUI folders an interpreter belongs to, each with how, and a note when it is
+/// Desktop's but the app's ComfyUI folder is not where Desktop puts it.
+fn from_interpreter(
+    py: &Path,
+    desktop: &DesktopPlaces,
+) -> (Vec<(PathBuf, String)>, Option<String>) {
+    let mut out = Vec::new();
+    let mut note = None;
+    let Some(bin) = py.parent() else {
+        return (out, note);
+    };
+    // The portable build: python_embeded\python.exe beside ComfyUI\.
+    if let Some(top) = bin.parent()
+        && top.join("ComfyUI").join("main.py").is_file()
+        && !bin.join("pyvenv.cfg").is_file()
+    {
+        out.push((
+            top.join("ComfyUI"),
+            format!("the ComfyUI folder beside {}", folder_name(bin)),
+        ));
+    }
+    if let Some(venv) = venv_root(py) {
+        let holder = venv.parent().unwrap_or(&venv);
+        let name = folder_name(&venv);
+        if holder.join("main.py").is_file() {
+            out.push((
+                holder.to_path_buf(),
+                format!("the folder holding {name}, the venv"),
+            ));
+        } else if holder.join("ComfyUI").join("main.py").is_file() {
+            out.push((
+                holder.join("ComfyUI"),
+                format!("the ComfyUI folder beside {name}, the venv"),
+            ));
+        } else if is_desktop_base(holder, desktop) {
+            match desktop.existing_apps().into_iter().next() {
+                Some(app) => out.push((
+                    app,
+                    format!(
+                        "ComfyUI Desktop's own ComfyUI folder (its base folder {} holds {name}, the venv)",
+                        holder.display()
+                    ),
+                )),
+                None => {
+                    let looked = if desktop.apps.is_empty() {
+                        "Desktop has no app for this platform".to_string()
+                    } else {
+                        let apps: Vec<String> =
+                            desktop.apps.iter().map(|a| a.display().to_string()).collect();
+                        format!("looked in {}", apps.join(", "))
+                    };
+                    note = Some(format!(
+                        "{} is ComfyUI Desktop's base folder, but Desktop's own ComfyUI folder was not found ({looked})",
+                        holder.display(),
+                    ))
+                }
+            }
+        }
+    }
+    (out, note)
+}
+
+/// The Python an install runs with, and why: `explicit` (`--python`); the interpreter of
+/// `python -m vrambisect` when the install is the one found from it; the install's own (a
+/// venv inside it, the portable build's `python_embeded` beside it, Desktop's venv in its base
+/// folder); the interpreter of `python -m vrambisect` when the install has none of its own;
+/// else `python3` (`python` on Windows) on PATH.
+pub fn python_for(dir: &Path, explicit: Option<&Path>, origin: &Origin) -> Chosen {
+    if let Some(p) = explicit {
+        // A relative path with a folder in it means "from here", not from ComfyUI's folder;
+        // a bare name is looked up on PATH.
+        let path = if p.components().count() > 1 {
+            absolute(p, &origin.cwd)
+        } else {
+            p.to_path_buf()
+        };
+        return Chosen {
+            path,
+            source: "--python".into(),
+        };
+    }
+    let dir_key = crate::paths::canonical(dir);
+    if let Some(py) = &origin.interpreter {
+        let (theirs, _) = from_interpreter(py, &origin.desktop);
+        if theirs
+            .iter()
+            .any(|(d, _)| crate::paths::canonical(d) == dir_key)
+        {
+            return Chosen {
+                path: py.clone(),
+                source: STARTED_BY.into(),
+            };
+        }
+    }
+    if let Some(own) = own_python(dir, &origin.desktop) {
+        let source = match &origin.interpreter {
+            Some(py) => format!(
+                "{}; python -m vrambisect ran from {}, which is not this install's",
+                own.source,
+                py.display()
+            ),
+            None => own.source,
+        };
+        return Chosen { source, ..own };
+    }
+    if let Some(py) = &origin.interpreter {
+        return Chosen {
+            path: py.clone(),
+            source: format!("{STARTED_BY}; the install has no Python of its own"),
+        };
+    }
+    let fallback = if cfg!(windows) { "python" } else { "python3" };
+    Chosen {
+        path: PathBuf::from(fallback),
+        source: format!("{fallback} on PATH"),
+    }
+}
+
+/// The Python that lives with an install.
+fn own_python(dir: &Path, desktop: &DesktopPlaces) -> Option<Chosen> {
+    let mut candidates = vec![
+        (
+            dir.join("venv/bin/python"),
+            "the install's venv".to_string(),
+        ),
+        (
+            dir.join(".venv/bin/python"),
+            "the install's .venv".to_string(),
+        ),
+        (
+            dir.join("venv/Scripts/python.exe"),
+            "the install's venv".to_string(),
+        ),
+        (
+            dir.join(".venv/Scripts/python.exe"),
+            "the install's .venv".to_string(),
+        ),
+        (
+            dir.join("../python_embeded/python.exe"),
+            "the portable build's python_embeded".to_string(),
+        ),
+    ];
+    let key = crate::paths::canonical(dir);
+    if desktop
+        .apps
+        .iter()
+        .any(|a| crate::paths::canonical(a) == key)
+    {
+        for base in desktop.base_paths() {
+            let how = format!(
+                "ComfyUI Desktop's venv in its base folder {}",
+                base.display()
+            );
+            candidates.push((base.join(".venv/Scripts/python.exe"), how.clone()));
+            candidates.push((base.join(".venv/bin/python"), how));
+        }
+    }
+    candidates
+        .into_iter()
+        .find(|(p, _)| p.is_file())
+        .map(|(path, source)| Chosen { path, source })
+}
+
+/// The venv an interpreter belongs to: `V/bin/python` or `V\Scripts\python.exe` with
+/// `V/pyvenv.cfg`.
+fn venv_root(py: &Path) -> Option<PathBuf> {
+    let bin = py.parent()?;
+    let name = bin.file_name()?.to_str()?;
+    if !(name == "bin" || name.eq_ignore_ascii_case("Scripts")) {
+        return None;
+    }
+    let root = bin.parent()?;
+    root.join("pyvenv.cfg")
+        .is_file()
+        .then(|| root.to_path_buf())
+}
+
+/// Whether `dir` is the base folder Desktop's settings name.
+fn is_desktop_base(dir: &Path, desktop: &DesktopPlaces) -> bool {
+    let key = crate::paths::canonical(dir);
+    desktop
+        .base_paths()
+        .iter()
+        .any(|b| crate::paths::canonical(b) == key)
+}
+
+fn folder_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| p.display().to_string())
+}
+
+/// `p` made absolute against `cwd`, without resolving links.
+fn absolute(p: &Path, cwd: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        cwd.join(p)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,395 @@
+use super::*;
+
+/// Makes the files named (folders as needed), each empty unless given text.
+fn files(root: &Path, names: &[&str]) {
+    for name in names {
+        let (name, text) = name.split_once('=').unwrap_or((name, ""));
+        let path = root.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+}
+
+fn origin(cwd: &Path, interpreter: Option<PathBuf>) -> Origin {
+    Origin {
+        interpreter,
+        cwd: cwd.to_path_buf(),
+        desktop: DesktopPlaces::default(),
+    }
+}
+
+fn same(a: &Path, b: &Path) -> bool {
+    crate::paths::canonical(a) == crate::paths::canonical(b)
+}
+
+#[test]
+fn the_portable_layout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let top = tmp.path().join("ComfyUI_windows_portable");
+    files(&top, &["python_embeded/python.exe", "ComfyUI/main.py"]);
+    let py = top.join("python_embeded/python.exe");
+    // Started from anywhere (here: an empty folder).
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let o = origin(&elsewhere, Some(py.clone()));
+    let dir = comfyui_dir(None, None, &o).unwrap().unwrap();
+    assert!(same(&dir.path, &top.join("ComfyUI")));
+    assert_eq!(
+        dir.source,
+        "the ComfyUI folder beside python_embeded of the Python that ran python -m vrambisect"
+    );
+    let python = python_for(&dir.path, None, &o);
+    assert_eq!(python.path, py);
+    assert_eq!(python.source, "the Python that ran python -m vrambisect");
+    // From the portable folder itself, or from ComfyUI inside it: the same folder, no doubt.
+    for cwd in [top.clone(), top.join("ComfyUI")] {
+        let o = origin(&cwd, Some(py.clone()));
+        let dir = comfyui_dir(None, None, &o).unwrap().unwrap();
+        assert!(same(&dir.path, &top.join("ComfyUI")), "{dir:?}");
+    }
+}
+
+#[test]
+fn a_venv_inside_or_beside_the_comfyui_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let inside = tmp.path().join("a");
+    files(
+        &inside,
+        &[
+            "ComfyUI/main.py",
+            "ComfyUI/venv/pyvenv.cfg",
+            "ComfyUI/venv/bin/python",
+        ],
+    );
+    let py = inside.join("ComfyUI/venv/bin/python");
+    let o = origin(tmp.path(), Some(py.clone()));
+    let dir = comfyui_dir(None, None, &o).unwrap().unwrap();
+    assert!(same(&dir.path, &inside.join("ComfyUI")));
+    assert_eq!(
+        dir.source,
+        "the folder holding venv, the venv of the Python that ran python -m vrambisect"
+    );
+    assert_eq!(python_for(&dir.path, None, &o).path, py);
+
+    let beside = tmp.path().join("b");
+    files(
+        &beside,
+        &[
+            "ComfyUI/main.py",
+            ".venv/pyvenv.cfg",
+            ".venv/Scripts/python.exe",
+        ],
+    );
+    let py = beside.join(".venv/Scripts/python.exe");
+    let o = origin(tmp.path(), Some(py.clone()));
+    let dir = comfyui_dir(None, None, &o).unwrap().unwrap();
+    assert!(same(&dir.path, &beside.join("ComfyUI")));
+    assert_eq!(
+        dir.source,
+        "the ComfyUI folder beside .venv, the venv of the Python that ran python -m vrambisect"
+    );
+    // The interpreter belongs to the install, though the install has no venv inside it.
+    let python = python_for(&dir.path, None, &o);
+    assert_eq!(python.path, py);
+    // --python is looked around in the same way, instead of the interpreter.
+    let o = origin(tmp.path(), None);
+    let dir = comfyui_dir(None, Some(&py), &o).unwrap().unwrap();
+    assert!(same(&dir.path, &beside.join("ComfyUI")));
+    assert!(dir.source.ends_with("of --python"), "{}", dir.source);
+    // A folder called bin or Scripts without pyvenv.cfg is not a venv.
+    let plain = tmp.path().join("c");
+    files(&plain, &["ComfyUI/main.py", "env/bin/python"]);
+    let o = origin(tmp.path(), Some(plain.join("env/bin/python")));
+    assert_eq!(comfyui_dir(None, None, &o).unwrap(), None);
+}
+
+fn desktop(tmp: &Path) -> (PathBuf, PathBuf, DesktopPlaces) {
+    let base = tmp.join("Documents/ComfyUI");
+    let app = tmp.join("Local/Programs/@comfyorgcomfyui-electron/resources/ComfyUI");
+    files(
+        &base,
+        &[
+            ".venv/pyvenv.cfg",
+            ".venv/Scripts/python.exe",
+            "user/default/comfy.settings.json={}",
+        ],
+    );
+    files(&app, &["main.py"]);
+    let config = tmp.join("Roaming/ComfyUI/config.json");
+    let text = serde_json::json!({ "basePath": base, "installState": "installed" }).to_string();
+    files(tmp, &[&format!("Roaming/ComfyUI/config.json={text}")]);
+    let places = DesktopPlaces {
+        configs: vec![config],
+        apps: vec![
+            tmp.join("Local/Programs/comfyui-electron/resources/ComfyUI"),
+            app.clone(),
+        ],
+    };
+    (base, app, places)
+}
+
+#[test]
+fn comfyui_desktop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (base, app, places) = desktop(tmp.path());
+    let py = base.join(".venv/Scripts/python.exe");
+    let o = Origin {
+        desktop: places.clone(),
+        ..origin(tmp.path(), Some(py.clone()))
+    };
+    let dir = comfyui_dir(None, None, &o).unwrap().unwrap();
+    assert!(same(&dir.path, &app));
+    assert!(
+        dir.source
+            .starts_with("ComfyUI Desktop's own ComfyUI folder (its base folder ")
+            && dir.source.contains("holds .venv, the venv)"),
+        "{}",
+        dir.source
+    );
+    assert_eq!(python_for(&dir.path, None, &o).path, py);
+    // The plain binary, given Desktop's ComfyUI folder: Desktop's venv is its Python.
+    let o = Origin {
+        desktop: places.clone(),
+        ..origin(tmp.path(), None)
+    };
+    let python = python_for(&app, None, &o);
+    assert_eq!(python.path, py);
+    assert!(
+        python
+            .source
+            .starts_with("ComfyUI Desktop's venv in its base folder"),
+        "{}",
+        python.source
+    );
+    // Desktop's settings, but its app is not where Desktop puts it: said, not guessed.
+    std::fs::remove_file(app.join("main.py")).unwrap();
+    let o = Origin {
+        desktop: places,
+        ..origin(tmp.path(), Some(py))
+    };
+    let err = comfyui_dir(None, None, &o).unwrap_err();
+    assert!(
+        err.message.contains("is ComfyUI Desktop's base folder, but Desktop's own ComfyUI folder was not found (looked in "),
+        "{err}"
+    );
+    assert!(err.hint.unwrap().contains("--comfyui"));
+    // Linux: Desktop's settings are known, its app is not.
+    let o = Origin {
+        desktop: DesktopPlaces {
+            apps: Vec::new(),
+            ..o.desktop
+        },
+        ..o
+    };
+    let err = comfyui_dir(None, None, &o).unwrap_err();
+    assert!(
+        err.message.ends_with(
+            "Desktop's own ComfyUI folder was not found (Desktop has no app for this platform)"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_current_folder_and_two_candidates() {
+    let tmp = tempfile::tempdir().unwrap();
+    files(
+        tmp.path(),
+        &[
+            "here/main.py",
+            "there/main.py",
+            "there/venv/pyvenv.cfg",
+            "there/venv/bin/python",
+        ],
+    );
+    let here = tmp.path().join("here");
+    let dir = comfyui_dir(None, None, &origin(&here, None))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        dir,
+        Chosen {
+            path: here.clone(),
+            source: "the current folder".into()
+        }
+    );
+    // The Python of one install, started in the folder of another: both are named.
+    let py = tmp.path().join("there/venv/bin/python");
+    let o = origin(&here, Some(py.clone()));
+    let err = comfyui_dir(None, None, &o).unwrap_err();
+    assert!(
+        err.message
+            .starts_with("more than one ComfyUI folder could be meant: "),
+        "{err}"
+    );
+    assert!(err.message.contains("here (the current folder)"), "{err}");
+    assert!(
+        err.message.contains("there (the folder holding venv"),
+        "{err}"
+    );
+    assert_eq!(
+        err.hint.as_deref(),
+        Some("pass --comfyui with the one to use")
+    );
+    assert_eq!(err.exit_code(), crate::error::exit::USAGE);
+    // --comfyui settles it.
+    let dir = comfyui_dir(
+        Some(Path::new("there")),
+        None,
+        &origin(tmp.path(), Some(py)),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        dir,
+        Chosen {
+            path: tmp.path().join("there"),
+            source: "--comfyui".into()
+        }
+    );
+    // The parent of a ComfyUI folder (the portable folder, a checkout's parent).
+    let dir = comfyui_dir(None, None, &origin(tmp.path(), None)).unwrap();
+    assert_eq!(dir, None);
+    files(tmp.path(), &["ComfyUI/main.py"]);
+    let dir = comfyui_dir(None, None, &origin(tmp.path(), None))
+        .unwrap()
+        .unwrap();
+    assert_eq!(dir.source, "the ComfyUI folder in the current folder");
+}
+
+#[test]
+fn nothing_found_is_an_error_where_a_folder_is_needed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let err = require_comfyui_dir(None, None, &origin(tmp.path(), None)).unwrap_err();
+    assert_eq!(
+        err.message,
+        "no ComfyUI folder given, and none found in the current folder"
+    );
+    let o = origin(tmp.path(), Some(tmp.path().join("py/bin/python")));
+    let err = require_comfyui_dir(None, None, &o).unwrap_err();
+    assert!(
+        err.message
+            .ends_with("around the Python that ran python -m vrambisect or in the current folder")
+    );
+    assert!(err.hint.unwrap().contains("--comfyui"));
+}
+
+#[test]
+fn which_python_an_install_gets() {
+    let tmp = tempfile::tempdir().unwrap();
+    files(tmp.path(), &["ComfyUI/main.py", "other/bin/python"]);
+    let dir = tmp.path().join("ComfyUI");
+    let stranger = tmp.path().join("other/bin/python");
+    let on_path = if cfg!(windows) { "python" } else { "python3" };
+    // Nothing known: PATH.
+    let p = python_for(&dir, None, &origin(tmp.path(), None));
+    assert_eq!(
+        p,
+        Chosen {
+            path: on_path.into(),
+            source: format!("{on_path} on PATH")
+        }
+    );
+    // Started by a Python that is not the install's, and the install has none: that one.
+    let p = python_for(&dir, None, &origin(tmp.path(), Some(stranger.clone())));
+    assert_eq!(p.path, stranger);
+    assert_eq!(
+        p.source,
+        "the Python that ran python -m vrambisect; the install has no Python of its own"
+    );
+    // The install has a venv: it wins over a stranger, and the source says so.
+    files(tmp.path(), &["ComfyUI/venv/bin/python"]);
+    let p = python_for(&dir, None, &origin(tmp.path(), Some(stranger.clone())));
+    assert_eq!(p.path, dir.join("venv/bin/python"));
+    assert!(
+        p.source
+            .starts_with("the install's venv; python -m vrambisect ran from "),
+        "{}",
+        p.source
+    );
+    let p = python_for(&dir, None, &origin(tmp.path(), None));
+    assert_eq!(p.source, "the install's venv");
+    // --python wins; a relative path with a folder is from the current folder, a bare name
+    // from PATH.
+    let p = python_for(
+        &dir,
+        Some(Path::new("x/py")),
+        &origin(tmp.path(), Some(stranger)),
+    );
+    assert_eq!(
+        p,
+        Chosen {
+            path: tmp.path().join("x/py"),
+            source: "--python".into()
+        }
+    );
+    let p = python_for(
+        &dir,
+        Some(Path::new("python3.12")),
+        &origin(tmp.path(), None),
+    );
+    assert_eq!(p.path, PathBuf::from("python3.12"));
+    // The portable build's python_embeded beside the folder.
+    std::fs::remove_dir_all(dir.join("venv")).unwrap();
+    files(tmp.path(), &["python_embeded/python.exe"]);
+    let p = python_for(&dir, None, &origin(tmp.path(), None));
+    assert_eq!(p.source, "the portable build's python_embeded");
+}
+
+#[test]
+fn desktop_places_of_this_platform() {
+    let env = |k: &str| -> Option<OsString> {
+        match k {
+            "APPDATA" => Some(r"C:\Users\ana\AppData\Roaming".into()),
+            "LOCALAPPDATA" => Some(r"C:\Users\ana\AppData\Local".into()),
+            "HOME" => Some("/home/ana".into()),
+            "XDG_CONFIG_HOME" => Some("".into()),
+            _ => None,
+        }
+    };
+    let places = DesktopPlaces::here(env);
+    if cfg!(windows) {
+        assert_eq!(
+            places.configs,
+            [PathBuf::from(
+                r"C:\Users\ana\AppData\Roaming\ComfyUI\config.json"
+            )]
+        );
+        assert_eq!(places.apps.len(), 3);
+        assert!(places.apps[0].ends_with(r"Programs\@comfyorgcomfyui-electron\resources\ComfyUI"));
+    } else if cfg!(target_os = "macos") {
+        assert_eq!(
+            places.apps[0],
+            PathBuf::from("/Applications/ComfyUI.app/Contents/Resources/ComfyUI")
+        );
+    } else {
+        // An empty XDG_CONFIG_HOME counts as unset.
+        assert_eq!(
+            places.configs,
+            [PathBuf::from("/home/ana/.config/ComfyUI/config.json")]
+        );
+        assert!(places.apps.is_empty());
+    }
+}
+
+#[test]
+fn defaults_in_words() {
+    let d = Defaults {
+        comfyui: Some(Chosen {
+            path: "/c".into(),
+            source: "the current folder".into(),
+        }),
+        python: Some(Chosen {
+            path: "/c/venv/bin/python".into(),
+            source: "the install's venv".into(),
+        }),
+    };
+    assert_eq!(
+        d.lines(),
+        [
+            "ComfyUI: /c (the current folder)",
+            "Python:  /c/venv/bin/python (the install's venv)"
+        ]
+    );
+    assert!(Defaults::default().lines().is_empty());
+}
