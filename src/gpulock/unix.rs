@@ -187,6 +187,14 @@ pub(super) fn open_error(path: &Path, e: std::io::Error) -> std::io::Error {
 }
 
 /// Who holds the `flock` on `file`, from `/proc/locks`: `vrambisect pid 123 (user 1000)`.
+/// Other Unixes have no `/proc/locks`: there it is "another vrambisect".
+#[cfg(not(target_os = "linux"))]
+pub(super) fn holder(_file: &File) -> String {
+    "another vrambisect".into()
+}
+
+/// Who holds the `flock` on `file`, from `/proc/locks`: `vrambisect pid 123 (user 1000)`.
+#[cfg(target_os = "linux")]
 pub(super) fn holder(file: &File) -> String {
     let Ok(meta) = file.metadata() else {
         return "another vrambisect".into();

@@ -5,6 +5,16 @@ use super::*;
 // ---------------------------------------------------------------------------------------
 // GPUs through NVML
 
+/// Where NVIDIA's libraries cannot exist (macOS: ComfyUI runs on Apple's MPS there), why, in
+/// one line; every GPU probe says this instead of "not found".
+pub const NVIDIA_NOT_ON_THIS_OS: Option<&str> = if cfg!(target_os = "macos") {
+    Some(
+        "NVIDIA GPUs do not apply on macOS (ComfyUI runs on Apple's MPS there): GPU memory is not recorded, RAM is",
+    )
+} else {
+    None
+};
+
 /// A process holding GPU memory.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GpuProcess {
@@ -86,6 +96,9 @@ pub fn nvml_now(lib: Option<&Path>) -> Result<NvmlNow, String> {
     use nvml_wrapper::Nvml;
     use nvml_wrapper::enums::device::UsedGpuMemory;
     use nvml_wrapper::error::NvmlError;
+    if let (None, Some(why)) = (lib, NVIDIA_NOT_ON_THIS_OS) {
+        return Err(why.to_string());
+    }
     let mut builder = Nvml::builder();
     if let Some(p) = lib {
         builder.lib_path(p.as_os_str());

@@ -247,7 +247,7 @@ pub fn probe(inp: &Inputs) -> Probes {
         (Some((i, _)), true) => {
             let python = i.python(inp.python.as_deref());
             ask_python(&python, &i.dir).map(|f| {
-                let src = format!("{} ({})", python.path.display(), python.how);
+                let src = format!("{} ({})", python.path.display(), python.source);
                 (f, src)
             })
         }

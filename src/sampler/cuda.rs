@@ -76,6 +76,9 @@ impl CudaProbe {
     /// Creates a context on every visible device. `nvml` maps CUDA ordinals to NVML indices.
     pub fn open(nvml: &[DeviceInfo]) -> Result<Opened, Unavailable> {
         let unavailable = |reason: String| Unavailable::new("cuda", reason);
+        if let Some(why) = crate::machine::NVIDIA_NOT_ON_THIS_OS {
+            return Err(unavailable(why.to_string()));
+        }
         // SAFETY: only dlopen/dlclose of the candidate names.
         let present = guarded(|| unsafe { cudarc::driver::sys::is_culib_present() })
             .map_err(|e| unavailable(format!("cannot look for libcuda: {e}")))?;

@@ -109,6 +109,9 @@ impl NvmlProbe {
         interval: Duration,
         track_self: bool,
     ) -> Result<Opened, Unavailable> {
+        if let (None, Some(why)) = (lib, crate::machine::NVIDIA_NOT_ON_THIS_OS) {
+            return Err(Unavailable::new("nvml", why));
+        }
         let mut builder = Nvml::builder();
         if let Some(p) = lib {
             builder.lib_path(p.as_os_str());
