@@ -168,7 +168,8 @@ pub fn comfyui_dir(
 ) -> Result<Option<Chosen>> {
     if let Some(dir) = explicit {
         return Ok(Some(Chosen {
-            path: absolute(dir, &origin.cwd),
+            // As the install is opened (links resolved, one kind of separator on Windows).
+            path: crate::paths::canonical(&absolute(dir, &origin.cwd)),
             source: "--comfyui".into(),
         }));
     }
