@@ -232,6 +232,25 @@ def defaults(wheel, py, tmp, env):
     )
     check("  ... and say where they came from", "the folder holding venv" in d.get("comfyui", {}).get("source", ""), d.get("comfyui", {}).get("source", ""))
 
+    # The same venv's program started by its own name (an activated venv), from elsewhere.
+    p = run([str(inside / "venv" / "bin" / "vrambisect"), "doctor", "--json"], cwd=elsewhere, env=env)
+    d = (as_json(p) or {}).get("defaults") or {}
+    check(
+        "plain vrambisect from the venv: the same folder and Python",
+        same(d.get("comfyui", {}).get("path"), inside) and d.get("python", {}).get("path") == str(inside_py)
+        and "the Python vrambisect is installed in" in d.get("comfyui", {}).get("source", ""),
+        json.dumps(d),
+    )
+    # Another tool's venv beside a ComfyUI that has its own is not ComfyUI's.
+    stranger_py = venv_with_wheel(tmp / "inside" / "tools-venv", wheel)
+    p = run([str(stranger_py), "-m", "vrambisect", "doctor", "--json"], cwd=inside, env=env)
+    d = (as_json(p) or {}).get("defaults") or {}
+    check(
+        "another venv beside ComfyUI: the install keeps its own Python",
+        same(d.get("comfyui", {}).get("path"), inside) and d.get("python", {}).get("path") == str(inside_py),
+        json.dumps(d),
+    )
+
     # A venv beside the ComfyUI folder.
     beside = copy_stand_in(tmp / "beside" / "ComfyUI")
     beside_py = venv_with_wheel(tmp / "beside" / ".venv", wheel)

@@ -465,7 +465,7 @@ fn newer_than(a: &str, b: &str) -> bool {
 }
 
 /// The Python doctor checks: the install's (as a run would choose it); without an install,
-/// `--python` or the one that ran `python -m vrambisect` (from the current folder).
+/// `--python` or the one vrambisect was started from (from the current folder).
 fn python_of(install: Option<&Install>, req: &Request) -> Option<(Chosen, PathBuf)> {
     match (install, &req.python, &req.origin.interpreter) {
         (Some(i), _, _) => Some((
@@ -481,8 +481,8 @@ fn python_of(install: Option<&Install>, req: &Request) -> Option<(Chosen, PathBu
         )),
         (None, None, Some(p)) => Some((
             Chosen {
-                path: p.clone(),
-                source: "the Python that ran python -m vrambisect".into(),
+                path: p.path.clone(),
+                source: p.how.into(),
             },
             req.origin.cwd.clone(),
         )),

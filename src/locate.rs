@@ -16,12 +16,57 @@ pub const PYTHON_ENV: &str = "VRAMBISECT_PYTHON";
 /// The words for a Python that ran `python -m vrambisect`.
 const STARTED_BY: &str = "the Python that ran python -m vrambisect";
 
+/// The words for the Python whose scripts folder holds the program (pip put it there).
+const INSTALLED_IN: &str = "the Python vrambisect is installed in";
+
+/// The Python vrambisect was started from, and how it is known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interpreter {
+    /// Absolute, links not resolved (a venv's `bin/python` is the venv, not the Python it
+    /// links to).
+    pub path: PathBuf,
+    /// [`STARTED_BY`] or [`INSTALLED_IN`].
+    pub how: &'static str,
+}
+
+impl Interpreter {
+    /// The interpreter of `python -m vrambisect`.
+    pub fn started_by(path: impl Into<PathBuf>) -> Interpreter {
+        Interpreter {
+            path: path.into(),
+            how: STARTED_BY,
+        }
+    }
+
+    /// The Python whose scripts folder holds `exe` (the program pip installed): a venv's
+    /// `bin/` or `Scripts\` beside `pyvenv.cfg`, or the portable build's
+    /// `python_embeded\Scripts\` below `python.exe`.
+    pub fn installed_in(exe: &Path) -> Option<Interpreter> {
+        let scripts = exe.parent()?;
+        let name = scripts.file_name()?.to_str()?;
+        let top = scripts.parent()?;
+        let path = if name == "bin" && top.join("pyvenv.cfg").is_file() {
+            scripts.join("python")
+        } else if name.eq_ignore_ascii_case("Scripts") && top.join("pyvenv.cfg").is_file() {
+            scripts.join("python.exe")
+        } else if name.eq_ignore_ascii_case("Scripts") && top.join("python.exe").is_file() {
+            top.join("python.exe")
+        } else {
+            return None;
+        };
+        path.is_file().then_some(Interpreter {
+            path,
+            how: INSTALLED_IN,
+        })
+    }
+}
+
 /// How vrambisect was started: what the defaults are found from.
 #[derive(Debug, Clone, Default)]
 pub struct Origin {
-    /// The interpreter of `python -m vrambisect`, absolute, links not resolved (a venv's
-    /// `bin/python` is the venv, not the Python it links to).
-    pub interpreter: Option<PathBuf>,
+    /// The interpreter of `python -m vrambisect`, else the Python whose scripts folder holds
+    /// the program.
+    pub interpreter: Option<Interpreter>,
     /// The current folder.
     pub cwd: PathBuf,
     /// Where ComfyUI Desktop keeps its settings and its bundled ComfyUI on this machine.
@@ -35,12 +80,37 @@ impl Origin {
         ORIGIN.get_or_init(Origin::from_env)
     }
 
+    /// The words that start this vrambisect again, for the commands it shows: the interpreter
+    /// and `-m vrambisect` after `python -m vrambisect` (a user of the portable build has no
+    /// `vrambisect` on PATH), else `vrambisect`.
+    pub fn program(&self) -> Vec<String> {
+        match &self.interpreter {
+            Some(i) if i.how == STARTED_BY => vec![
+                i.path.display().to_string(),
+                "-m".into(),
+                "vrambisect".into(),
+            ],
+            _ => vec!["vrambisect".into()],
+        }
+    }
+
+    /// [`Origin::program`] as a command line, followed by `args`.
+    pub fn command_line(&self, args: &[String]) -> String {
+        let mut argv = self.program();
+        argv.extend(args.iter().cloned());
+        crate::text::command_line(&argv)
+    }
+
     /// This process's origin, from its environment.
     pub fn from_env() -> Origin {
         let cwd = std::env::current_dir().unwrap_or_default();
         let interpreter = std::env::var_os(PYTHON_ENV)
             .filter(|v| !v.is_empty())
-            .map(|v| absolute(Path::new(&v), &cwd));
+            .map(|v| Interpreter::started_by(absolute(Path::new(&v), &cwd)))
+            .or_else(|| {
+                let exe = std::env::current_exe().ok()?;
+                Interpreter::installed_in(&exe)
+            });
         Origin {
             interpreter,
             cwd,
@@ -175,9 +245,10 @@ pub fn comfyui_dir(
     }
     let mut found = Vec::new();
     let mut notes = Vec::new();
-    let (interpreter, whose) = match python {
-        Some(p) => (Some(absolute(p, &origin.cwd)), "--python"),
-        None => (origin.interpreter.clone(), STARTED_BY),
+    let (interpreter, whose) = match (python, &origin.interpreter) {
+        (Some(p), _) => (Some(absolute(p, &origin.cwd)), "--python"),
+        (None, Some(i)) => (Some(i.path.clone()), i.how),
+        (None, None) => (None, ""),
     };
     if let Some(py) = &interpreter {
         let (candidates, note) = from_interpreter(py, &origin.desktop);
@@ -239,11 +310,9 @@ pub fn require_comfyui_dir(
 ) -> Result<Chosen> {
     comfyui_dir(explicit, python, origin)?.ok_or_else(|| {
         let looked = match (python, &origin.interpreter) {
-            (Some(_), _) => "around --python or in the current folder",
-            (None, Some(_)) => {
-                "around the Python that ran python -m vrambisect or in the current folder"
-            }
-            (None, None) => "in the current folder",
+            (Some(_), _) => "around --python or in the current folder".to_string(),
+            (None, Some(i)) => format!("around {} or in the current folder", i.how),
+            (None, None) => "in the current folder".to_string(),
         };
         Error::usage(format!("no ComfyUI folder given, and none found {looked}")).hint(
             "pass --comfyui with the folder that holds ComfyUI's main.py, or run from that folder",
@@ -281,10 +350,12 @@ fn from_interpreter(
                 format!("the folder holding {name}, the venv"),
             ));
         } else if holder.join("ComfyUI").join("main.py").is_file() {
-            out.push((
-                holder.join("ComfyUI"),
-                format!("the ComfyUI folder beside {name}, the venv"),
-            ));
+            // Only a ComfyUI without a Python of its own runs with a venv beside it (another
+            // tool's venv may sit there too).
+            let comfy = holder.join("ComfyUI");
+            if own_python(&comfy, desktop).is_none() {
+                out.push((comfy, format!("the ComfyUI folder beside {name}, the venv")));
+            }
         } else if is_desktop_base(holder, desktop) {
             match desktop.existing_apps().into_iter().next() {
                 Some(app) => out.push((
@@ -334,32 +405,32 @@ pub fn python_for(dir: &Path, explicit: Option<&Path>, origin: &Origin) -> Chose
     }
     let dir_key = crate::paths::canonical(dir);
     if let Some(py) = &origin.interpreter {
-        let (theirs, _) = from_interpreter(py, &origin.desktop);
+        let (theirs, _) = from_interpreter(&py.path, &origin.desktop);
         if theirs
             .iter()
             .any(|(d, _)| crate::paths::canonical(d) == dir_key)
         {
             return Chosen {
-                path: py.clone(),
-                source: STARTED_BY.into(),
+                path: py.path.clone(),
+                source: py.how.into(),
             };
         }
     }
     if let Some(own) = own_python(dir, &origin.desktop) {
         let source = match &origin.interpreter {
-            Some(py) => format!(
+            Some(py) if py.how == STARTED_BY => format!(
                 "{}; python -m vrambisect ran from {}, which is not this install's",
                 own.source,
-                py.display()
+                py.path.display()
             ),
-            None => own.source,
+            _ => own.source,
         };
         return Chosen { source, ..own };
     }
     if let Some(py) = &origin.interpreter {
         return Chosen {
-            path: py.clone(),
-            source: format!("{STARTED_BY}; the install has no Python of its own"),
+            path: py.path.clone(),
+            source: format!("{}; the install has no Python of its own", py.how),
         };
     }
     let fallback = if cfg!(windows) { "python" } else { "python3" };

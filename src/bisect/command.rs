@@ -181,7 +181,10 @@ pub fn run(
             // may be started otherwise) runs the same one.
             if spec.python.is_none()
                 && let Some(python) = &target.defaults.python
-                && crate::locate::Origin::current().interpreter.as_ref() == Some(&python.path)
+                && crate::locate::Origin::current()
+                    .interpreter
+                    .as_ref()
+                    .is_some_and(|i| i.path == python.path)
             {
                 spec.python = Some(python.path.clone());
                 spec.python_source = Some(python.source.clone());
@@ -254,10 +257,11 @@ pub fn run(
         // A write that failed (a full disk) ends the session with that error and no
         // verdict; --resume continues once there is room.
         if let Some(e) = oracle.failure.take() {
-            let resume = format!(
-                "vrambisect bisect --resume {}",
-                crate::text::command_line(&[dir.display().to_string()])
-            );
+            let resume = crate::locate::Origin::current().command_line(&[
+                "bisect".into(),
+                "--resume".into(),
+                dir.display().to_string(),
+            ]);
             let hint = if e.message.starts_with("cannot write")
                 || e.message.starts_with("cannot create")
             {
@@ -321,10 +325,11 @@ pub fn run(
         }
     }
     if found.kind == VerdictKind::Incomplete {
-        let mut line = format!(
-            "vrambisect bisect --resume {}",
-            crate::text::command_line(&[dir.display().to_string()])
-        );
+        let mut line = crate::locate::Origin::current().command_line(&[
+            "bisect".into(),
+            "--resume".into(),
+            dir.display().to_string(),
+        ]);
         // The budget, not Ctrl-C, stopped it: continuing needs a larger one.
         if runs >= spec.max_runs {
             line.push_str(&format!(

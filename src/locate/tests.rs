@@ -12,7 +12,7 @@ fn files(root: &Path, names: &[&str]) {
 
 fn origin(cwd: &Path, interpreter: Option<PathBuf>) -> Origin {
     Origin {
-        interpreter,
+        interpreter: interpreter.map(Interpreter::started_by),
         cwd: cwd.to_path_buf(),
         desktop: DesktopPlaces::default(),
     }
@@ -390,4 +390,100 @@ fn defaults_in_words() {
         ]
     );
     assert!(Defaults::default().lines().is_empty());
+}
+
+#[test]
+fn another_tools_venv_beside_an_install_with_its_own() {
+    // ComfyUI has its venv; a venv of another tool sits beside it.
+    let tmp = tempfile::tempdir().unwrap();
+    files(
+        tmp.path(),
+        &[
+            "ComfyUI/main.py",
+            "ComfyUI/venv/pyvenv.cfg",
+            "ComfyUI/venv/bin/python",
+            "kohya-venv/pyvenv.cfg",
+            "kohya-venv/bin/python",
+        ],
+    );
+    let stranger = tmp.path().join("kohya-venv/bin/python");
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    // From elsewhere: the stranger's venv does not make ComfyUI its install.
+    let o = origin(&elsewhere, Some(stranger.clone()));
+    assert_eq!(comfyui_dir(None, None, &o).unwrap(), None);
+    // From the ComfyUI folder: that folder, with its own venv.
+    let o = origin(&tmp.path().join("ComfyUI"), Some(stranger));
+    let dir = comfyui_dir(None, None, &o).unwrap().unwrap();
+    assert_eq!(dir.source, "the current folder");
+    let p = python_for(&dir.path, None, &o);
+    assert_eq!(p.path, tmp.path().join("ComfyUI/venv/bin/python"));
+    assert!(
+        p.source
+            .starts_with("the install's venv; python -m vrambisect ran from "),
+        "{}",
+        p.source
+    );
+}
+
+#[test]
+fn the_python_the_program_is_installed_in() {
+    let tmp = tempfile::tempdir().unwrap();
+    files(
+        tmp.path(),
+        &[
+            "ComfyUI/main.py",
+            "ComfyUI/venv/pyvenv.cfg",
+            "ComfyUI/venv/bin/python",
+            "ComfyUI/venv/bin/vrambisect",
+            "portable/python_embeded/python.exe",
+            "portable/python_embeded/Scripts/vrambisect.exe",
+            "portable/ComfyUI/main.py",
+            "win/.venv/pyvenv.cfg",
+            "win/.venv/Scripts/python.exe",
+            "win/.venv/Scripts/vrambisect.exe",
+            "cargo/target/release/vrambisect",
+        ],
+    );
+    let venv = Interpreter::installed_in(&tmp.path().join("ComfyUI/venv/bin/vrambisect")).unwrap();
+    assert_eq!(venv.path, tmp.path().join("ComfyUI/venv/bin/python"));
+    assert_eq!(venv.how, "the Python vrambisect is installed in");
+    let portable = Interpreter::installed_in(
+        &tmp.path()
+            .join("portable/python_embeded/Scripts/vrambisect.exe"),
+    )
+    .unwrap();
+    assert_eq!(
+        portable.path,
+        tmp.path().join("portable/python_embeded/python.exe")
+    );
+    let win =
+        Interpreter::installed_in(&tmp.path().join("win/.venv/Scripts/vrambisect.exe")).unwrap();
+    assert_eq!(win.path, tmp.path().join("win/.venv/Scripts/python.exe"));
+    // A program built from a checkout belongs to no Python.
+    assert_eq!(
+        Interpreter::installed_in(&tmp.path().join("cargo/target/release/vrambisect")),
+        None
+    );
+    // An activated venv's plain `vrambisect`, started anywhere: the venv's ComfyUI.
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let o = Origin {
+        interpreter: Some(venv.clone()),
+        ..origin(&elsewhere, None)
+    };
+    let dir = comfyui_dir(None, None, &o).unwrap().unwrap();
+    assert!(same(&dir.path, &tmp.path().join("ComfyUI")));
+    assert_eq!(
+        dir.source,
+        "the folder holding venv, the venv of the Python vrambisect is installed in"
+    );
+    let p = python_for(&dir.path, None, &o);
+    assert_eq!(
+        p,
+        Chosen {
+            path: venv.path,
+            source: "the Python vrambisect is installed in".into()
+        }
+    );
 }
