@@ -130,17 +130,12 @@ pub fn bisect(sig: &Signature, setup: &Setup) -> Bisect {
 pub fn with_toggles(toggles: Vec<String>, setup: &Setup) -> Bisect {
     let mut notes = Vec::new();
     let dir = setup.comfyui_dir.clone().unwrap_or_else(|| DIR.to_string());
-    let mut argv: Vec<String> = [
-        "vrambisect",
-        "bisect",
-        "--comfyui",
-        &dir,
-        "--workflow",
-        WORKFLOW,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut argv = crate::locate::Origin::current().program();
+    argv.extend(
+        ["bisect", "--comfyui", &dir, "--workflow", WORKFLOW]
+            .iter()
+            .map(|s| s.to_string()),
+    );
     for t in &toggles {
         argv.push("--toggle".into());
         argv.push(t.clone());

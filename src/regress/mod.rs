@@ -638,28 +638,36 @@ fn finish(
         }
         _ => "The session stopped before an answer; every finished run is kept.".into(),
     };
-    let quoted = |p: &Path| crate::text::command_line(&[p.display().to_string()]);
+    let origin = crate::locate::Origin::current();
     let reproduce = match (&first_bad, &last_good) {
         (Some(fb), Some(lg)) => {
-            let mut line = format!(
-                "vrambisect regress --comfyui {} --workflow {} --good {} --bad {}",
-                quoted(&spec.comfyui),
-                quoted(&spec.workflow),
-                lg.short(),
-                fb.short()
-            );
+            let mut args: Vec<String> = vec![
+                "regress".into(),
+                "--comfyui".into(),
+                spec.comfyui.display().to_string(),
+                "--workflow".into(),
+                spec.workflow.display().to_string(),
+                "--good".into(),
+                lg.short().to_string(),
+                "--bad".into(),
+                fb.short().to_string(),
+            ];
             if !spec.flags.is_empty() {
-                line.push_str(" -- ");
-                line.push_str(&crate::text::command_line(&spec.flags));
+                args.push("--".into());
+                args.extend(spec.flags.iter().cloned());
             }
-            Some(line)
+            Some(origin.command_line(&args))
         }
         _ => None,
     };
     let continue_with = (kind_name == "incomplete").then(|| {
         format!(
-            "vrambisect regress --resume {}{}",
-            quoted(&s.dir),
+            "{}{}",
+            origin.command_line(&[
+                "regress".into(),
+                "--resume".into(),
+                s.dir.display().to_string()
+            ]),
             if s.runs >= spec.max_runs {
                 format!(" --max-runs {}", (spec.max_runs * 2).max(s.runs + 16))
             } else {
