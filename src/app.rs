@@ -78,16 +78,19 @@ fn run_explain(args: ExplainArgs, global: &Global, out: &mut dyn Write) -> Resul
         args: args.args,
     };
     let e = explain::explain(&req)?;
-    if global.json {
-        write_json(out, &e)?;
+    let printed = if global.json {
+        write_json(out, &e)
     } else {
-        explain::render(&e, &Style::new(global.color), out)?;
-    }
-    Ok(if e.accepted == Some(false) {
-        exit::FAILED
-    } else {
-        exit::OK
-    })
+        explain::render(&e, &Style::new(global.color), out)
+    };
+    answered(
+        printed,
+        if e.accepted == Some(false) {
+            exit::FAILED
+        } else {
+            exit::OK
+        },
+    )
 }
 
 fn run_run(
@@ -129,12 +132,21 @@ fn run_run(
         let mut progress = run::render::Progress::new(!global.json && io::stderr().is_terminal());
         run::execute(&opts, &mut progress)?
     };
-    if global.json {
-        write_json(out, &record)?;
+    let printed = if global.json {
+        write_json(out, &record)
     } else {
-        run::render::summary(&record, &Style::new(global.color), out)?;
+        run::render::summary(&record, &Style::new(global.color), out)
+    };
+    answered(printed, run_exit_code(&record))
+}
+
+/// A command's exit status once its answer is printed. A reader that went away (the other end
+/// of a pipe closed) changes nothing: the status is still the answer's.
+fn answered(printed: io::Result<()>, code: i32) -> Result<i32, Failure> {
+    match printed {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(Failure::Io(e)),
+        _ => Ok(code),
     }
-    Ok(run_exit_code(&record))
 }
 
 /// The first lines of `run` and `bisect`: which ComfyUI folder and Python, and why (on
@@ -180,12 +192,12 @@ fn run_sample(
         json: global.json,
     };
     let outcome = command::sample(&req, err)?;
-    if global.json {
-        write_json(out, &outcome.report)?;
+    let printed = if global.json {
+        write_json(out, &outcome.report)
     } else {
-        command::render(&outcome.report, &Style::new(global.color), out)?;
-    }
-    Ok(outcome.exit_code)
+        command::render(&outcome.report, &Style::new(global.color), out)
+    };
+    answered(printed, outcome.exit_code)
 }
 
 fn run_bisect(
@@ -199,12 +211,12 @@ fn run_bisect(
     let req = bisect_request(args)?;
     let visible = !global.json && io::stderr().is_terminal();
     let (result, code) = crate::bisect::command::run(&req, visible, err)?;
-    if global.json {
-        write_json(out, &result)?;
+    let printed = if global.json {
+        write_json(out, &result)
     } else {
-        crate::bisect::result::render(&result, &Style::new(global.color), out)?;
-    }
-    Ok(code)
+        crate::bisect::result::render(&result, &Style::new(global.color), out)
+    };
+    answered(printed, code)
 }
 
 /// `bisect`'s arguments as the bisect's own request (a launcher read, paths made absolute).
@@ -317,12 +329,12 @@ fn run_regress(
         }
     };
     let (result, code) = crate::regress::run(req, &mut progress)?;
-    if global.json {
-        write_json(out, &result)?;
+    let printed = if global.json {
+        write_json(out, &result)
     } else {
-        crate::regress::render(&result, &Style::new(global.color), out)?;
-    }
-    Ok(code)
+        crate::regress::render(&result, &Style::new(global.color), out)
+    };
+    answered(printed, code)
 }
 
 fn run_logscan(
@@ -332,12 +344,12 @@ fn run_logscan(
     err: &mut dyn Write,
 ) -> Result<i32, Failure> {
     let report = crate::logscan::command(&args.file, err)?;
-    if global.json {
-        write_json(out, &report)?;
+    let printed = if global.json {
+        write_json(out, &report)
     } else {
-        crate::logscan::render::render(&report, &Style::new(global.color), out)?;
-    }
-    Ok(report.exit_code())
+        crate::logscan::render::render(&report, &Style::new(global.color), out)
+    };
+    answered(printed, report.exit_code())
 }
 
 fn run_report(
@@ -363,12 +375,12 @@ fn run_report(
         nvml_lib: args.nvml_lib,
     };
     let built = crate::report::build(&req)?;
-    if global.json {
-        write_json(out, &built)?;
+    let printed = if global.json {
+        write_json(out, &built)
     } else {
-        crate::report::render(&built, &style, out)?;
-    }
-    Ok(exit::OK)
+        crate::report::render(&built, &style, out)
+    };
+    answered(printed, exit::OK)
 }
 
 fn run_doctor(
@@ -383,12 +395,12 @@ fn run_doctor(
         origin: crate::locate::Origin::current().clone(),
     };
     let report = crate::doctor::run(&req);
-    if global.json {
-        write_json(out, &report)?;
+    let printed = if global.json {
+        write_json(out, &report)
     } else {
-        crate::doctor::render(&report, &Style::new(global.color), out)?;
-    }
-    Ok(report.exit_code())
+        crate::doctor::render(&report, &Style::new(global.color), out)
+    };
+    answered(printed, report.exit_code())
 }
 
 fn run_completions(

@@ -260,3 +260,25 @@ fn bad_input_is_one_line_and_exit_2() {
     assert_eq!(code, 2);
     assert!(stderr(&out).contains("standard input is empty"));
 }
+
+/// A reader that went away (`vrambisect logscan LOG | true`) does not turn a failure's exit
+/// status into success: the status is the answer's, the output just has nowhere to go.
+#[cfg(unix)]
+#[test]
+fn a_closed_stdout_keeps_the_answers_exit_status() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    for (file, code) in [
+        ("sig-cuda-oom-native.log", 1),
+        ("format-plain-0.3.64.log", 0),
+    ] {
+        let status = Command::new(env!("CARGO_BIN_EXE_vrambisect"))
+            .args(["logscan", &log(file)])
+            .stdin(Stdio::null())
+            .stdout(writer.try_clone().unwrap())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(code), "{file}");
+    }
+}
