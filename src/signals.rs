@@ -83,6 +83,18 @@ pub fn requested() -> Stop {
     }
 }
 
+/// What asked to stop, in words: `Ctrl-C`, or the polite request of another program or of
+/// Windows (SIGTERM; closing the console, logging off).
+pub fn cause() -> &'static str {
+    if INTERRUPTS.load(Ordering::SeqCst) > 0 {
+        "Ctrl-C"
+    } else if cfg!(windows) {
+        "the console closing"
+    } else {
+        "SIGTERM"
+    }
+}
+
 /// Whether every grace period must end now (a second Ctrl-C).
 pub fn kill_now() -> bool {
     requested() == Stop::Now

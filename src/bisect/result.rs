@@ -416,7 +416,7 @@ pub fn render(r: &BisectResult, style: &Style, out: &mut dyn Write) -> io::Resul
     if let Some(why) = &r.toggle_set {
         writeln!(
             out,
-            "{} toggles tried ({why}): {}",
+            "{} toggles to choose from ({why}): {}",
             style.dim("note:"),
             r.toggles.join(" ")
         )?;
@@ -444,7 +444,11 @@ pub fn render(r: &BisectResult, style: &Style, out: &mut dyn Write) -> io::Resul
         .into_iter()
         .map(String::as_str)
         .collect();
-    writeln!(out, "{label} {}", flags.join(" "))?;
+    if flags.is_empty() {
+        writeln!(out, "{label}")?;
+    } else {
+        writeln!(out, "{label} {}", flags.join(" "))?;
+    }
     writeln!(out, "  {}", r.verdict.statement)?;
     if let Some(c) = &r.custom_nodes_check {
         writeln!(out, "  {}", c.statement)?;

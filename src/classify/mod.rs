@@ -117,7 +117,8 @@ fn hits_of(
 /// Classifies one prompt.
 pub fn classify_prompt(obs: &PromptObservation) -> Classification {
     if obs.interrupted_by_user {
-        return Classification::new(Outcome::Interrupted).explain("stopped with Ctrl-C");
+        return Classification::new(Outcome::Interrupted)
+            .explain("stopped by the user (Ctrl-C or SIGTERM)");
     }
     if let Some(why) = &obs.stopped_for_ram {
         let mut v = Classification::new(Outcome::HostOom).explain(format!(

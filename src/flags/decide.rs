@@ -244,7 +244,10 @@ pub fn reserved_vram(parsed: &Parsed, ctx: &Context) -> (u64, String) {
         .and_then(|v| v.trim().parse::<f64>().ok())
     {
         let mb = (gb.max(0.0) * 1024.0).round() as u64;
-        return (mb, format!("--reserve-vram {gb} (replaces the OS default)"));
+        return (
+            mb,
+            format!("--reserve-vram {gb}, which replaces the OS default"),
+        );
     }
     match ctx.platform {
         Platform::Linux => (400, "Linux default".into()),

@@ -72,7 +72,10 @@ pub fn execute(opts: &RunOptions, reporter: &mut dyn Reporter) -> Result<RunReco
                 outcome: Outcome::Interrupted,
                 evidence: vec![],
                 signatures: vec![],
-                explanation: Some("stopped with Ctrl-C while waiting for the GPU".into()),
+                explanation: Some(format!(
+                    "stopped with {} while waiting for the GPU",
+                    crate::signals::cause()
+                )),
             },
         ),
     };

@@ -256,7 +256,10 @@ pub fn launch(
                     outcome: Outcome::Interrupted,
                     evidence: vec![],
                     signatures: vec![],
-                    explanation: Some("stopped with Ctrl-C while ComfyUI was starting".into()),
+                    explanation: Some(format!(
+                        "stopped with {} while ComfyUI was starting",
+                        crate::signals::cause()
+                    )),
                 };
                 (verdict, child.terminate(opts.grace))
             }
