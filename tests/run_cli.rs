@@ -615,6 +615,22 @@ fn spawn_session(
     cmd.spawn().unwrap()
 }
 
+/// Whether a process holds the `flock` on `path`, read from `/proc/locks` (looking, not
+/// trying the lock, which could make the holder wait).
+fn lock_is_held(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    let inode = format!(":{}", meta.ino());
+    locks.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        // `1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF`
+        f.len() >= 6 && f[1] == "FLOCK" && f[5].ends_with(&inode)
+    })
+}
+
 #[test]
 fn two_sessions_on_one_gpu_take_turns() {
     let install = FakeComfy::new("0.38.1", json!({"timing": {"node_time": 0.3}}));
@@ -622,8 +638,21 @@ fn two_sessions_on_one_gpu_take_turns() {
     let gpu = support::sampling::fake_gpu();
     let locks = tempfile::tempdir().unwrap();
     let tmp = tempfile::tempdir().unwrap();
+    // One lock file per GPU, named by its UUID.
+    let lock = locks
+        .path()
+        .join("gpu-GPU-3f2c9a4e-0000-4000-8000-000000000001.lock");
     let a = spawn_session(&install, tmp.path(), "a", locks.path(), Some(&gpu));
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // b starts once a holds the GPU (seen by the lock, not guessed by a sleep); a's prompt
+    // takes seconds more, so b has to wait its turn.
+    let held = std::time::Instant::now();
+    while !lock_is_held(&lock) {
+        assert!(
+            held.elapsed() < std::time::Duration::from_secs(30),
+            "the first session never took the GPU"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let b = spawn_session(&install, tmp.path(), "b", locks.path(), Some(&gpu));
     let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
     install.assert_nothing_left();
@@ -632,25 +661,14 @@ fn two_sessions_on_one_gpu_take_turns() {
     assert_eq!(da["outcome"], "pass", "{da:#}");
     assert_eq!(db["outcome"], "pass", "{db:#}");
     assert_ne!(da["port"], db["port"]);
-    // Whichever took the lock second (usually b, but a slow start can swap them) waited its
-    // turn and said so; the other did not wait.
-    let (wa, wb) = (
-        da["gpu_wait_ms"].as_u64().unwrap(),
-        db["gpu_wait_ms"].as_u64().unwrap(),
-    );
-    let (waiter, other) = if wb >= wa { (&b, wa) } else { (&a, wb) };
-    assert!(wa.max(wb) > 0, "one of them waited its turn");
-    assert_eq!(other, 0, "the other got the GPU at once");
+    assert_eq!(da["gpu_wait_ms"], 0, "the first got the GPU at once");
+    assert!(db["gpu_wait_ms"].as_u64().unwrap() > 0, "the second waited its turn");
     assert!(
-        String::from_utf8_lossy(&waiter.stderr).contains("waiting for the GPU: vrambisect pid"),
+        String::from_utf8_lossy(&b.stderr).contains("waiting for the GPU: vrambisect pid"),
         "and said who it waited for: {}",
-        String::from_utf8_lossy(&waiter.stderr)
+        String::from_utf8_lossy(&b.stderr)
     );
-    // One lock file per GPU, named by its UUID, empty.
-    let lock = locks
-        .path()
-        .join("gpu-GPU-3f2c9a4e-0000-4000-8000-000000000001.lock");
-    assert_eq!(std::fs::metadata(&lock).unwrap().len(), 0);
+    assert_eq!(std::fs::metadata(&lock).unwrap().len(), 0, "the lock file stays empty");
 }
 
 #[test]
