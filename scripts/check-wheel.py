@@ -375,6 +375,16 @@ def windows(wheel, tmp, embed_zip, pip_wheel, shim):
     )
     p = wine([py, "-s", "-m", "vrambisect", "run", "--workflow", wf, "--output", winepath(tmp / "r1")], cwd=top, env=env)
     check("run's exit status 1 comes through python.exe -m", p.returncode == 1, "exit %d" % p.returncode)
+    # python_embeded\Scripts\vrambisect.exe started by its path, from elsewhere.
+    p = wine([exe, "doctor", "--json"], cwd=tmp, env=env)
+    d = (as_json(p) or {}).get("defaults") or {}
+    check(
+        "python_embeded\\Scripts\\vrambisect.exe knows its Python and the ComfyUI beside it",
+        d.get("comfyui", {}).get("path", "").lower().endswith("comfyui_windows_portable\\comfyui")
+        and d.get("python", {}).get("path", "").lower().endswith("python_embeded\\python.exe")
+        and "installed in" in d.get("comfyui", {}).get("source", ""),
+        json.dumps(d),
+    )
     windows_desktop(exe, comfy, tmp, env)
 
 
