@@ -115,13 +115,7 @@ fn run_run(
         None => run::folder::fresh(std::path::Path::new("vrambisect-runs"), "run"),
     };
     let run_dir = run::folder::create(&run_dir)?;
-    let limits = run::Limits {
-        iterations: args.iterations,
-        timeout: args.timeout,
-        stall_timeout: args.stall_timeout,
-        startup_timeout: args.startup_timeout,
-        min_available_ram: args.min_available_ram,
-    };
+    let limits = args.limits.limits(args.min_available_ram);
     let opts = run::RunOptions {
         comfy_flags: args.flags.clone(),
         nvml_lib: args.nvml_lib.clone(),
@@ -245,13 +239,7 @@ fn bisect_request(args: BisectArgs) -> Result<crate::bisect::command::Request, F
                 toggles: args.toggle,
                 strategy: args.strategy.into(),
                 repeat: args.repeat,
-                limits: crate::run::Limits {
-                    iterations: args.iterations,
-                    timeout: args.timeout,
-                    stall_timeout: args.stall_timeout,
-                    startup_timeout: args.startup_timeout,
-                    min_available_ram: args.min_available_ram,
-                },
+                limits: args.limits.limits(args.min_available_ram),
                 output: args.output,
                 custom_nodes_check: !args.no_custom_nodes_check,
             }))
@@ -310,13 +298,7 @@ fn run_regress(
                 bad: args.bad,
                 regress: args.regress,
                 repeat: args.repeat,
-                limits: crate::run::Limits {
-                    iterations: args.iterations,
-                    timeout: args.timeout,
-                    stall_timeout: args.stall_timeout,
-                    startup_timeout: args.startup_timeout,
-                    min_available_ram: None,
-                },
+                limits: args.limits.limits(None),
                 max_runs: args.max_runs.unwrap_or(64),
                 output: args.output,
             }

@@ -122,6 +122,40 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
+/// The limits of a run (`run`, `bisect`, `regress`); a resumed session keeps its own.
+#[derive(Debug, Args, Clone, Copy)]
+pub struct LimitArgs {
+    /// Prompts per run: the prompt is sent this many times to the same ComfyUI (some failures
+    /// only appear on the second prompt; RAM that never comes back shows over several).
+    #[arg(help_heading = "Limits", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub iterations: u32,
+    /// Give up on a prompt after this long (e.g. 30m).
+    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "1h", value_parser = crate::duration::parse_limit, allow_hyphen_values = true)]
+    pub timeout: std::time::Duration,
+    /// Call it a hang after this long without websocket or log activity.
+    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "5m", value_parser = crate::duration::parse_limit, allow_hyphen_values = true)]
+    pub stall_timeout: std::time::Duration,
+    /// Give up if ComfyUI is not ready after this long.
+    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "10m", value_parser = crate::duration::parse_limit, allow_hyphen_values = true)]
+    pub startup_timeout: std::time::Duration,
+}
+
+/// [`LimitArgs`]'s ids, which `--resume` refuses (the session keeps its own limits).
+const LIMIT_ARGS: [&str; 4] = ["iterations", "timeout", "stall_timeout", "startup_timeout"];
+
+impl LimitArgs {
+    /// The run's limits, with the RAM guard (the machine's, given apart).
+    pub fn limits(self, min_available_ram: Option<u64>) -> crate::run::Limits {
+        crate::run::Limits {
+            iterations: self.iterations,
+            timeout: self.timeout,
+            stall_timeout: self.stall_timeout,
+            startup_timeout: self.startup_timeout,
+            min_available_ram,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
     /// The ComfyUI folder (holding main.py); its own `main.py --help` gives the flag list.
@@ -161,19 +195,8 @@ pub struct RunArgs {
     /// python3).
     #[arg(help_heading = "Inputs", long, value_name = "PY")]
     pub python: Option<PathBuf>,
-    /// Send the prompt this many times to the same ComfyUI (some failures only appear on the
-    /// second prompt; RAM that never comes back shows over several).
-    #[arg(help_heading = "Limits", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    pub iterations: u32,
-    /// Give up on a prompt after this long (e.g. 30m).
-    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "1h", value_parser = crate::duration::parse_limit, allow_hyphen_values = true)]
-    pub timeout: std::time::Duration,
-    /// Call it a hang after this long without websocket or log activity.
-    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "5m", value_parser = crate::duration::parse_limit, allow_hyphen_values = true)]
-    pub stall_timeout: std::time::Duration,
-    /// Give up if ComfyUI is not ready after this long.
-    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "10m", value_parser = crate::duration::parse_limit, allow_hyphen_values = true)]
-    pub startup_timeout: std::time::Duration,
+    #[command(flatten)]
+    pub limits: LimitArgs,
     /// The run folder (default: vrambisect-runs/run-<time>-<id> in the current folder).
     #[arg(help_heading = "Output", long, value_name = "DIR")]
     pub output: Option<PathBuf>,
@@ -275,9 +298,8 @@ pub struct BisectArgs {
     /// Run each configuration this many times (use 3 for flaky failures).
     #[arg(help_heading = "Search", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100), conflicts_with = "resume")]
     pub repeat: u32,
-    /// Prompts per run (failures that only appear on the second prompt need 2).
-    #[arg(help_heading = "Limits", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000), conflicts_with = "resume")]
-    pub iterations: u32,
+    #[command(flatten)]
+    pub limits: LimitArgs,
     /// The session folder (default: vrambisect-sessions/bisect-<time>-<id>).
     #[arg(
         help_heading = "Output",
@@ -289,7 +311,7 @@ pub struct BisectArgs {
     /// Continue an interrupted bisect from its session folder (no finished run is repeated).
     /// The session keeps its own install, workflow, flags, toggles, repeats and timeouts; only
     /// --max-runs and --min-available-ram may be given with it.
-    #[arg(help_heading = "Search", long, value_name = "DIR")]
+    #[arg(help_heading = "Search", long, value_name = "DIR", conflicts_with_all = LIMIT_ARGS)]
     pub resume: Option<PathBuf>,
     /// Read the base flags (and environment) from this launcher (.bat or .sh).
     #[arg(
@@ -307,15 +329,6 @@ pub struct BisectArgs {
         conflicts_with = "resume"
     )]
     pub python: Option<PathBuf>,
-    /// Give up on a prompt after this long.
-    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "1h", value_parser = crate::duration::parse_limit, allow_hyphen_values = true, conflicts_with = "resume")]
-    pub timeout: std::time::Duration,
-    /// Call it a hang after this long without websocket or log activity.
-    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "5m", value_parser = crate::duration::parse_limit, allow_hyphen_values = true, conflicts_with = "resume")]
-    pub stall_timeout: std::time::Duration,
-    /// Give up if ComfyUI is not ready after this long.
-    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "10m", value_parser = crate::duration::parse_limit, allow_hyphen_values = true, conflicts_with = "resume")]
-    pub startup_timeout: std::time::Duration,
     /// The most ComfyUI runs the bisect may take (default 64; with --resume, raises the
     /// budget of a session that ran out of it).
     #[arg(help_heading = "Search", long, value_parser = clap::value_parser!(u32).range(1..=10000))]
@@ -363,14 +376,13 @@ pub struct RegressArgs {
     /// Runs per commit: bad if any shows the failure, good only if all pass.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100), conflicts_with = "resume")]
     pub repeat: u32,
-    /// Prompts per run.
-    #[arg(help_heading = "Limits", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000), conflicts_with = "resume")]
-    pub iterations: u32,
+    #[command(flatten)]
+    pub limits: LimitArgs,
     /// The session folder (default: a new one under vrambisect-sessions/).
     #[arg(long, value_name = "DIR", conflicts_with = "resume")]
     pub output: Option<PathBuf>,
     /// Continue a session stopped early.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with_all = LIMIT_ARGS)]
     pub resume: Option<PathBuf>,
     /// Read ComfyUI's flags (and environment) from a .bat or .sh launcher.
     #[arg(long, value_name = "FILE", conflicts_with = "resume")]
@@ -378,15 +390,6 @@ pub struct RegressArgs {
     /// The Python that runs ComfyUI (default: the checkout's venv, as for run).
     #[arg(long, value_name = "PY", conflicts_with = "resume")]
     pub python: Option<PathBuf>,
-    /// Give up on a prompt after this long.
-    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "1h", value_parser = crate::duration::parse_limit, allow_hyphen_values = true, conflicts_with = "resume")]
-    pub timeout: std::time::Duration,
-    /// Call it a hang after this long without websocket or log activity.
-    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "5m", value_parser = crate::duration::parse_limit, allow_hyphen_values = true, conflicts_with = "resume")]
-    pub stall_timeout: std::time::Duration,
-    /// Give up if ComfyUI is not ready after this long.
-    #[arg(help_heading = "Limits", long, value_name = "DURATION", default_value = "10m", value_parser = crate::duration::parse_limit, allow_hyphen_values = true, conflicts_with = "resume")]
-    pub startup_timeout: std::time::Duration,
     /// The most ComfyUI runs (default 64; with --resume, a new budget).
     #[arg(help_heading = "Limits", long, value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub max_runs: Option<u32>,

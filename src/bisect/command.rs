@@ -13,7 +13,6 @@ use crate::run::{self, Limits, Reporter, RunEvent, RunOptions, Target};
 use crate::signals::{self, Stop};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// The first lines of a bisect: which ComfyUI folder and Python, and why.
 fn say_defaults(defaults: &Defaults, err: &mut dyn Write) {
@@ -82,11 +81,8 @@ impl NewSession {
             default_toggles: self.toggles.is_empty(),
             strategy: self.strategy,
             repeat: self.repeat,
-            iterations: self.limits.iterations,
             max_runs: max_runs.unwrap_or(64),
-            timeout_ms: self.limits.timeout.as_millis() as u64,
-            stall_timeout_ms: self.limits.stall_timeout.as_millis() as u64,
-            startup_timeout_ms: self.limits.startup_timeout.as_millis() as u64,
+            limits: self.limits,
             env: self.env.clone(),
             custom_nodes_check: self.custom_nodes_check,
         }
@@ -212,12 +208,10 @@ pub fn run(
         ))
         .hint("use the adaptive strategy, or fewer toggles"));
     }
+    // The RAM guard is the machine's, not the session's: it comes with the request.
     let limits = Limits {
-        iterations: spec.iterations,
-        timeout: Duration::from_millis(spec.timeout_ms),
-        stall_timeout: Duration::from_millis(spec.stall_timeout_ms),
-        startup_timeout: Duration::from_millis(spec.startup_timeout_ms),
         min_available_ram: req.min_available_ram,
+        ..spec.limits
     };
     let opts = RunOptions {
         env: spec.env.clone(),
@@ -390,7 +384,7 @@ fn space_of(spec: &SessionSpec, target: &Target) -> Result<(Space, Vec<String>, 
         .hint("fix the flags after -- (or in the launcher); vrambisect explain shows what this install accepts"));
     }
     let (toggles, toggle_set) = if spec.default_toggles {
-        let (chosen, why) = default_toggles(spec.iterations, &target.flags);
+        let (chosen, why) = default_toggles(spec.limits.iterations, &target.flags);
         // A session keeps the set it started with (sessions from before it kept one have none).
         let t = if spec.toggles.is_empty() {
             chosen

@@ -28,11 +28,10 @@ pub struct SessionSpec {
     pub default_toggles: bool,
     pub strategy: Strategy,
     pub repeat: u32,
-    pub iterations: u32,
     pub max_runs: u32,
-    pub timeout_ms: u64,
-    pub stall_timeout_ms: u64,
-    pub startup_timeout_ms: u64,
+    /// Kept as `iterations`, `timeout_ms`, `stall_timeout_ms` and `startup_timeout_ms`.
+    #[serde(flatten)]
+    pub limits: crate::run::Limits,
     pub env: Vec<(String, String)>,
     /// Whether to run the failing configuration once more with `--disable-all-custom-nodes`
     /// (sessions made before it existed: no).

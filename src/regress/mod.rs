@@ -19,7 +19,6 @@ use git::{CommitInfo, Repo};
 use serde::{Deserialize, Serialize};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// The session's settings, as its folder keeps them (`regress.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -38,11 +37,10 @@ pub struct Spec {
     /// What counts as bad; `None`: the bad end's own failure.
     pub regress: Option<Outcome>,
     pub repeat: u32,
-    pub iterations: u32,
     pub max_runs: u32,
-    pub timeout_ms: u64,
-    pub stall_timeout_ms: u64,
-    pub startup_timeout_ms: u64,
+    /// Kept as `iterations`, `timeout_ms`, `stall_timeout_ms` and `startup_timeout_ms`.
+    #[serde(flatten)]
+    pub limits: Limits,
 }
 
 pub const SPEC_FILE: &str = "regress.json";
@@ -237,13 +235,7 @@ impl Session<'_> {
                 "it does not take these flags: {err}"
             )));
         }
-        let limits = Limits {
-            iterations: self.spec.iterations,
-            timeout: Duration::from_millis(self.spec.timeout_ms),
-            stall_timeout: Duration::from_millis(self.spec.stall_timeout_ms),
-            startup_timeout: Duration::from_millis(self.spec.startup_timeout_ms),
-            min_available_ram: None,
-        };
+        let limits = self.spec.limits;
         let mut passes = 0;
         for _ in 0..self.spec.repeat.max(1) {
             if signals::requested() != Stop::No || self.runs >= self.spec.max_runs {
@@ -460,11 +452,8 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
                 bad,
                 regress,
                 repeat,
-                iterations: limits.iterations,
                 max_runs,
-                timeout_ms: limits.timeout.as_millis() as u64,
-                stall_timeout_ms: limits.stall_timeout.as_millis() as u64,
-                startup_timeout_ms: limits.startup_timeout.as_millis() as u64,
+                limits,
             };
             run::folder::write_json(&dir.join(SPEC_FILE), &spec)?;
             crate::private::create_dir_all(&dir.join("runs"))

@@ -385,7 +385,7 @@ fn rerun_command(src: &Source, failing: Option<&RunRecord>) -> String {
             .unwrap_or_default();
         a.extend(["--strategy".into(), strategy]);
         a.extend(["--repeat".into(), spec.repeat.to_string()]);
-        a.extend(["--iterations".into(), spec.iterations.to_string()]);
+        a.extend(["--iterations".into(), spec.limits.iterations.to_string()]);
         if spec.launcher.is_none() && !spec.base_flags.is_empty() {
             a.push("--".into());
             a.extend(spec.base_flags.iter().cloned());

@@ -178,7 +178,7 @@ fn assemble(
         peaks: Peaks::default(),
         ram_growth: None,
         run_dir: opts.run_dir.clone(),
-        workflow: opts.workflow_path.clone(),
+        workflow: opts.target.workflow_path.clone(),
         started_at: folder::rfc3339(started_at),
         duration_ms: clock.elapsed().as_millis() as u64,
         startup_ms: parts.startup_ms,
@@ -189,7 +189,7 @@ fn assemble(
         overhead: parts.overhead,
         sampling: Vec::new(),
         gpu_wait_ms: parts.gpu_wait_ms,
-        defaults: opts.defaults.clone(),
+        defaults: opts.target.defaults.clone(),
     };
     if let Some(summary) = summary {
         apply_samples(&mut record, summary);
@@ -200,7 +200,7 @@ fn assemble(
 /// The RAM threshold below which the run is stopped, from the option and the machine's RAM.
 fn ram_threshold(opts: &RunOptions, sampler: Option<&Sampler>) -> Option<u64> {
     const MIB: u64 = 1 << 20;
-    match opts.min_available_ram {
+    match opts.limits.min_available_ram {
         Some(0) => None,
         Some(bytes) => Some(bytes),
         None => {
@@ -279,7 +279,7 @@ fn run(
 ) -> Result<Parts> {
     write_json(
         &opts.run_dir.join(folder::WORKFLOW),
-        &serde_json::Value::Object(opts.workflow.prompt.clone()),
+        &serde_json::Value::Object(opts.target.workflow.prompt.clone()),
     )?;
     let mut server = match launch::launch(opts, reporter, sampler, clock)? {
         Ok(server) => server,
@@ -312,7 +312,7 @@ fn run(
     parts.startup_ms = Some(server.startup_ms);
     let mut process_exit: Option<ExitStatus> = None;
     let mut problems = Vec::new();
-    for n in 1..=opts.iterations.max(1) {
+    for n in 1..=opts.limits.iterations.max(1) {
         let mut prompt = Prompt {
             n,
             opts,
@@ -447,7 +447,7 @@ impl Prompt<'_> {
     /// The iteration's record, ComfyUI's exit if it died, and whether the run must stop.
     fn run(&mut self) -> (Iteration, Option<ExitStatus>, bool) {
         let n = self.n;
-        let (prompt, bust) = self.opts.workflow.for_iteration(n);
+        let (prompt, bust) = self.opts.target.workflow.for_iteration(n);
         if bust == CacheBust::Free {
             // No seed to change: empty ComfyUI's cache so the prompt really executes.
             let _ = self.client.free();
@@ -502,7 +502,7 @@ impl Prompt<'_> {
                 self.submitted = Some(Instant::now());
                 self.reporter.event(&RunEvent::Submitted {
                     iteration: n,
-                    of: self.opts.iterations,
+                    of: self.opts.limits.iterations,
                     prompt_id: prompt_id.clone(),
                 });
                 Submission::Queued(prompt_id)
@@ -538,8 +538,8 @@ impl Prompt<'_> {
     /// Carries what ComfyUI says to the watch, and does what the watch asks, until it is over.
     fn watch(&mut self, prompt_id: &str, t0: Instant) -> Watched {
         let limits = Limits {
-            timeout: self.opts.timeout,
-            stall: self.opts.stall_timeout,
+            timeout: self.opts.limits.timeout,
+            stall: self.opts.limits.stall_timeout,
             ram_floor: ram_threshold(self.opts, self.sampler),
         };
         let mut watch = PromptWatch::new(prompt_id, limits, t0.elapsed(), *self.ws_open);
@@ -615,7 +615,12 @@ impl Prompt<'_> {
     fn act(&mut self, action: Action, prompt_id: &str) -> Option<Input> {
         match action {
             Action::NodeStarted { node, done } => {
-                let class = self.opts.workflow.class_of(&node).map(str::to_string);
+                let class = self
+                    .opts
+                    .target
+                    .workflow
+                    .class_of(&node)
+                    .map(str::to_string);
                 self.mark(Mark::Node {
                     id: node.clone(),
                     class: class.clone().unwrap_or_else(|| "?".into()),
@@ -625,7 +630,7 @@ impl Prompt<'_> {
                     node,
                     class,
                     done,
-                    total: self.opts.workflow.node_count(),
+                    total: self.opts.target.workflow.node_count(),
                 });
                 None
             }
@@ -732,8 +737,8 @@ fn compare_with_prediction(opts: &RunOptions, effective: &Effective) -> Vec<Stri
         .comfyui_version
         .as_deref()
         .and_then(crate::version::Version::parse)
-        .or_else(|| opts.install.version.clone());
-    let parsed = argparse::parse(&opts.flags, &opts.comfy_flags, version.as_ref());
+        .or_else(|| opts.target.install.version.clone());
+    let parsed = argparse::parse(&opts.target.flags, &opts.comfy_flags, version.as_ref());
     let ctx = decide::Context {
         platform: decide::Platform::host(),
         version,

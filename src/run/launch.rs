@@ -170,9 +170,9 @@ pub fn launch(
         ];
         env.extend(opts.env.iter().cloned());
         let spec = process::Spec {
-            program: opts.python.path.as_os_str(),
+            program: opts.target.python.path.as_os_str(),
             args: &argv,
-            dir: &opts.install.dir,
+            dir: &opts.target.install.dir,
             env: &env,
         };
         let log = opts.run_dir.join(super::folder::COMFYUI_LOG);
@@ -188,8 +188,8 @@ pub fn launch(
                     outcome: Outcome::StartupFailed,
                     evidence: vec![format!(
                         "cannot run Python '{}' ({}): {why}",
-                        opts.python.path.display(),
-                        opts.python.source
+                        opts.target.python.path.display(),
+                        opts.target.python.source
                     )],
                     signatures: vec![],
                     explanation: Some("pass --python with the Python that runs ComfyUI".into()),
@@ -246,7 +246,7 @@ pub fn launch(
                     signatures: vec![],
                     explanation: Some(format!(
                         "ComfyUI did not become ready within {} s (raise --startup-timeout for slow disks)",
-                        opts.startup_timeout.as_secs()
+                        opts.limits.startup_timeout.as_secs()
                     )),
                 };
                 (verdict, child.terminate(opts.grace))
@@ -289,13 +289,13 @@ fn argv(opts: &RunOptions, port: u16) -> Vec<String> {
     ]);
     // Where the install supports it, keep the asset database out of the way: a second
     // instance on one install otherwise dies with `ASSETS_STARTUP_FAILED: in_use`.
-    if opts.flags.has("--disable-assets")
+    if opts.target.flags.has("--disable-assets")
         && !opts.comfy_flags.iter().any(|f| f == "--disable-assets")
     {
         argv.push("--disable-assets".into());
     }
     if opts.debug_log
-        && opts.flags.has("--verbose")
+        && opts.target.flags.has("--verbose")
         && !opts.comfy_flags.iter().any(|f| f.starts_with("--verbose"))
     {
         argv.extend(["--verbose".to_string(), "DEBUG".to_string()]);
@@ -341,7 +341,7 @@ fn wait_ready(
             }
             next_poll = now + Duration::from_millis(250);
         }
-        if now.duration_since(started) > opts.startup_timeout {
+        if now.duration_since(started) > opts.limits.startup_timeout {
             return Ready::TimedOut;
         }
     }

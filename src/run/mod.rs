@@ -17,6 +17,7 @@ use crate::install::{Install, Python};
 use crate::locate::{Chosen, Defaults};
 use crate::outcome::Outcome;
 use crate::workflow::Workflow;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -80,15 +81,23 @@ impl Target {
     }
 }
 
-/// The limits a run works within (from `run`'s or `bisect`'s options).
-#[derive(Debug, Clone, Copy)]
+/// The limits a run works within (`--iterations`, `--timeout`, `--stall-timeout`,
+/// `--startup-timeout`, `--min-available-ram`). Sessions keep them in their spec, in the keys
+/// they always had (`iterations`, `timeout_ms`, ...), except the RAM guard, which belongs to
+/// the machine a run is on, not to the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limits {
     pub iterations: u32,
     /// Per prompt.
+    #[serde(rename = "timeout_ms", with = "crate::duration::millis")]
     pub timeout: Duration,
+    #[serde(rename = "stall_timeout_ms", with = "crate::duration::millis")]
     pub stall_timeout: Duration,
+    #[serde(rename = "startup_timeout_ms", with = "crate::duration::millis")]
     pub startup_timeout: Duration,
-    /// See [`RunOptions::min_available_ram`].
+    /// Stop ComfyUI when available RAM falls below this many bytes (`None`: 2% of RAM,
+    /// between 256 MiB and 1 GiB; `Some(0)`: never).
+    #[serde(skip)]
     pub min_available_ram: Option<u64>,
 }
 
@@ -97,24 +106,14 @@ impl RunOptions {
     /// flags of the user's yet (a bisect sets them per run).
     pub fn new(target: Target, limits: Limits, run_dir: PathBuf) -> RunOptions {
         RunOptions {
-            stand_in_copy: target.stand_in_copy,
-            install: target.install,
-            defaults: target.defaults,
-            python: target.python,
-            flags: target.flags,
-            workflow: target.workflow,
-            workflow_path: target.workflow_path,
+            target,
+            limits,
             comfy_flags: Vec::new(),
             env: Vec::new(),
-            iterations: limits.iterations,
-            timeout: limits.timeout,
-            stall_timeout: limits.stall_timeout,
-            startup_timeout: limits.startup_timeout,
             grace: Duration::from_secs(10),
             run_dir,
             nvml_lib: None,
             cuda: false,
-            min_available_ram: limits.min_available_ram,
             debug_log: false,
         }
     }
@@ -123,25 +122,16 @@ impl RunOptions {
 /// Everything one run needs, validated.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// Keeps the copy of the bundled stand-in (if that is the install) for as long as runs use it.
-    pub stand_in_copy: Option<std::sync::Arc<tempfile::TempDir>>,
-    pub install: Install,
-    pub python: Python,
-    /// Where the ComfyUI folder and the Python came from (kept in the record).
-    pub defaults: Defaults,
-    /// The install's flags (to predict, and to know whether `--disable-assets` exists).
-    pub flags: FlagSet,
-    pub workflow: Workflow,
-    pub workflow_path: PathBuf,
+    /// The install, its Python and flags, the workflow.
+    pub target: Target,
+    /// Prompts and time limits; [`Limits::min_available_ram`] stops ComfyUI when available RAM
+    /// falls below that many bytes (`None`: 2% of RAM, between 256 MiB and 1 GiB; `Some(0)`:
+    /// never).
+    pub limits: Limits,
     /// ComfyUI's flags as the user gave them; passed on unchanged.
     pub comfy_flags: Vec<String>,
     /// Extra environment for ComfyUI (from a launcher).
     pub env: Vec<(String, String)>,
-    pub iterations: u32,
-    /// Per prompt.
-    pub timeout: Duration,
-    pub stall_timeout: Duration,
-    pub startup_timeout: Duration,
     /// Teardown: how long ComfyUI gets after SIGTERM before SIGKILL.
     pub grace: Duration,
     pub run_dir: PathBuf,
@@ -149,9 +139,6 @@ pub struct RunOptions {
     pub nvml_lib: Option<PathBuf>,
     /// Also sample CUDA from the tool's own context (costs VRAM; off by default).
     pub cuda: bool,
-    /// Stop ComfyUI when available RAM falls below this many bytes (`None`: 2% of RAM,
-    /// between 256 MiB and 1 GiB; `Some(0)`: never).
-    pub min_available_ram: Option<u64>,
     /// Log at DEBUG (`--verbose DEBUG`, which also raises comfy-aimdo's level) when the
     /// install takes it and the user's flags set no level: the log a bug report wants.
     pub debug_log: bool,
