@@ -2,7 +2,7 @@
 
 use crate::error::Result;
 use crate::flags::argparse::{self, Ambiguous, BadValue};
-use crate::flags::decide::{self, Advice, Context, DynamicVram, NoOp, Platform, Precision};
+use crate::flags::decide::{self, Context, Platform, Predicted};
 use crate::flags::defs;
 use crate::flags::help::FlagSet;
 use crate::flags::profile;
@@ -85,25 +85,15 @@ pub struct Explanation {
     /// The line ComfyUI prints before exiting 2, when it refuses.
     pub startup_error: Option<String>,
     pub help_requested: bool,
-    pub dynamic_vram: DynamicVram,
-    pub vram_state: &'static str,
-    pub reserved_vram_mb: u64,
-    pub reserved_vram_source: String,
-    pub pinned_memory: bool,
-    pub async_offload_streams: Option<u32>,
-    pub allocator: &'static str,
-    pub cache: &'static str,
-    pub single_gpu_forced: bool,
-    /// Weight and compute precisions the flags set.
-    pub precision: Vec<Precision>,
-    /// The attention implementation asked for, if any.
-    pub attention: Option<String>,
-    pub no_op_flags: Vec<NoOp>,
+    /// What ComfyUI will do with memory (Dynamic VRAM, VRAM state, reserve, pinned memory,
+    /// async offload, allocator, cache, precisions, attention, no-op flags, advice), in the
+    /// document's top level.
+    #[serde(flatten)]
+    pub predicted: Predicted,
     pub conflicts: Vec<ConflictOut>,
     pub unknown_flags: Vec<UnknownFlag>,
     pub ambiguous_flags: Vec<Ambiguous>,
     pub bad_values: Vec<BadValue>,
-    pub advice: Vec<Advice>,
     pub environment: Vec<EnvVar>,
 }
 
@@ -292,23 +282,11 @@ pub fn analyse(
         accepted,
         startup_error,
         help_requested: parsed.help_requested,
-        dynamic_vram: effective.dynamic_vram,
-        vram_state: effective.vram_state,
-        reserved_vram_mb: effective.reserved_vram_mb,
-        reserved_vram_source: effective.reserved_vram_source,
-        pinned_memory: effective.pinned_memory,
-        async_offload_streams: effective.async_offload_streams,
-        allocator: effective.allocator,
-        cache: effective.cache,
-        single_gpu_forced: effective.single_gpu_forced,
-        precision: effective.precision,
-        attention: effective.attention,
-        no_op_flags: effective.no_op,
         conflicts,
         unknown_flags,
         ambiguous_flags: parsed.ambiguous.clone(),
         bad_values: parsed.bad_values.clone(),
-        advice: effective.advice,
+        predicted: effective,
         environment,
     }
 }
@@ -449,7 +427,7 @@ pub fn render(e: &Explanation, style: &Style, out: &mut dyn Write) -> io::Result
         writeln!(out)?;
     }
 
-    let dyn_word = if e.dynamic_vram.enabled {
+    let dyn_word = if e.predicted.dynamic_vram.enabled {
         style.good("on")
     } else {
         style.warn("off")
@@ -457,26 +435,31 @@ pub fn render(e: &Explanation, style: &Style, out: &mut dyn Write) -> io::Result
     let rows: Vec<(&str, String)> = vec![
         (
             "Dynamic VRAM",
-            format!("{dyn_word}: {}", e.dynamic_vram.reason),
+            format!("{dyn_word}: {}", e.predicted.dynamic_vram.reason),
         ),
-        ("VRAM state", e.vram_state.to_string()),
+        ("VRAM state", e.predicted.vram_state.to_string()),
         (
             "Reserved VRAM",
-            format!("{} MiB ({})", e.reserved_vram_mb, e.reserved_vram_source),
+            format!(
+                "{} MiB ({})",
+                e.predicted.reserved_vram_mb, e.predicted.reserved_vram_source
+            ),
         ),
-        ("Pinned memory", on_off(e.pinned_memory).into()),
+        ("Pinned memory", on_off(e.predicted.pinned_memory).into()),
         (
             "Async offload",
-            e.async_offload_streams
+            e.predicted
+                .async_offload_streams
                 .map(|n| format!("{n} streams"))
                 .unwrap_or_else(|| "off".into()),
         ),
-        ("Allocator", e.allocator.to_string()),
-        ("Cache", e.cache.replace('_', " ")),
+        ("Allocator", e.predicted.allocator.to_string()),
+        ("Cache", e.predicted.cache.replace('_', " ")),
     ];
     let mut rows = rows;
-    if !e.precision.is_empty() {
+    if !e.predicted.precision.is_empty() {
         let text = e
+            .predicted
             .precision
             .iter()
             .map(|p| format!("{} {} ({})", p.part, p.dtype, p.flag))
@@ -484,13 +467,13 @@ pub fn render(e: &Explanation, style: &Style, out: &mut dyn Write) -> io::Result
             .join(", ");
         rows.push(("Precision", text));
     }
-    if let Some(flag) = &e.attention {
+    if let Some(flag) = &e.predicted.attention {
         rows.push(("Attention", flag.clone()));
     }
     for (label, value) in rows {
         writeln!(out, "{:<14} {value}", style.bold(label))?;
     }
-    if e.single_gpu_forced {
+    if e.predicted.single_gpu_forced {
         writeln!(
             out,
             "{:<14} only GPU 0 (Windows single-GPU mode)",
@@ -512,7 +495,8 @@ pub fn render(e: &Explanation, style: &Style, out: &mut dyn Write) -> io::Result
         out,
         style,
         "No-op flags",
-        e.no_op_flags
+        e.predicted
+            .no_op
             .iter()
             .map(|n| (n.flag.clone(), n.reason.clone())),
     )?;
@@ -558,7 +542,7 @@ pub fn render(e: &Explanation, style: &Style, out: &mut dyn Write) -> io::Result
         out,
         style,
         "Advice",
-        e.advice.iter().map(|a| {
+        e.predicted.advice.iter().map(|a| {
             (
                 a.flag.clone().unwrap_or_else(|| "note".into()),
                 a.text.clone(),
@@ -701,7 +685,12 @@ mod tests {
             assert_eq!(e.accepted, Some(true), "{flag}");
         }
         let e = builtin(&["--force-fp16", "--fp16-intermediates"], Platform::Linux);
-        let parts: Vec<(&str, &str)> = e.precision.iter().map(|p| (p.part, p.dtype)).collect();
+        let parts: Vec<(&str, &str)> = e
+            .predicted
+            .precision
+            .iter()
+            .map(|p| (p.part, p.dtype))
+            .collect();
         assert_eq!(
             parts,
             [
@@ -711,7 +700,10 @@ mod tests {
             ]
         );
         let e = builtin(&["--use-split-cross-attention"], Platform::Linux);
-        assert_eq!(e.attention.as_deref(), Some("--use-split-cross-attention"));
+        assert_eq!(
+            e.predicted.attention.as_deref(),
+            Some("--use-split-cross-attention")
+        );
         // Gone from the real list.
         assert_eq!(
             builtin(&["--disable-ipex-optimize"], Platform::Linux).accepted,
@@ -723,8 +715,13 @@ mod tests {
     fn prefix_is_explained() {
         let e = builtin(&["--disable-dyn"], Platform::Linux);
         assert_eq!(e.accepted, Some(true));
-        assert!(!e.dynamic_vram.enabled);
-        assert!(e.advice.iter().any(|a| a.text.contains("abbreviation")));
+        assert!(!e.predicted.dynamic_vram.enabled);
+        assert!(
+            e.predicted
+                .advice
+                .iter()
+                .any(|a| a.text.contains("abbreviation"))
+        );
     }
 
     #[test]

@@ -4,10 +4,12 @@
 //! any size. Lines and their order as in `fixtures/captures/logs/startup-cpu.log` and `fixtures/logs/`.
 
 use crate::version::{self, Version};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-/// The effective configuration read from a startup log.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+/// The effective configuration read from a startup log (a run record's `effective`; records
+/// made before a fact was read lack it, hence the defaults).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct StartupFacts {
     pub comfyui_version: Option<String>,
     pub comfy_aimdo_version: Option<String>,

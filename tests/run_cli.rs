@@ -662,13 +662,20 @@ fn two_sessions_on_one_gpu_take_turns() {
     assert_eq!(db["outcome"], "pass", "{db:#}");
     assert_ne!(da["port"], db["port"]);
     assert_eq!(da["gpu_wait_ms"], 0, "the first got the GPU at once");
-    assert!(db["gpu_wait_ms"].as_u64().unwrap() > 0, "the second waited its turn");
+    assert!(
+        db["gpu_wait_ms"].as_u64().unwrap() > 0,
+        "the second waited its turn"
+    );
     assert!(
         String::from_utf8_lossy(&b.stderr).contains("waiting for the GPU: vrambisect pid"),
         "and said who it waited for: {}",
         String::from_utf8_lossy(&b.stderr)
     );
-    assert_eq!(std::fs::metadata(&lock).unwrap().len(), 0, "the lock file stays empty");
+    assert_eq!(
+        std::fs::metadata(&lock).unwrap().len(),
+        0,
+        "the lock file stays empty"
+    );
 }
 
 #[test]

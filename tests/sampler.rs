@@ -106,7 +106,7 @@ fn nvml_series_carry_the_fake_values() {
     );
     assert_eq!(d0.total_bytes, Some(25757220864));
     assert_eq!(d0.reserved_bytes, Some(397410304));
-    assert_eq!(d0.memory_info, Some("v2"));
+    assert_eq!(d0.memory_info.as_deref(), Some("v2"));
     assert_eq!(
         s.devices[1].name.as_deref(),
         Some("NVIDIA GeForce RTX 3060")
@@ -290,7 +290,7 @@ gpu1.fail.nvmlDeviceGetComputeRunningProcesses_v3=no_permission
     assert_eq!(count("nvml.pcie"), 2, "{:#?}", s.unavailable);
     assert_eq!(count("nvml.processes"), 1, "{:#?}", s.unavailable);
     assert_eq!(s.unavailable.len(), 5, "{:#?}", s.unavailable);
-    assert_eq!(s.devices[0].memory_info, Some("v1"));
+    assert_eq!(s.devices[0].memory_info.as_deref(), Some("v1"));
     assert_eq!(s.devices[0].reserved_bytes, None);
     // v1 `used` counts the reserve.
     assert_eq!(value(&s, "gpu0.nvml.used").2, 9663676416 + 397410304);

@@ -129,6 +129,7 @@ pub struct Predicted {
     pub precision: Vec<Precision>,
     /// The attention flag given, if any (otherwise ComfyUI picks one for the device).
     pub attention: Option<String>,
+    #[serde(rename = "no_op_flags")]
     pub no_op: Vec<NoOp>,
     pub advice: Vec<Advice>,
 }

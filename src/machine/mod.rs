@@ -136,7 +136,7 @@ pub struct RunFacts {
     pub label: String,
     pub record: RunRecord,
     /// The run's `samples-summary.json`.
-    pub summary: Option<Value>,
+    pub summary: Option<crate::sampler::Summary>,
     /// The run's log, normalised (no ANSI, no level tags).
     pub log: Option<String>,
 }
@@ -269,7 +269,8 @@ pub fn probe(inp: &Inputs) -> Probes {
 }
 
 /// Merges what the run recorded with what the probes found (no I/O): a run's own record
-/// wins, so the bundle describes the machine the runs happened on.
+/// wins, so the bundle describes the machine the runs happened on. Each kind of fact has its
+/// own part below.
 pub fn merge(inp: &Inputs, probes: Probes) -> Environment {
     let Probes {
         host,
@@ -277,41 +278,107 @@ pub fn merge(inp: &Inputs, probes: Probes) -> Environment {
         install,
         git,
         custom_nodes,
-        python: py,
+        python,
         process_env,
     } = probes;
+    let rec = Recorded::of(inp);
     let [os, kernel, cpu, ram_now, swap_bytes] = host;
-    let run = inp.run.as_ref();
-    let label = run.map(|r| r.label.as_str()).unwrap_or("the run");
-    let src_stats = format!("/system_stats of {label}");
-    let src_log = format!("startup log of {label}");
-    let src_sampled = format!("NVML during {label}");
-    let record = run.map(|r| &r.record);
-    let log = run.and_then(|r| r.log.as_deref());
-    let summary = run.and_then(|r| r.summary.as_ref());
-
     let ram_bytes = Item::first([
         opt(
-            record
+            rec.record
                 .and_then(|r| r.system_stats.as_ref())
                 .and_then(|s| s.pointer("/system/ram_total"))
                 .and_then(Value::as_u64),
-            &src_stats,
+            &rec.src_stats,
             "",
         ),
         ram_now,
     ]);
+    let gpu = gpu_facts(&rec, &now);
+    let comfy = comfyui_facts(&rec, inp, install.as_ref(), git, custom_nodes);
+    let py = python_facts(&rec, &python);
+    let launch = launch_facts(&rec, inp, process_env);
+    Environment {
+        format: FORMAT.into(),
+        vrambisect_version: env!("CARGO_PKG_VERSION").into(),
+        captured_at: crate::run::folder::rfc3339(std::time::SystemTime::now()),
+        os,
+        kernel,
+        cpu,
+        ram_bytes,
+        swap_bytes,
+        gpus: gpu.gpus,
+        nvidia_driver: gpu.nvidia_driver,
+        cuda_driver: gpu.cuda_driver,
+        other_processes_vram_bytes: gpu.other_processes_vram_bytes,
+        gpu_processes_now: gpu.gpu_processes_now,
+        comfyui_folder: comfy.folder,
+        comfyui_version: comfy.version,
+        comfyui_git: comfy.git,
+        python: py.python,
+        python_executable: py.executable,
+        torch: py.torch,
+        torch_cuda: py.torch_cuda,
+        comfy_aimdo: py.comfy_aimdo,
+        comfy_kitchen: py.comfy_kitchen,
+        comfyui_frontend: py.comfyui_frontend,
+        custom_nodes: comfy.custom_nodes,
+        launcher: launch.launcher,
+        command: launch.command,
+        env: launch.env,
+    }
+}
 
-    // GPUs: what the sampler saw during the run, completed with NVML now.
-    let now_reason = now.as_ref().err().cloned().unwrap_or_default();
-    let sampled: Vec<Value> = summary
-        .and_then(|s| s.get("devices"))
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let link_of = |index: u64| -> Value {
-        match &now {
-            Ok(n) => match n.gpus.iter().find(|g| u64::from(g.index) == index) {
+/// What the recorded run says, and how each of its sources is named.
+struct Recorded<'a> {
+    /// `run 001`, or `the run`.
+    label: &'a str,
+    src_stats: String,
+    src_log: String,
+    src_sampled: String,
+    record: Option<&'a RunRecord>,
+    log: Option<&'a str>,
+    summary: Option<&'a crate::sampler::Summary>,
+}
+
+impl<'a> Recorded<'a> {
+    fn of(inp: &'a Inputs) -> Recorded<'a> {
+        let run = inp.run.as_ref();
+        let label = run.map(|r| r.label.as_str()).unwrap_or("the run");
+        Recorded {
+            label,
+            src_stats: format!("/system_stats of {label}"),
+            src_log: format!("startup log of {label}"),
+            src_sampled: format!("NVML during {label}"),
+            record: run.map(|r| &r.record),
+            log: run.and_then(|r| r.log.as_deref()),
+            summary: run.and_then(|r| r.summary.as_ref()),
+        }
+    }
+
+    /// A `/system_stats` field of the run.
+    fn stats(&self, key: &str) -> Option<String> {
+        self.record
+            .and_then(|r| stats_field(r, key))
+            .map(str::to_string)
+    }
+}
+
+/// The GPUs, the driver and who else held VRAM.
+struct GpuFacts {
+    gpus: Item,
+    nvidia_driver: Item,
+    cuda_driver: Item,
+    other_processes_vram_bytes: Item,
+    gpu_processes_now: Item,
+}
+
+/// What the sampler saw during the run, completed with NVML now; without either, ComfyUI's
+/// own device list (CUDA's view).
+fn gpu_facts(rec: &Recorded, now: &Result<NvmlNow, String>) -> GpuFacts {
+    let link_of = |index: u32| -> Value {
+        match now {
+            Ok(n) => match n.gpus.iter().find(|g| g.index == index) {
                 Some(g) => match &g.pcie_link {
                     Ok(l) => json!({"value": l, "source": "NVML now"}),
                     Err(e) => json!({"missing": e}),
@@ -321,22 +388,25 @@ pub fn merge(inp: &Inputs, probes: Probes) -> Environment {
             Err(e) => json!({"missing": e}),
         }
     };
+    let sampled = rec
+        .summary
+        .map(|s| s.devices.as_slice())
+        .unwrap_or_default();
     let gpus = if !sampled.is_empty() {
         let list: Vec<Value> = sampled
             .iter()
             .map(|d| {
-                let index = d.get("index").and_then(Value::as_u64).unwrap_or(0);
                 json!({
-                    "index": index,
-                    "name": d.get("name"),
-                    "vram_total_bytes": d.get("total_bytes"),
-                    "vram_reserved_bytes": d.get("reserved_bytes"),
-                    "pcie_link": link_of(index),
+                    "index": d.index,
+                    "name": d.name,
+                    "vram_total_bytes": d.total_bytes,
+                    "vram_reserved_bytes": d.reserved_bytes,
+                    "pcie_link": link_of(d.index),
                 })
             })
             .collect();
-        Item::found(list, &src_sampled)
-    } else if let Ok(n) = &now
+        Item::found(list, &rec.src_sampled)
+    } else if let Ok(n) = now
         && !n.gpus.is_empty()
     {
         let list: Vec<Value> = n
@@ -349,65 +419,42 @@ pub fn merge(inp: &Inputs, probes: Probes) -> Environment {
                     "vram_total_bytes": g.total_bytes,
                     "vram_reserved_bytes": g.reserved_bytes,
                     "vram_free_bytes": g.free_bytes,
-                    "pcie_link": link_of(u64::from(g.index)),
+                    "pcie_link": link_of(g.index),
                 })
             })
             .collect();
         Item::found(list, "NVML now")
     } else {
-        // ComfyUI's own device list (CUDA's view; no GPU in CPU mode).
-        let devices: Vec<Value> = record
-            .and_then(|r| r.system_stats.as_ref())
-            .and_then(|s| s.get("devices"))
-            .and_then(Value::as_array)
-            .map(|d| {
-                d.iter()
-                    .filter(|d| d.get("type").and_then(Value::as_str) != Some("cpu"))
-                    .map(|d| {
-                        json!({"index": d.get("index"), "name": d.get("name"),
-                               "vram_total_bytes": d.get("vram_total")})
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        if devices.is_empty() {
-            Item::missing(if now_reason.is_empty() {
-                "NVML sees no GPU".to_string()
-            } else {
-                now_reason.clone()
-            })
-        } else {
-            Item::found(devices, format!("{src_stats} (CUDA's view)"))
-        }
+        comfyui_devices(rec, now)
     };
-    let from_summary = |k: &str| {
-        summary
-            .and_then(|s| s.get(k))
-            .and_then(Value::as_str)
-            .map(str::to_string)
+    let from_nvml_now = |f: &dyn Fn(&NvmlNow) -> Option<String>| match now {
+        Ok(n) => opt(f(n), "NVML now", "NVML does not say"),
+        Err(e) => Item::missing(e.clone()),
     };
     let nvidia_driver = Item::first([
-        opt(from_summary("driver_version"), &src_sampled, ""),
-        match &now {
-            Ok(n) => opt(n.driver.clone(), "NVML now", "NVML does not say"),
-            Err(e) => Item::missing(e.clone()),
-        },
+        opt(
+            rec.summary.and_then(|s| s.driver_version.clone()),
+            &rec.src_sampled,
+            "",
+        ),
+        from_nvml_now(&|n| n.driver.clone()),
     ]);
     let cuda_driver = Item::first([
-        opt(from_summary("cuda_driver_version"), &src_sampled, ""),
-        match &now {
-            Ok(n) => opt(n.cuda_driver.clone(), "NVML now", "NVML does not say"),
-            Err(e) => Item::missing(e.clone()),
-        },
+        opt(
+            rec.summary.and_then(|s| s.cuda_driver_version.clone()),
+            &rec.src_sampled,
+            "",
+        ),
+        from_nvml_now(&|n| n.cuda_driver.clone()),
     ]);
     let other_processes_vram_bytes = opt(
-        record.and_then(|r| r.peaks.vram_other_processes_bytes),
-        &format!("NVML during {label} (peak)"),
-        &record
+        rec.record.and_then(|r| r.peaks.vram_other_processes_bytes),
+        &format!("NVML during {} (peak)", rec.label),
+        &rec.record
             .and_then(|r| r.sampling.iter().find(|s| s.starts_with("nvml")).cloned())
             .unwrap_or_else(|| "not recorded (no per-process NVML figures during the run)".into()),
     );
-    let gpu_processes_now = match &now {
+    let gpu_processes_now = match now {
         Ok(n) => match &n.processes {
             Some(p) => Item::found(
                 serde_json::to_value(p).unwrap_or_default(),
@@ -417,10 +464,58 @@ pub fn merge(inp: &Inputs, probes: Probes) -> Environment {
         },
         Err(e) => Item::missing(e.clone()),
     };
+    GpuFacts {
+        gpus,
+        nvidia_driver,
+        cuda_driver,
+        other_processes_vram_bytes,
+        gpu_processes_now,
+    }
+}
 
-    // ComfyUI.
+/// ComfyUI's own device list from `/system_stats` (CUDA's view; no GPU in CPU mode).
+fn comfyui_devices(rec: &Recorded, now: &Result<NvmlNow, String>) -> Item {
+    let devices: Vec<Value> = rec
+        .record
+        .and_then(|r| r.system_stats.as_ref())
+        .and_then(|s| s.get("devices"))
+        .and_then(Value::as_array)
+        .map(|d| {
+            d.iter()
+                .filter(|d| d.get("type").and_then(Value::as_str) != Some("cpu"))
+                .map(|d| {
+                    json!({"index": d.get("index"), "name": d.get("name"),
+                           "vram_total_bytes": d.get("vram_total")})
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if !devices.is_empty() {
+        return Item::found(devices, format!("{} (CUDA's view)", rec.src_stats));
+    }
+    match now {
+        Err(reason) if !reason.is_empty() => Item::missing(reason.clone()),
+        _ => Item::missing("NVML sees no GPU"),
+    }
+}
+
+/// The ComfyUI install: its folder, version, git state and custom nodes.
+struct ComfyFacts {
+    folder: Item,
+    version: Item,
+    git: Item,
+    custom_nodes: Item,
+}
+
+fn comfyui_facts(
+    rec: &Recorded,
+    inp: &Inputs,
+    install: Option<&(Install, String)>,
+    git: Result<GitInfo, String>,
+    custom_nodes: Result<Vec<Value>, String>,
+) -> ComfyFacts {
     let unknown = unknown_install(inp);
-    let comfyui_folder = match (&install, &inp.comfyui) {
+    let folder = match (install, &inp.comfyui) {
         (Some((i, how)), _) => Item::found(i.dir.display().to_string(), how.clone()),
         (None, Some((dir, _))) => Item::missing(format!(
             "{} is not a ComfyUI folder any more",
@@ -428,76 +523,105 @@ pub fn merge(inp: &Inputs, probes: Probes) -> Environment {
         )),
         (None, None) => Item::missing(unknown.clone()),
     };
-    let comfyui_version = Item::first([
+    let Some((i, _)) = install else {
+        return ComfyFacts {
+            folder,
+            version: Item::first([
+                opt(
+                    rec.record.and_then(|r| r.effective.comfyui_version.clone()),
+                    &rec.src_log,
+                    "",
+                ),
+                opt(rec.stats("comfyui_version"), &rec.src_stats, ""),
+                Item::missing(unknown.clone()),
+            ]),
+            git: Item::missing(unknown.clone()),
+            custom_nodes: Item::missing(unknown),
+        };
+    };
+    let version = Item::first([
         opt(
-            record.and_then(|r| r.effective.comfyui_version.clone()),
-            &src_log,
+            rec.record.and_then(|r| r.effective.comfyui_version.clone()),
+            &rec.src_log,
             "",
         ),
-        opt(stats_field_opt(record, "comfyui_version"), &src_stats, ""),
-        match &install {
-            Some((i, _)) => opt(
-                i.version.as_ref().map(|v| v.to_string()),
-                &format!("{}", i.dir.join("comfyui_version.py").display()),
-                "comfyui_version.py has no version",
-            ),
-            None => Item::missing(unknown.clone()),
-        },
+        opt(rec.stats("comfyui_version"), &rec.src_stats, ""),
+        opt(
+            i.version.as_ref().map(|v| v.to_string()),
+            &format!("{}", i.dir.join("comfyui_version.py").display()),
+            "comfyui_version.py has no version",
+        ),
     ]);
-    let comfyui_git = match &install {
-        Some((i, _)) => match git {
-            Ok(g) => Item::found(
-                json!({"commit": g.commit, "branch": g.branch}),
-                format!("{}", i.dir.join(".git").display()),
-            ),
-            Err(e) => Item::missing(e),
-        },
-        None => Item::missing(unknown.clone()),
+    let git = match git {
+        Ok(g) => Item::found(
+            json!({"commit": g.commit, "branch": g.branch}),
+            format!("{}", i.dir.join(".git").display()),
+        ),
+        Err(e) => Item::missing(e),
     };
-    let custom_nodes = match &install {
-        Some((i, _)) => match custom_nodes {
-            Ok(list) => Item::found(list, format!("{}", i.dir.join("custom_nodes").display())),
-            Err(e) => Item::missing(e),
-        },
-        None => Item::missing(unknown.clone()),
+    let custom_nodes = match custom_nodes {
+        Ok(list) => Item::found(list, format!("{}", i.dir.join("custom_nodes").display())),
+        Err(e) => Item::missing(e),
     };
+    ComfyFacts {
+        folder,
+        version,
+        git,
+        custom_nodes,
+    }
+}
 
-    // The install's Python.
-    let py_item = |f: &dyn Fn(&PyFacts) -> Option<String>, what: &str| match &py {
+/// The install's Python and the packages that decide memory.
+struct PythonFacts {
+    python: Item,
+    executable: Item,
+    torch: Item,
+    torch_cuda: Item,
+    comfy_aimdo: Item,
+    comfy_kitchen: Item,
+    comfyui_frontend: Item,
+}
+
+/// `/system_stats` first, then the startup log, then what the install's Python says now.
+fn python_facts(rec: &Recorded, py: &Result<(PyFacts, String), String>) -> PythonFacts {
+    let not_asked =
+        |e: &String| Item::missing(format!("the install's Python could not be asked: {e}"));
+    let py_item = |f: &dyn Fn(&PyFacts) -> Option<String>, what: &str| match py {
         Ok((facts, src)) => opt(
             f(facts),
             &format!("{src}, importlib.metadata"),
             &format!("{what} is not installed in the install's Python"),
         ),
-        Err(e) => Item::missing(format!("the install's Python could not be asked: {e}")),
+        Err(e) => not_asked(e),
     };
+    let effective = |f: &dyn Fn(&RunRecord) -> Option<String>| rec.record.and_then(f);
     let python = Item::first([
-        opt(stats_field_opt(record, "python_version"), &src_stats, ""),
+        opt(rec.stats("python_version"), &rec.src_stats, ""),
         opt(
-            record.and_then(|r| r.effective.python_version.clone()),
-            &src_log,
+            effective(&|r| r.effective.python_version.clone()),
+            &rec.src_log,
             "",
         ),
-        match &py {
+        match py {
             Ok((f, src)) => Item::found(f.python.clone(), src.clone()),
-            Err(e) => Item::missing(format!("the install's Python could not be asked: {e}")),
+            Err(e) => not_asked(e),
         },
     ]);
-    let python_executable = match &py {
+    let executable = match py {
         Ok((f, src)) => opt(f.executable.clone(), src, "the Python did not say"),
-        Err(e) => Item::missing(format!("the install's Python could not be asked: {e}")),
+        Err(e) => not_asked(e),
     };
     let torch = Item::first([
-        opt(stats_field_opt(record, "pytorch_version"), &src_stats, ""),
+        opt(rec.stats("pytorch_version"), &rec.src_stats, ""),
         opt(
-            record.and_then(|r| r.effective.pytorch_version.clone()),
-            &src_log,
+            effective(&|r| r.effective.pytorch_version.clone()),
+            &rec.src_log,
             "",
         ),
         py_item(&|f| f.package("torch").map(str::to_string), "torch"),
     ]);
     let torch_cuda = Item::first([
-        match &py {
+        match py {
             Ok((f, src)) => match (&f.torch_cuda, &f.torch_hip) {
                 (Some(c), _) => Item::found(c.clone(), format!("{src}, torch/version.py")),
                 (None, Some(h)) => {
@@ -513,58 +637,75 @@ pub fn merge(inp: &Inputs, probes: Probes) -> Environment {
             "the torch version names no CUDA build",
         ),
     ]);
-    // A Python package's version: /system_stats, then the startup log, then the install's
-    // own Python.
     let package = |name: &str, logged: Option<String>| {
         Item::first([
-            opt(record.and_then(|r| stats_package(r, name)), &src_stats, ""),
-            opt(logged, &src_log, ""),
+            opt(
+                rec.record.and_then(|r| stats_package(r, name)),
+                &rec.src_stats,
+                "",
+            ),
+            opt(logged, &rec.src_log, ""),
             py_item(&|f| f.package(name).map(str::to_string), name),
         ])
     };
-    let comfy_aimdo = package(
-        "comfy-aimdo",
-        record.and_then(|r| r.effective.comfy_aimdo_version.clone()),
-    );
-    let comfy_kitchen = package(
-        "comfy-kitchen",
-        log.and_then(|l| log_value(l, "comfy-kitchen version:")),
-    );
-    let comfyui_frontend = package(
-        "comfyui-frontend-package",
-        log.and_then(|l| log_value(l, "ComfyUI frontend version:")),
-    );
+    PythonFacts {
+        python,
+        executable,
+        torch_cuda,
+        torch,
+        comfy_aimdo: package(
+            "comfy-aimdo",
+            effective(&|r| r.effective.comfy_aimdo_version.clone()),
+        ),
+        comfy_kitchen: package(
+            "comfy-kitchen",
+            effective(&|r| r.effective.comfy_kitchen_version.clone()),
+        ),
+        comfyui_frontend: package(
+            "comfyui-frontend-package",
+            rec.log
+                .and_then(|l| log_value(l, "ComfyUI frontend version:")),
+        ),
+    }
+}
 
+/// How ComfyUI was started: the launcher, the command line, the allowlisted environment.
+struct LaunchFacts {
+    launcher: Item,
+    command: Item,
+    env: Item,
+}
+
+fn launch_facts(rec: &Recorded, inp: &Inputs, process_env: Vec<(String, String)>) -> LaunchFacts {
     let launcher = match &inp.launcher {
         Some((line, src)) => Item::found(line.clone(), src.clone()),
         None => {
             Item::missing("no launcher was given (the runs used the flags on the command line)")
         }
     };
-    let command = match record {
+    let command = match rec.record {
         Some(r) => Item::found(
             format!("python {}", shell_words(&r.argv)),
-            format!("record.json of {label}"),
+            format!("record.json of {}", rec.label),
         ),
         None => Item::missing("no run was recorded"),
     };
-
     // Allowlisted variables only: the launcher's, then this process's.
     let mut env = serde_json::Map::new();
     let mut sources = Vec::new();
-    for (k, v) in &inp.launcher_env {
-        if env_allowed(k) && !env.contains_key(k) {
-            env.insert(k.clone(), Value::String(v.clone()));
-            if !sources.contains(&"set by the launcher") {
-                sources.push("set by the launcher");
-            }
-        }
-    }
-    for (k, v) in process_env {
+    let launcher_env = inp
+        .launcher_env
+        .iter()
+        .filter(|(k, _)| env_allowed(k))
+        .map(|(k, v)| (k.clone(), v.clone(), "set by the launcher"));
+    let process = process_env
+        .into_iter()
+        .map(|(k, v)| (k, v, "environment when the report was made"));
+    for (k, v, source) in launcher_env.chain(process) {
         if !env.contains_key(&k) {
             env.insert(k, Value::String(v));
-            if !sources.contains(&"environment when the report was made") {
-                sources.push("environment when the report was made");
+            if !sources.contains(&source) {
+                sources.push(source);
             }
         }
     }
@@ -576,40 +717,11 @@ pub fn merge(inp: &Inputs, probes: Probes) -> Environment {
             sources.join("; ")
         },
     );
-
-    Environment {
-        format: FORMAT.into(),
-        vrambisect_version: env!("CARGO_PKG_VERSION").into(),
-        captured_at: crate::run::folder::rfc3339(std::time::SystemTime::now()),
-        os,
-        kernel,
-        cpu,
-        ram_bytes,
-        swap_bytes,
-        gpus,
-        nvidia_driver,
-        cuda_driver,
-        other_processes_vram_bytes,
-        gpu_processes_now,
-        comfyui_folder,
-        comfyui_version,
-        comfyui_git,
-        python,
-        python_executable,
-        torch,
-        torch_cuda,
-        comfy_aimdo,
-        comfy_kitchen,
-        comfyui_frontend,
-        custom_nodes,
+    LaunchFacts {
         launcher,
         command,
         env,
     }
-}
-
-fn stats_field_opt(record: Option<&RunRecord>, key: &str) -> Option<String> {
-    record.and_then(|r| stats_field(r, key)).map(str::to_string)
 }
 
 pub use crate::text::shell_words;

@@ -268,3 +268,60 @@ fn nvml_on_windows_is_found_where_old_drivers_put_it() {
     // No driver at all: the loader's search, which then says it is missing.
     assert_eq!(windows_nvml(root, pf, &|_| false), None);
 }
+
+#[test]
+fn the_samplers_summary_is_read_typed_and_wins_over_nvml_now() {
+    // A summary as `samples-summary.json` keeps it (written by the sampler, read back typed),
+    // and a record whose startup log named comfy-kitchen.
+    let summary = crate::sampler::Summary {
+        driver_version: Some("580.95.05".into()),
+        cuda_driver_version: Some("13.0".into()),
+        devices: vec![crate::sampler::DeviceInfo {
+            index: 0,
+            name: Some("NVIDIA GeForce RTX 4090".into()),
+            total_bytes: Some(25_757_220_864),
+            reserved_bytes: Some(454_033_408),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let text = serde_json::to_string(&summary).unwrap();
+    let summary: crate::sampler::Summary = serde_json::from_str(&text).unwrap();
+    let record: RunRecord = serde_json::from_value(json!({
+        "outcome": "pass", "evidence": [], "explanation": null, "argv": ["main.py"],
+        "flags": [], "iterations": [], "peaks": {}, "run_dir": "/r", "workflow": "/w.json",
+        "started_at": "2026-12-01T00:00:00Z", "duration_ms": 1, "startup_ms": 1, "port": 1,
+        "teardown": {"killed": false, "group_empty": true, "exit": null},
+        "warnings": [], "overhead": {"ready_to_submitted_ms": 0.0, "end_to_verdict_ms": 0.0,
+        "teardown_ms": 0.0}, "sampling": [], "gpu_wait_ms": 0,
+        "effective": {"comfy_kitchen_version": "0.2.36"}, "system_stats": null
+    }))
+    .unwrap();
+    let inp = Inputs {
+        run: Some(RunFacts {
+            label: "run 002".into(),
+            record,
+            summary: Some(summary),
+            log: None,
+        }),
+        ..Inputs::default()
+    };
+    let env = merge(&inp, bare_probes(&[]));
+    assert_eq!(
+        serde_json::to_value(&env.nvidia_driver).unwrap(),
+        json!({"value": "580.95.05", "source": "NVML during run 002"})
+    );
+    assert_eq!(env.cuda_driver.text().as_deref(), Some("13.0"));
+    let gpus = env.gpus.value().unwrap();
+    assert_eq!(gpus[0]["name"], "NVIDIA GeForce RTX 4090");
+    assert_eq!(gpus[0]["vram_total_bytes"], 25_757_220_864u64);
+    assert_eq!(
+        gpus[0]["pcie_link"]["missing"],
+        "cannot load libnvidia-ml.so.1"
+    );
+    // The kitchen version comes from the record's startup facts, not from grepping the log.
+    assert_eq!(
+        serde_json::to_value(&env.comfy_kitchen).unwrap(),
+        json!({"value": "0.2.36", "source": "startup log of run 002"})
+    );
+}

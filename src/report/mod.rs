@@ -138,6 +138,11 @@ struct Entry {
 }
 
 fn read_json(path: &Path) -> Option<Value> {
+    read_typed(path)
+}
+
+/// A JSON file read as `T`; `None` when it is missing or not a `T`.
+fn read_typed<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
 }
 
@@ -414,7 +419,7 @@ fn environment(req: &Request, src: &Source, logs: &BTreeMap<String, String>) -> 
             Some(RunFacts {
                 label: format!("run {}", d.label),
                 record: d.record.clone()?,
-                summary: read_json(&d.dir.join("samples-summary.json")),
+                summary: read_typed(&d.dir.join(crate::run::folder::SAMPLES_SUMMARY)),
                 // The version lines are in the startup block, near the top.
                 log: logs.get(&d.label).map(|l| {
                     l.lines()

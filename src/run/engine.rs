@@ -370,7 +370,7 @@ fn run(
         let _ = t.join();
     }
     parts.overhead.teardown_ms = ms(stopping.elapsed());
-    parts.effective = Effective::from(&feed.startup);
+    parts.effective = feed.startup.clone();
     parts.warnings = compare_with_prediction(opts, &parts.effective);
     parts.warnings.extend(problems);
     Ok(parts)

@@ -269,7 +269,7 @@ pub fn launch(
             port,
             verdict,
             teardown,
-            effective: Effective::from(&feed.startup),
+            effective: feed.startup.clone(),
         }));
     }
 }

@@ -7,39 +7,10 @@ use crate::workflow::CacheBust;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-/// What the startup log says was in force (`effective` in the contract).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Effective {
-    pub dynamic_vram: Option<bool>,
-    pub vram_state: Option<String>,
-    pub pinned_memory: Option<bool>,
-    pub async_offload_streams: Option<u32>,
-    pub allocator: Option<String>,
-    pub comfyui_version: Option<String>,
-    pub comfy_aimdo_version: Option<String>,
-    pub pytorch_version: Option<String>,
-    pub python_version: Option<String>,
-    pub device: Option<String>,
-    pub cache: Option<String>,
-}
-
-impl From<&StartupFacts> for Effective {
-    fn from(f: &StartupFacts) -> Effective {
-        Effective {
-            dynamic_vram: f.dynamic_vram,
-            vram_state: f.vram_state.clone(),
-            pinned_memory: f.pinned_memory,
-            async_offload_streams: f.async_offload_streams,
-            allocator: f.allocator.clone(),
-            comfyui_version: f.comfyui_version.clone(),
-            comfy_aimdo_version: f.comfy_aimdo_version.clone(),
-            pytorch_version: f.pytorch_version.clone(),
-            python_version: f.python_version.clone(),
-            device: f.device.clone(),
-            cache: f.cache.clone(),
-        }
-    }
-}
+/// What the startup log says was in force (every fact `startup` reads, the versions of
+/// ComfyUI, comfy-aimdo, comfy-kitchen, PyTorch and Python among them); the record's
+/// `effective`.
+pub type Effective = StartupFacts;
 
 /// One prompt sent to ComfyUI.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -22,7 +22,7 @@ pub mod writer;
 
 use crate::error::{Error, Result, io_error};
 use probe::{Context, Probe, SeriesDef, Unavailable, Unit};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use stats::{Acc, Derived, Mark};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -80,7 +80,8 @@ impl Default for SamplerConfig {
 }
 
 /// A GPU as the probes saw it when they opened.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct DeviceInfo {
     /// NVML's index (PCI bus order); the `N` in `gpuN.…` series.
     pub index: u32,
@@ -93,11 +94,11 @@ pub struct DeviceInfo {
     /// CUDA's total, when the CUDA probe ran.
     pub cuda_total_bytes: Option<u64>,
     /// Which NVML memory call answered: `v2`, or `v1` (no reserved figure).
-    pub memory_info: Option<&'static str>,
+    pub memory_info: Option<String>,
 }
 
 /// Peaks and minima of one series.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SeriesStats {
     pub name: String,
     pub unit: Unit,
@@ -111,8 +112,11 @@ pub struct SeriesStats {
     pub at_max_ms: f64,
 }
 
-/// Everything a sampling run found, as `--json` prints it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// Everything a sampling run found, as `--json` prints it and `samples-summary.json` keeps it
+/// (read back typed by `report`; a file from an older version lacks some fields, hence the
+/// defaults).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Summary {
     pub samples: u64,
     pub duration_ms: f64,

@@ -150,13 +150,13 @@ impl NvmlProbe {
                 Ok(m) => {
                     info.total_bytes = Some(m.total);
                     info.reserved_bytes = Some(m.reserved);
-                    info.memory_info = Some("v2");
+                    info.memory_info = Some("v2".into());
                     MemApi::V2
                 }
                 Err(e2) => match memory_v1(&nvml, handle) {
                     Ok(m) => {
                         info.total_bytes = Some(m.total);
-                        info.memory_info = Some("v1");
+                        info.memory_info = Some("v1".into());
                         notes.push(Unavailable::new(
                             "nvml.reserved",
                             format!(

@@ -1,11 +1,11 @@
 //! The probe abstraction: one source of readings (NVML, CUDA, ComfyUI, the system), each
 //! opened once, each able to say in one line why it gives nothing.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
 /// What a series is measured in. Names say it too when it is not bytes (`…_kbps`, `…procs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Unit {
     #[serde(rename = "bytes")]
     Bytes,
@@ -48,7 +48,7 @@ impl SeriesDef {
 }
 
 /// Why a probe, or one part of it, gives no readings. Reported once, never fatal.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unavailable {
     /// `nvml`, `nvml.pcie`, `nvml.processes`, `cuda`, `comfy`, `system`, `tree`, …
     pub probe: String,

@@ -2,7 +2,7 @@
 //! (RAM not returned after a prompt). Pure: fed rows, no I/O.
 
 use super::probe::SeriesDef;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -150,17 +150,31 @@ pub fn is_mark_series(name: &str) -> bool {
 
 /// An event mark (node started, prompt finished, …) on the sampler's clock, with the memory
 /// figures of the last sample before it and of the first sample after it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Mark {
     pub t_ms: f64,
     pub label: String,
     /// The latest value of each mark series at the moment of the mark. Names are shared
     /// between marks (`Arc<str>`): a run may hold thousands of marks.
-    #[serde(serialize_with = "named_values")]
+    #[serde(
+        serialize_with = "named_values",
+        deserialize_with = "read_named_values"
+    )]
     pub before: BTreeMap<Arc<str>, i64>,
     /// The first value after the mark (empty until the next sample).
-    #[serde(serialize_with = "named_values")]
+    #[serde(
+        serialize_with = "named_values",
+        deserialize_with = "read_named_values"
+    )]
     pub after: BTreeMap<Arc<str>, i64>,
+}
+
+/// Reads what [`named_values`] wrote.
+fn read_named_values<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<Arc<str>, i64>, D::Error> {
+    let plain = BTreeMap::<String, i64>::deserialize(d)?;
+    Ok(plain.into_iter().map(|(k, v)| (Arc::from(k), v)).collect())
 }
 
 /// Writes a mark's figures as a JSON object (serde has no `Arc<str>` without its `rc`
