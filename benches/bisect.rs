@@ -63,7 +63,7 @@ fn measure(
             },
             Vec::new(),
         );
-        let found = search.run();
+        let found = search.run().expect("the scripted oracle cannot fail");
         let got: BTreeSet<String> = found.fixing_flags.iter().cloned().collect();
         if found.kind == VerdictKind::FixedBy && got == answer {
             correct += 1;

@@ -41,6 +41,9 @@ pub struct Error {
     pub kind: ErrorKind,
     pub message: String,
     pub hint: Option<String>,
+    /// What the operating system said, when a file could not be read or written (a full
+    /// disk is [`std::io::ErrorKind::StorageFull`]): for the caller to decide, not the words.
+    pub io: Option<std::io::ErrorKind>,
 }
 
 impl Error {
@@ -49,6 +52,7 @@ impl Error {
             kind: ErrorKind::Usage,
             message: message.into(),
             hint: None,
+            io: None,
         }
     }
 
@@ -57,6 +61,7 @@ impl Error {
             kind: ErrorKind::Environment,
             message: message.into(),
             hint: None,
+            io: None,
         }
     }
 
@@ -65,6 +70,7 @@ impl Error {
             kind: ErrorKind::Untestable,
             message: message.into(),
             hint: None,
+            io: None,
         }
     }
 
@@ -105,5 +111,8 @@ pub fn io_error(action: &str, path: &std::path::Path, err: &std::io::Error) -> E
         std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
         _ => err.to_string(),
     };
-    Error::usage(format!("cannot {action} {}: {reason}", path.display()))
+    Error {
+        io: Some(err.kind()),
+        ..Error::usage(format!("cannot {action} {}: {reason}", path.display()))
+    }
 }

@@ -15,6 +15,7 @@ pub mod explain;
 pub mod flags;
 pub mod gpulock;
 pub mod install;
+pub mod journal;
 pub mod launcher;
 pub mod locate;
 pub mod logscan;

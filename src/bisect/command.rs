@@ -236,7 +236,6 @@ pub fn run(
                     space_ref.describe(&c.choice).join(", ")
                 }
             }),
-            failure: None,
         };
         let mut search = Search::new(
             &space,
@@ -250,21 +249,19 @@ pub fn run(
         let next = oracle.next;
         // A write that failed (a full disk) ends the session with that error and no
         // verdict; --resume continues once there is room.
-        if let Some(e) = oracle.failure.take() {
+        let found = found.map_err(|e| {
             let resume = crate::locate::Origin::current().command_line(&[
                 "bisect".into(),
                 "--resume".into(),
                 dir.display().to_string(),
             ]);
-            let hint = if e.message.starts_with("cannot write")
-                || e.message.starts_with("cannot create")
-            {
+            let hint = if e.io == Some(std::io::ErrorKind::StorageFull) {
                 format!("every finished run is kept; free some space and continue with {resume}")
             } else {
                 format!("every finished run is kept; continue with {resume}")
             };
-            return Err(e.hint(hint));
-        }
+            e.hint(hint)
+        })?;
         (found, tallies, runs, next)
     };
     drop(progress);
@@ -297,7 +294,6 @@ pub fn run(
                 reporter: &mut progress,
                 next,
                 describe: Box::new(|_| "your flags, without custom nodes".to_string()),
-                failure: None,
             };
             let mut flags = space.baseline().flags.clone();
             flags.push("--disable-all-custom-nodes".into());

@@ -38,13 +38,15 @@ impl Trial {
 }
 
 /// Why a search stopped before its verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stopped {
     /// Ctrl-C: the session can be resumed.
     Interrupted,
     /// `--max-runs` was reached.
     Budget,
+    /// The session cannot go on (a run folder, a record or the journal could not be
+    /// written): the search ends with this error and no verdict; what finished is kept.
+    Failed(crate::error::Error),
 }
 
 /// Failed starts after which a configuration counts as one that cannot start here.
@@ -405,19 +407,21 @@ impl<'a> Search<'a> {
         }
     }
 
-    /// Runs the search to a verdict (or to where it had to stop).
-    pub fn run(&mut self) -> Found {
+    /// Runs the search to a verdict, or to where it had to stop (an incomplete verdict); an
+    /// error when the session itself could not go on.
+    pub fn run(&mut self) -> Result<Found, crate::error::Error> {
         match self.search() {
-            Ok(v) => v,
+            Ok(v) => Ok(v),
+            Err(Stopped::Failed(e)) => Err(e),
             Err(stop) => {
                 let why = match stop {
-                    Stopped::Interrupted => "interrupted: continue with --resume".to_string(),
                     Stopped::Budget => format!(
                         "the run budget ({} runs) was spent before a verdict",
                         self.settings.max_runs
                     ),
+                    _ => "interrupted: continue with --resume".to_string(),
                 };
-                self.verdict(VerdictKind::Incomplete, None, Some(why))
+                Ok(self.verdict(VerdictKind::Incomplete, None, Some(why)))
             }
         }
     }

@@ -5,11 +5,11 @@
 use super::search::{Oracle, Settings, Stopped, Strategy, Tally, Trial};
 use super::space::Config;
 use crate::error::{Error, Result, io_error};
+use crate::journal::Journal;
 use crate::outcome::Outcome;
 use crate::run::{self, Reporter, RunOptions};
 use crate::signals::{self, Stop};
 use serde::{Deserialize, Serialize};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// What a session was started with (saved once, read back by `--resume`).
@@ -71,47 +71,35 @@ pub fn open(dir: &Path) -> Result<(PathBuf, SessionSpec, Vec<Entry>)> {
     })?;
     let spec: SessionSpec = serde_json::from_str(&text)
         .map_err(|e| Error::usage(format!("{} is damaged: {e}", path.display())))?;
-    let entries = read_journal(&dir.join(JOURNAL_FILE));
+    let entries = journal(dir).read();
     let dir = crate::paths::canonical(dir);
     Ok((dir, spec, entries))
 }
 
-/// Every complete journal line; a line cut short by a crash mid-write is ignored.
+/// The session's journal: one line per finished run.
+pub fn journal(dir: &Path) -> Journal<Entry> {
+    Journal::at(dir.join(JOURNAL_FILE))
+}
+
+/// Every complete journal entry; a line cut short by a crash mid-write is left out.
 pub fn read_journal(path: &Path) -> Vec<Entry> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Vec::new();
-    };
-    parse_journal(&text)
+    Journal::at(path).read()
 }
 
 /// What cannot be read back from a journal: one sentence per unreadable line, naming the
 /// run that will be redone.
 pub fn unreadable_lines(path: &Path) -> Vec<String> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Vec::new();
-    };
-    let mut last_run = 0;
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<Entry>(line) {
-            Ok(e) => last_run = e.n,
-            Err(_) => out.push(format!(
+    let journal = Journal::<Entry>::at(path);
+    let (entries, torn) = journal.read_all();
+    torn.iter()
+        .map(|t| {
+            let last_run = t.after.checked_sub(1).map(|i| entries[i].n).unwrap_or(0);
+            format!(
                 "line {} of {} cannot be read (cut short by a crash?): the run after run {last_run} will be redone",
-                i + 1,
+                t.line,
                 path.display()
-            )),
-        }
-    }
-    out
-}
-
-/// The complete entries of a journal's text.
-pub fn parse_journal(text: &str) -> Vec<Entry> {
-    text.lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
+            )
+        })
         .collect()
 }
 
@@ -128,31 +116,6 @@ pub fn tallies(entries: &[Entry]) -> Vec<Tally> {
         }
     }
     out
-}
-
-/// Appends one entry as one line, flushed to disk before the next run starts.
-fn append(path: &Path, entry: &Entry) -> std::io::Result<()> {
-    let mut f = crate::private::options()
-        .create(true)
-        .append(true)
-        .read(true)
-        .open(path)?;
-    // A line torn by a crash mid-write is skipped when read back; start on a fresh line so
-    // this entry is not glued to it.
-    let len = f.metadata()?.len();
-    if len > 0 {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut last = [0u8; 1];
-        f.seek(SeekFrom::Start(len - 1))?;
-        f.read_exact(&mut last)?;
-        if last[0] != b'\n' {
-            f.write_all(b"\n")?;
-        }
-    }
-    let mut line = serde_json::to_string(entry).expect("entry serialises");
-    line.push('\n');
-    f.write_all(line.as_bytes())?;
-    f.sync_data()
 }
 
 /// What the session's display is told, besides each run's own events.
@@ -182,9 +145,6 @@ pub struct LiveOracle<'a> {
     pub reporter: &'a mut dyn SessionReporter,
     pub next: u32,
     pub describe: Box<dyn Fn(&Config) -> String + 'a>,
-    /// Why the session could not go on (a run folder, a record or the journal could not be
-    /// written): the bisect then ends with this error, and no verdict.
-    pub failure: Option<crate::error::Error>,
 }
 
 impl Oracle for LiveOracle<'_> {
@@ -199,13 +159,7 @@ impl Oracle for LiveOracle<'_> {
         if run_dir.exists() {
             let _ = std::fs::remove_dir_all(&run_dir);
         }
-        let run_dir = match run::folder::create(&run_dir) {
-            Ok(d) => d,
-            Err(e) => {
-                self.failure = Some(e);
-                return Err(Stopped::Interrupted);
-            }
-        };
+        let run_dir = run::folder::create(&run_dir).map_err(Stopped::Failed)?;
         let mut opts = self.base.clone();
         opts.comfy_flags = config.flags.clone();
         opts.run_dir = run_dir.clone();
@@ -217,13 +171,7 @@ impl Oracle for LiveOracle<'_> {
             config,
             describe: (self.describe)(config),
         });
-        let record = match run::execute(&opts, &mut *self.reporter) {
-            Ok(r) => r,
-            Err(e) => {
-                self.failure = Some(e);
-                return Err(Stopped::Interrupted);
-            }
-        };
+        let record = run::execute(&opts, &mut *self.reporter).map_err(Stopped::Failed)?;
         if record.outcome == Outcome::Interrupted && signals::requested() != Stop::No {
             return Err(Stopped::Interrupted);
         }
@@ -240,19 +188,18 @@ impl Oracle for LiveOracle<'_> {
             outcome: record.outcome,
             duration_ms: record.duration_ms,
         });
-        let journal = self.dir.join(JOURNAL_FILE);
+        let journal = journal(&self.dir);
         let entry = Entry {
             n,
             config: config.clone(),
             trial: trial.clone(),
         };
-        if let Err(e) = append(&journal, &entry) {
-            self.failure = Some(crate::error::Error {
+        journal.append(&entry).map_err(|e| {
+            Stopped::Failed(crate::error::Error {
                 kind: crate::error::ErrorKind::Environment,
-                ..io_error("write", &journal, &e)
-            });
-            return Err(Stopped::Interrupted);
-        }
+                ..io_error("write", journal.path(), &e)
+            })
+        })?;
         self.next += 1;
         Ok(trial)
     }
@@ -272,6 +219,7 @@ impl SessionSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     fn entry(n: u32, key: &str, outcome: Outcome) -> Entry {
         Entry {
@@ -286,21 +234,24 @@ mod tests {
     }
 
     #[test]
-    fn journal_survives_a_torn_last_line() {
+    fn a_torn_journal_line_is_named_and_its_run_redone() {
         let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join(JOURNAL_FILE);
-        append(&path, &entry(1, "a", Outcome::Oom)).unwrap();
-        append(&path, &entry(2, "b", Outcome::Pass)).unwrap();
+        let j = journal(tmp.path());
+        j.append(&entry(1, "a", Outcome::Oom)).unwrap();
+        j.append(&entry(2, "b", Outcome::Pass)).unwrap();
         let mut f = std::fs::OpenOptions::new()
             .append(true)
-            .open(&path)
+            .open(j.path())
             .unwrap();
         f.write_all(b"{\"n\":3,\"config\":{\"fla").unwrap();
-        let entries = read_journal(&path);
-        assert_eq!(entries.len(), 2);
-        // The next entry after a torn line is not lost.
-        append(&path, &entry(3, "c", Outcome::Pass)).unwrap();
-        assert_eq!(read_journal(&path).len(), 3);
+        assert_eq!(read_journal(j.path()).len(), 2);
+        let said = unreadable_lines(j.path());
+        assert_eq!(said.len(), 1);
+        assert!(
+            said[0].starts_with("line 3 of ")
+                && said[0].ends_with("the run after run 2 will be redone"),
+            "{said:?}"
+        );
         let t = tallies(&[
             entry(1, "a", Outcome::Oom),
             entry(2, "b", Outcome::Pass),

@@ -21,7 +21,7 @@ fn space(base: &[&str], toggles: &[&str]) -> Space {
 
 fn bisect(space: &Space, oracle: &mut Scripted, settings: Settings) -> (Found, u32) {
     let mut search = Search::new(space, oracle, settings, Vec::new());
-    let found = search.run();
+    let found = search.run().unwrap();
     (found, search.runs)
 }
 
@@ -175,7 +175,7 @@ fn invalid_combinations_are_never_run() {
     );
     let mut oracle = Scripted::deterministic(Box::new(|s| has(s, "--cache-none")));
     let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
-    let found = search.run();
+    let found = search.run().unwrap();
     assert_eq!(found.fixing_flags, ["--cache-none"]);
     let p = profile::builtin(None);
     for t in &search.tallies {
@@ -272,7 +272,7 @@ fn a_flaky_single_fix_is_not_reported_as_a_pair() {
             ..Settings::default()
         };
         let mut search = Search::new(&sp, &mut oracle, settings, Vec::new());
-        let found = search.run();
+        let found = search.run().unwrap();
         if found.fixing_flags == ["--disable-async-offload"] {
             right += 1;
         }
@@ -398,7 +398,7 @@ fn no_gpu_search(base: &[&str], oracle: &mut NoGpu) -> (Found, Vec<super::search
         &toggles,
     );
     let mut search = Search::new(&sp, oracle, Settings::default(), Vec::new());
-    let found = search.run();
+    let found = search.run().unwrap();
     (found, search.tallies, search.runs)
 }
 
@@ -458,11 +458,53 @@ fn a_start_that_failed_once_is_tried_again() {
         let mut oracle = Once { failed: false };
         let (found, _) = {
             let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
-            let found = search.run();
+            let found = search.run().unwrap();
             (found, search.runs)
         };
         assert!(oracle.failed, "k={k}: the fix alone ran");
         assert_eq!(found.kind, VerdictKind::FixedBy, "k={k}");
         assert_eq!(found.fixing_flags, [SWITCHES[0]], "k={k}");
     }
+}
+
+/// An oracle whose second run cannot be written (a full disk): the search ends with that
+/// error, typed, instead of a verdict; the first run is kept in its tallies.
+struct DiskFills(u32);
+
+impl super::search::Oracle for DiskFills {
+    fn run(
+        &mut self,
+        _: &super::space::Config,
+    ) -> Result<super::search::Trial, super::search::Stopped> {
+        self.0 += 1;
+        if self.0 == 2 {
+            let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
+            return Err(super::search::Stopped::Failed(crate::error::io_error(
+                "write",
+                std::path::Path::new("/s/journal.jsonl"),
+                &full,
+            )));
+        }
+        Ok(super::search::Trial::of(crate::outcome::Outcome::Oom))
+    }
+}
+
+#[test]
+fn a_session_that_cannot_write_ends_with_the_real_error() {
+    let sp = space(&[], &["--disable-dynamic-vram", "--disable-pinned-memory"]);
+    let mut oracle = DiskFills(0);
+    let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
+    let err = search.run().unwrap_err();
+    assert_eq!(err.io, Some(std::io::ErrorKind::StorageFull));
+    assert!(
+        err.message.starts_with("cannot write /s/journal.jsonl"),
+        "{err}"
+    );
+    assert_eq!(
+        search.runs, 1,
+        "only the run that finished and was kept counts"
+    );
+    let ran: Vec<_> = search.tallies.iter().filter(|t| t.runs() > 0).collect();
+    assert_eq!(ran.len(), 1, "the first run is kept");
+    assert_eq!(ran[0].runs(), 1);
 }

@@ -12,6 +12,7 @@ pub mod git;
 pub mod tree;
 
 use crate::error::{Error, ErrorKind, Result, exit};
+use crate::journal::Journal;
 use crate::outcome::Outcome;
 use crate::run::{self, Limits, RunOptions, Target};
 use crate::signals::{self, Stop};
@@ -191,7 +192,10 @@ impl Session<'_> {
             tested.reason = Some(e.message.clone());
         }
         if !self.stopped {
-            append(&self.dir.join(JOURNAL_FILE), &tested)?;
+            let journal = journal(&self.dir);
+            journal
+                .append(&tested)
+                .map_err(|e| crate::error::io_error("write", journal.path(), &e))?;
             self.journal.push(tested.clone());
         }
         Ok(tested)
@@ -344,23 +348,14 @@ fn next_run_number(runs: &Path) -> u32 {
         + 1
 }
 
-fn append(path: &Path, t: &Tested) -> Result<()> {
-    let line = serde_json::to_string(t).expect("a tested commit serialises");
-    let mut f = crate::private::options()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| crate::error::io_error("write", path, &e))?;
-    writeln!(f, "{line}").map_err(|e| crate::error::io_error("write", path, &e))
+/// The session's journal: one line per tested (or skipped) commit.
+pub fn journal(dir: &Path) -> Journal<Tested> {
+    Journal::at(dir.join(JOURNAL_FILE))
 }
 
-/// The commits a session tested, in order (a line torn by a crash is skipped).
+/// The commits a session tested, in order (a line torn by a crash is left out).
 pub fn read_journal(path: &Path) -> Vec<Tested> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    Journal::at(path).read()
 }
 
 /// Runs (or resumes) a regress session; returns the result and the exit status.
@@ -378,7 +373,24 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
                 spec.max_runs = m;
                 run::folder::write_json(&dir.join(SPEC_FILE), &spec)?;
             }
-            let journal = read_journal(&dir.join(JOURNAL_FILE));
+            let (journal, torn) = journal(&dir).read_all();
+            for t in torn {
+                let after = t
+                    .after
+                    .checked_sub(1)
+                    .map(|i| {
+                        format!(
+                            "the commit tested after {}",
+                            &journal[i].commit[..7.min(journal[i].commit.len())]
+                        )
+                    })
+                    .unwrap_or_else(|| "the first commit".into());
+                progress(&format!(
+                    "warning: line {} of {} cannot be read (cut short by a crash?): {after} will be tested again",
+                    t.line,
+                    dir.join(JOURNAL_FILE).display()
+                ));
+            }
             (spec, dir, journal)
         }
         Request::New {
