@@ -482,3 +482,74 @@ fn ctrl_c_leaves_the_checkout_as_it_was_and_can_resume() {
     assert_eq!(code, 0, "{doc:#}");
     assert_eq!(subject(&doc, "first_bad"), "commit 3");
 }
+
+/// A crash in the middle of writing the journal (here: its last line cut in half, as a power
+/// cut leaves it): the resumed session names the torn line, tests that commit again, keeps
+/// every entry before it, and writes its own entries on lines of their own.
+#[test]
+fn a_journal_torn_mid_write_resumes_with_nothing_lost() {
+    let repo = Repo::new(10, |i| {
+        if i == 6 {
+            vec![("scenario.json", oom())]
+        } else {
+            vec![]
+        }
+    });
+    let (code, doc, out) = repo.regress(&["--good", "good", "--max-runs", "3"]);
+    assert_eq!(code, 130, "{doc:#}");
+    let session = out.path().join("session");
+    let journal = session.join("regress.jsonl");
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let torn: Value = serde_json::from_str(lines[2]).unwrap();
+    let kept = format!("{}\n{}\n", lines[0], lines[1]);
+    std::fs::write(
+        &journal,
+        format!("{kept}{}", &lines[2][..lines[2].len() / 2]),
+    )
+    .unwrap();
+
+    let before = repo.state();
+    let out = support::vrambisect()
+        .args([
+            "regress",
+            "--resume",
+            session.to_str().unwrap(),
+            "--max-runs",
+            "20",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(repo.state(), before);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("line 3 of") && stderr.contains("cannot be read (cut short by a crash?)"),
+        "{stderr}"
+    );
+    let result: Value =
+        serde_json::from_str(&std::fs::read_to_string(session.join("result.json")).unwrap())
+            .unwrap();
+    assert_eq!(subject(&result, "first_bad"), "commit 6");
+    // Nothing lost: the entries before the torn line are still there, the torn commit was
+    // tested again, and every entry written since reads back.
+    let text = std::fs::read_to_string(&journal).unwrap();
+    assert!(text.starts_with(&kept), "{text}");
+    let read: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(
+        read.len(),
+        text.lines().count() - 1,
+        "only the torn line is unreadable: {text}"
+    );
+    assert!(
+        read[2..].iter().any(|t| t["commit"] == torn["commit"]),
+        "the torn commit was tested again: {text}"
+    );
+    let tested =
+        result["tested"].as_array().unwrap().len() + result["skipped"].as_array().unwrap().len();
+    assert_eq!(tested, read.len(), "{result:#}");
+}

@@ -9,6 +9,7 @@
 //! `--resume` repeats nothing.
 
 pub mod git;
+pub mod search;
 pub mod tree;
 
 use crate::error::{Error, ErrorKind, Result, exit};
@@ -498,88 +499,43 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
     Ok((result, code))
 }
 
-/// Confirms the ends, then bisects first-parent history.
-fn search(s: &mut Session<'_>, commits: &[String]) -> Result<RegressResult> {
-    let n = commits.len();
-    let spec = s.spec.clone();
-    let mut kind = spec.regress;
-    // The bad end first: it says what "bad" is.
-    let bad = match s.test(&spec.bad, kind) {
-        Ok(t) => t,
-        Err(e) if e.kind == ErrorKind::Environment => return Err(e),
-        Err(_) => return finish(s, commits, "incomplete", kind, None, None, Vec::new()),
-    };
-    match bad.mark {
-        Mark::Bad => kind = kind.or(bad.outcome),
-        Mark::Good => return finish(s, commits, "bad_passes", kind, None, None, Vec::new()),
-        Mark::Skip => return finish(s, commits, "untestable", kind, None, None, Vec::new()),
-    }
-    let good = match s.test(&spec.good, kind) {
-        Ok(t) => t,
-        Err(e) if e.kind == ErrorKind::Environment => return Err(e),
-        Err(_) => return finish(s, commits, "incomplete", kind, None, None, Vec::new()),
-    };
-    match good.mark {
-        Mark::Good => {}
-        Mark::Bad => return finish(s, commits, "good_fails", kind, None, None, Vec::new()),
-        Mark::Skip => return finish(s, commits, "untestable", kind, None, None, Vec::new()),
-    }
-    // `lo` passed (-1: the good end), `hi` failed (n - 1: the bad end).
-    let (mut lo, mut hi) = (-1i64, n as i64 - 1);
-    let mut skipped: Vec<i64> = Vec::new();
-    loop {
-        if hi - lo <= 1 {
-            break;
-        }
-        let mid = (lo + hi) / 2;
-        let Some(pick) = ((lo + 1)..hi)
-            .filter(|i| !skipped.contains(i))
-            .min_by_key(|i| (i - mid).abs())
-        else {
-            break;
-        };
-        match s.test(&commits[pick as usize], kind) {
-            Err(e) if e.kind == ErrorKind::Environment => return Err(e),
-            Err(_) => {
-                return finish(s, commits, "incomplete", kind, None, None, Vec::new());
+impl search::CommitTester for Session<'_> {
+    fn test(
+        &mut self,
+        commit: &str,
+        regress: Option<Outcome>,
+    ) -> std::result::Result<Tested, search::Stop> {
+        Session::test(self, commit, regress).map_err(|e| {
+            if e.kind == ErrorKind::Environment {
+                search::Stop::Failed(e)
+            } else {
+                search::Stop::Incomplete
             }
-            Ok(t) => match t.mark {
-                Mark::Bad => hi = pick,
-                Mark::Good => lo = pick,
-                Mark::Skip => skipped.push(pick),
-            },
-        }
+        })
     }
-    let first_bad = commits[hi as usize].clone();
-    let last_good = if lo < 0 {
-        spec.good.clone()
-    } else {
-        commits[lo as usize].clone()
-    };
-    let between: Vec<String> = ((lo + 1)..hi)
-        .map(|i| commits[i as usize].clone())
-        .collect();
-    finish(
-        s,
-        commits,
-        "first_bad_found",
-        kind,
-        Some(first_bad),
-        Some(last_good),
-        between,
-    )
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Confirms the ends, then bisects first-parent history.
+fn search(s: &mut Session<'_>, commits: &[String]) -> Result<RegressResult> {
+    let (good, bad, regress) = (s.spec.good.clone(), s.spec.bad.clone(), s.spec.regress);
+    let found = search::bisect(s, &good, &bad, commits, regress)?;
+    finish(s, commits, found)
+}
+
+/// The result of a search: the commits it names, in words and links.
 fn finish(
     s: &mut Session<'_>,
     commits: &[String],
-    kind_name: &str,
-    kind: Option<Outcome>,
-    first_bad: Option<String>,
-    last_good: Option<String>,
-    between: Vec<String>,
+    found: search::Bisection,
 ) -> Result<RegressResult> {
+    let search::Bisection {
+        answer,
+        regress: kind,
+        first_bad,
+        last_good,
+        between,
+    } = found;
+    let kind_name = answer.as_str();
     let info = |c: &Option<String>| c.as_ref().and_then(|c| s.repo.info(c).ok());
     let first_bad = info(&first_bad);
     let last_good = info(&last_good);

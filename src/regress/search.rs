@@ -1,0 +1,302 @@
+//! The search of `regress`, apart from git and ComfyUI: both ends first (the bad end says what
+//! "bad" is, the good end must pass), then first-parent history is bisected, always testing the
+//! commit nearest the middle of what is left. A commit that cannot be tested is skipped, never
+//! called bad; when skipped commits sit next to the boundary, the answer is the list of
+//! commits the first bad one could be. It sees commits only through a [`CommitTester`], so a
+//! scripted history tests it without a repository.
+
+use super::{Mark, Tested};
+use crate::error::Error;
+use crate::outcome::Outcome;
+
+/// What a session's search can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    FirstBadFound,
+    /// The bad end passed: nothing to bisect.
+    BadPasses,
+    /// The good end fails too: the regression is older.
+    GoodFails,
+    /// An end could not be tested.
+    Untestable,
+    /// Stopped before an answer (Ctrl-C, the run budget); resumable.
+    Incomplete,
+}
+
+impl Answer {
+    /// The name in JSON (`verdict.kind`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Answer::FirstBadFound => "first_bad_found",
+            Answer::BadPasses => "bad_passes",
+            Answer::GoodFails => "good_fails",
+            Answer::Untestable => "untestable",
+            Answer::Incomplete => "incomplete",
+        }
+    }
+}
+
+/// Why testing a commit did not give a mark.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    /// Ctrl-C or the run budget: the session ends without an answer, resumable.
+    Incomplete,
+    /// The machine cannot go on (the GPU lock, a full disk): the session ends with this error.
+    Failed(Error),
+}
+
+/// Tests commits: the live one runs ComfyUI at each, a scripted one reads a made-up history.
+pub trait CommitTester {
+    /// Tests `commit` (or recalls it) with `regress` as what counts as bad (`None`: any
+    /// failure). A commit that cannot be tested comes back marked [`Mark::Skip`].
+    fn test(&mut self, commit: &str, regress: Option<Outcome>) -> Result<Tested, Stop>;
+}
+
+/// The search's result: the answer, what counted as bad, and the boundary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bisection {
+    pub answer: Answer,
+    /// What counted as bad: `--regress`, else the bad end's own failure.
+    pub regress: Option<Outcome>,
+    pub first_bad: Option<String>,
+    pub last_good: Option<String>,
+    /// Skipped commits between the last good and the first bad one.
+    pub between: Vec<String>,
+}
+
+impl Bisection {
+    fn ended(answer: Answer, regress: Option<Outcome>) -> Bisection {
+        Bisection {
+            answer,
+            regress,
+            first_bad: None,
+            last_good: None,
+            between: Vec::new(),
+        }
+    }
+}
+
+/// Bisects `commits` (first-parent history after `good`, oldest first, ending with `bad`).
+pub fn bisect(
+    tester: &mut dyn CommitTester,
+    good: &str,
+    bad: &str,
+    commits: &[String],
+    regress: Option<Outcome>,
+) -> Result<Bisection, Error> {
+    let mut kind = regress;
+    // The bad end first: it says what "bad" is.
+    let bad_end = match tester.test(bad, kind) {
+        Ok(t) => t,
+        Err(stop) => return stopped(stop, kind),
+    };
+    match bad_end.mark {
+        Mark::Bad => kind = kind.or(bad_end.outcome),
+        Mark::Good => return Ok(Bisection::ended(Answer::BadPasses, kind)),
+        Mark::Skip => return Ok(Bisection::ended(Answer::Untestable, kind)),
+    }
+    match tester.test(good, kind) {
+        Ok(t) if t.mark == Mark::Good => {}
+        Ok(t) if t.mark == Mark::Bad => return Ok(Bisection::ended(Answer::GoodFails, kind)),
+        Ok(_) => return Ok(Bisection::ended(Answer::Untestable, kind)),
+        Err(stop) => return stopped(stop, kind),
+    }
+    // `lo` passed (-1: the good end), `hi` failed (n - 1: the bad end).
+    let (mut lo, mut hi) = (-1i64, commits.len() as i64 - 1);
+    let mut skipped: Vec<i64> = Vec::new();
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        let Some(pick) = ((lo + 1)..hi)
+            .filter(|i| !skipped.contains(i))
+            .min_by_key(|i| (i - mid).abs())
+        else {
+            break;
+        };
+        match tester.test(&commits[pick as usize], kind) {
+            Ok(t) => match t.mark {
+                Mark::Bad => hi = pick,
+                Mark::Good => lo = pick,
+                Mark::Skip => skipped.push(pick),
+            },
+            Err(stop) => return stopped(stop, kind),
+        }
+    }
+    Ok(Bisection {
+        answer: Answer::FirstBadFound,
+        regress: kind,
+        first_bad: Some(commits[hi as usize].clone()),
+        last_good: Some(if lo < 0 {
+            good.to_string()
+        } else {
+            commits[lo as usize].clone()
+        }),
+        between: ((lo + 1)..hi)
+            .map(|i| commits[i as usize].clone())
+            .collect(),
+    })
+}
+
+fn stopped(stop: Stop, regress: Option<Outcome>) -> Result<Bisection, Error> {
+    match stop {
+        Stop::Incomplete => Ok(Bisection::ended(Answer::Incomplete, regress)),
+        Stop::Failed(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A made-up history: what each commit does, and every commit asked about.
+    struct History {
+        /// `(commit, what a run of it gives)`; `None`: it cannot be tested.
+        commits: Vec<(String, Option<Outcome>)>,
+        asked: Vec<String>,
+        /// Stop (Ctrl-C) at this test, counting from 1.
+        stop_at: Option<usize>,
+    }
+
+    impl History {
+        /// `good` passes; commits `c1..=cN` pass before `first_bad` and run out of memory
+        /// from it on; `skips` cannot be tested.
+        fn new(n: usize, first_bad: usize, skips: &[usize]) -> History {
+            let mut commits = vec![("good".to_string(), Some(Outcome::Pass))];
+            for i in 1..=n {
+                let outcome = if skips.contains(&i) {
+                    None
+                } else if i >= first_bad {
+                    Some(Outcome::Oom)
+                } else {
+                    Some(Outcome::Pass)
+                };
+                commits.push((format!("c{i}"), outcome));
+            }
+            History {
+                commits,
+                asked: Vec::new(),
+                stop_at: None,
+            }
+        }
+
+        /// The first-parent line after the good end.
+        fn line(&self) -> Vec<String> {
+            self.commits[1..].iter().map(|(c, _)| c.clone()).collect()
+        }
+
+        fn run(&mut self, good: &str, regress: Option<Outcome>) -> Bisection {
+            let line = self.line();
+            let bad = line.last().unwrap().clone();
+            bisect(self, good, &bad, &line, regress).unwrap()
+        }
+    }
+
+    impl CommitTester for History {
+        fn test(&mut self, commit: &str, regress: Option<Outcome>) -> Result<Tested, Stop> {
+            self.asked.push(commit.to_string());
+            if self.stop_at == Some(self.asked.len()) {
+                return Err(Stop::Incomplete);
+            }
+            let outcome = self.commits.iter().find(|(c, _)| c == commit).unwrap().1;
+            let mark = match outcome {
+                None => Mark::Skip,
+                Some(Outcome::Pass) => Mark::Good,
+                Some(o) if regress.is_none_or(|r| r == o) => Mark::Bad,
+                Some(_) => Mark::Good,
+            };
+            Ok(Tested {
+                commit: commit.to_string(),
+                version: None,
+                outcome,
+                mark,
+                reason: None,
+                runs: Vec::new(),
+            })
+        }
+    }
+
+    #[test]
+    fn the_first_bad_commit_in_at_most_log2_n_plus_2_tests() {
+        for n in [1usize, 2, 3, 7, 10, 16, 33, 100] {
+            for first_bad in 1..=n {
+                let mut h = History::new(n, first_bad, &[]);
+                let b = h.run("good", None);
+                assert_eq!(b.answer, Answer::FirstBadFound);
+                assert_eq!(
+                    b.first_bad.as_deref(),
+                    Some(format!("c{first_bad}").as_str())
+                );
+                let last_good = if first_bad == 1 {
+                    "good".to_string()
+                } else {
+                    format!("c{}", first_bad - 1)
+                };
+                assert_eq!(b.last_good, Some(last_good));
+                assert_eq!(b.regress, Some(Outcome::Oom), "the bad end's own failure");
+                let bound = (n as f64).log2().ceil() as usize + 2;
+                assert!(
+                    h.asked.len() <= bound,
+                    "n={n} first bad {first_bad}: {:?}",
+                    h.asked
+                );
+                // Both ends first, the bad one first of all.
+                assert_eq!(h.asked[0], format!("c{n}"));
+                assert_eq!(h.asked[1], "good");
+            }
+        }
+    }
+
+    #[test]
+    fn skipped_commits_are_never_called_bad() {
+        // c5 cannot be tested; the regression is at c6: the answer is c6, found around c5.
+        let mut h = History::new(10, 6, &[5]);
+        let b = h.run("good", None);
+        assert_eq!(b.first_bad.as_deref(), Some("c6"));
+        assert_eq!(b.last_good.as_deref(), Some("c4"));
+        assert_eq!(
+            b.between,
+            ["c5"],
+            "c5 could be it: it is listed, not blamed"
+        );
+        // Skipped commits away from the boundary leave no doubt.
+        let mut h = History::new(10, 8, &[2, 3]);
+        let b = h.run("good", None);
+        assert_eq!(b.first_bad.as_deref(), Some("c8"));
+        assert!(b.between.is_empty(), "{b:?}");
+    }
+
+    #[test]
+    fn ends_that_do_not_behave() {
+        // The bad end passes.
+        let mut h = History::new(5, 99, &[]);
+        assert_eq!(h.run("good", None).answer, Answer::BadPasses);
+        assert_eq!(h.asked, ["c5"], "nothing else is run");
+        // The good end fails too.
+        let mut h = History::new(5, 1, &[]);
+        h.commits[0].1 = Some(Outcome::Oom);
+        assert_eq!(h.run("good", None).answer, Answer::GoodFails);
+        // An end that cannot be tested.
+        let mut h = History::new(5, 3, &[5]);
+        assert_eq!(h.run("good", None).answer, Answer::Untestable);
+        // --regress: a different failure at the bad end is not the one asked about.
+        let mut h = History::new(5, 3, &[]);
+        assert_eq!(h.run("good", Some(Outcome::Hang)).answer, Answer::BadPasses);
+    }
+
+    #[test]
+    fn a_stop_is_incomplete_and_a_machine_failure_is_an_error() {
+        let mut h = History::new(10, 4, &[]);
+        h.stop_at = Some(3);
+        let b = h.run("good", None);
+        assert_eq!(b.answer, Answer::Incomplete);
+        assert_eq!(b.first_bad, None);
+
+        struct Full;
+        impl CommitTester for Full {
+            fn test(&mut self, _: &str, _: Option<Outcome>) -> Result<Tested, Stop> {
+                Err(Stop::Failed(Error::environment("cannot write the journal")))
+            }
+        }
+        let err = bisect(&mut Full, "good", "c1", &["c1".to_string()], None).unwrap_err();
+        assert_eq!(err.message, "cannot write the journal");
+    }
+}
