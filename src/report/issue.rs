@@ -429,15 +429,50 @@ fn fence(out: &mut String, lang: &str, lines: &[String]) {
     let _ = writeln!(out, "{ticks}");
 }
 
-/// Renders ISSUE.md.
+/// Renders ISSUE.md, one section of ComfyUI's bug template after the other.
 pub fn issue_md(inp: &IssueInput) -> String {
-    let src = inp.source;
-    let failing_dir = src.failing();
-    let failing = failing_dir.and_then(|r| r.record.as_ref());
-    let passing_dir = src.passing();
-    let passing = passing_dir.and_then(|r| r.record.as_ref());
+    let ctx = Ctx::of(inp);
     let mut o = String::new();
-    let from = match src.kind {
+    header(&mut o, &ctx);
+    custom_node_testing(&mut o, &ctx);
+    expected_behavior(&mut o, &ctx);
+    actual_behavior(&mut o, &ctx);
+    steps_to_reproduce(&mut o, &ctx);
+    debug_logs(&mut o, &ctx);
+    other(&mut o, &ctx);
+    o
+}
+
+/// What every section looks at: the input, and the failing and the passing run that the
+/// issue is about.
+struct Ctx<'a> {
+    inp: &'a IssueInput<'a>,
+    src: &'a Source,
+    failing_dir: Option<&'a RunDir>,
+    failing: Option<&'a RunRecord>,
+    passing_dir: Option<&'a RunDir>,
+    passing: Option<&'a RunRecord>,
+}
+
+impl<'a> Ctx<'a> {
+    fn of(inp: &'a IssueInput<'a>) -> Ctx<'a> {
+        let src = inp.source;
+        let failing_dir = src.failing();
+        let passing_dir = src.passing();
+        Ctx {
+            inp,
+            src,
+            failing_dir,
+            failing: failing_dir.and_then(|r| r.record.as_ref()),
+            passing_dir,
+            passing: passing_dir.and_then(|r| r.record.as_ref()),
+        }
+    }
+}
+
+/// How to file it, the title, and whether the session finished.
+fn header(o: &mut String, ctx: &Ctx) {
+    let from = match ctx.src.kind {
         SourceKind::Run => "a run",
         SourceKind::Bisect => "a bisect session",
         SourceKind::Regress => "a regress session",
@@ -447,19 +482,22 @@ pub fn issue_md(inp: &IssueInput) -> String {
         "<!--\n  Made by vrambisect {} (`vrambisect report`) from {from}.\n  To file it: open https://github.com/Comfy-Org/ComfyUI/issues/new?template=bug-report.yml,\n  copy each section below into the field of the same name (in Debug Logs, only the lines\n  inside the code blocks), and attach the .zip this file came in.\n-->\n",
         env!("CARGO_PKG_VERSION")
     );
-    let _ = writeln!(o, "# {}\n", title(src, failing));
-    if let Some(why) = src.incomplete() {
+    let _ = writeln!(o, "# {}\n", title(ctx.src, ctx.failing));
+    if let Some(why) = ctx.src.incomplete() {
         let _ = writeln!(o, "> **Incomplete session:** {why}.\n");
     }
+}
 
-    // Custom Node Testing
+/// The template's checkbox: ticked only when a run without custom nodes failed the same way.
+fn custom_node_testing(o: &mut String, ctx: &Ctx) {
     let _ = writeln!(o, "### Custom Node Testing\n");
     // A check run answers the question; without one, the box stays for the user to tick.
-    let check = src
+    let check = ctx
+        .src
         .result
         .as_ref()
         .and_then(|r| r.custom_nodes_check.as_ref());
-    let ticked = check.is_some_and(|c| failing.is_some_and(|f| c.outcome == f.outcome));
+    let ticked = check.is_some_and(|c| ctx.failing.is_some_and(|f| c.outcome == f.outcome));
     let _ = writeln!(
         o,
         "- [{}] I have tried disabling custom nodes and the issue persists\n",
@@ -473,17 +511,19 @@ pub fn issue_md(inp: &IssueInput) -> String {
             .map(|n| format!(" (run {})", n.to_string_lossy()))
             .unwrap_or_default();
         let _ = writeln!(o, "{}{run}\n", c.statement);
+        return;
     }
-    let nodes = inp
+    let nodes = ctx
+        .inp
         .env
         .custom_nodes
         .value()
         .and_then(Value::as_array)
         .map(|l| l.len());
-    let disabled =
-        failing.is_some_and(|r| r.argv.iter().any(|a| a == "--disable-all-custom-nodes"));
+    let disabled = ctx
+        .failing
+        .is_some_and(|r| r.argv.iter().any(|a| a == "--disable-all-custom-nodes"));
     let _ = match (nodes, disabled) {
-        _ if check.is_some() => Ok(()),
         (_, true) => writeln!(o, "The runs below used `--disable-all-custom-nodes`.\n"),
         (Some(0), _) => writeln!(o, "No custom nodes are installed.\n"),
         (Some(n), _) => writeln!(
@@ -494,14 +534,18 @@ pub fn issue_md(inp: &IssueInput) -> String {
         ),
         (None, _) => writeln!(o, "The custom nodes installed are not known.\n"),
     };
+}
 
-    // Expected Behavior
+/// The workflow runs with the user's flags, as it does with the fix (or without the culprit).
+fn expected_behavior(o: &mut String, ctx: &Ctx) {
     let _ = writeln!(o, "### Expected Behavior\n");
-    let wf = inp
+    let wf = ctx
+        .inp
         .workflow
         .map(workflow_summary)
         .unwrap_or_else(|| "not included".into());
-    let line = failing
+    let line = ctx
+        .failing
         .map(user_line)
         .unwrap_or_else(|| "python main.py".into());
     let _ = write!(
@@ -509,7 +553,7 @@ pub fn issue_md(inp: &IssueInput) -> String {
         "The workflow (`workflow.json`, {wf}) runs to completion when ComfyUI is started with {}",
         code(&line)
     );
-    match (&src.result, passing) {
+    match (&ctx.src.result, ctx.passing) {
         (Some(res), Some(p)) if res.verdict.kind == VerdictKind::FixedBy => {
             let _ = write!(o, ", as it does with {}", code(&user_line(p)));
         }
@@ -524,116 +568,127 @@ pub fn issue_md(inp: &IssueInput) -> String {
         _ => {}
     }
     let _ = writeln!(o, ".\n");
+}
 
-    // Actual Behavior
+/// The verdict, the commits a regress tested, the failing run with its evidence and memory,
+/// and RAM that was not given back.
+fn actual_behavior(o: &mut String, ctx: &Ctx) {
     let _ = writeln!(o, "### Actual Behavior\n");
-    if let Some(res) = &src.result {
+    if let Some(res) = &ctx.src.result {
         let _ = writeln!(
             o,
             "{}\n",
             res.verdict.statement.replace("your flags", "these flags")
         );
     }
-    if let Some(res) = src.regress.as_ref().and_then(|r| r.result.as_ref()) {
-        let _ = writeln!(o, "{}\n", res.verdict.statement);
-        if let Some(url) = &res.url {
-            let _ = writeln!(o, "The commit: {url}\n");
-        }
+    if let Some(res) = ctx.src.regress.as_ref().and_then(|r| r.result.as_ref()) {
+        regress_commits(o, res);
+    }
+    if let (Some(r), Some(dir)) = (ctx.failing, ctx.failing_dir) {
+        failing_run(o, ctx, r, dir);
+    }
+    ram_not_returned(o, ctx.src);
+}
+
+/// What a regress session found, and every commit it tested or skipped.
+fn regress_commits(o: &mut String, res: &crate::regress::RegressResult) {
+    let _ = writeln!(o, "{}\n", res.verdict.statement);
+    if let Some(url) = &res.url {
+        let _ = writeln!(o, "The commit: {url}\n");
+    }
+    let _ = writeln!(
+        o,
+        "Commits tested on first-parent history (vrambisect regress, {}):\n",
+        crate::text::plural(res.runs_total as usize, "run")
+    );
+    let _ = writeln!(o, "| commit | version | outcome | |\n|---|---|---|---|");
+    for t in &res.tested {
         let _ = writeln!(
             o,
-            "Commits tested on first-parent history (vrambisect regress, {}):\n",
-            crate::text::plural(res.runs_total as usize, "run")
+            "| `{}` | {} | {} | {} |",
+            &t.commit[..7.min(t.commit.len())],
+            t.version.as_deref().unwrap_or("?"),
+            t.outcome
+                .map(|x| x.to_string())
+                .unwrap_or_else(|| "-".into()),
+            format!("{:?}", t.mark).to_lowercase()
         );
-        let _ = writeln!(o, "| commit | version | outcome | |\n|---|---|---|---|");
-        for t in &res.tested {
-            let _ = writeln!(
-                o,
-                "| `{}` | {} | {} | {} |",
-                &t.commit[..7.min(t.commit.len())],
-                t.version.as_deref().unwrap_or("?"),
-                t.outcome
-                    .map(|x| x.to_string())
-                    .unwrap_or_else(|| "-".into()),
-                format!("{:?}", t.mark).to_lowercase()
-            );
-        }
-        for sk in &res.skipped {
-            let _ = writeln!(
-                o,
-                "| `{}` | | skipped | {} |",
-                &sk.commit[..7.min(sk.commit.len())],
-                cell(&sk.reason)
-            );
-        }
-        let _ = writeln!(o);
-        if let Some(line) = &res.reproduce {
-            let _ = writeln!(o, "Reproduce with: {}\n", code(line));
-        }
     }
-    if let (Some(r), Some(dir)) = (failing, failing_dir) {
+    for sk in &res.skipped {
         let _ = writeln!(
             o,
-            "Run {} ({}): **{}**{}.",
-            dir.label,
-            flags_phrase(&r.flags),
-            r.outcome,
-            failed_at(r, inp.workflow)
-                .map(|s| format!(" — {s}"))
-                .unwrap_or_default()
+            "| `{}` | | skipped | {} |",
+            &sk.commit[..7.min(sk.commit.len())],
+            cell(&sk.reason)
         );
-        let eff = effective_line(r);
-        if !eff.is_empty() {
-            let _ = writeln!(o, "In force according to its startup log: {eff}.");
-        }
-        if let Some(x) = &r.explanation {
-            let _ = writeln!(o, "{x}");
-        }
-        let _ = writeln!(o);
-        if !r.evidence.is_empty() {
-            let lines: Vec<String> = r
-                .evidence
-                .iter()
-                .take(6)
-                .map(|e| {
-                    if e.chars().count() > MAX_LINE {
-                        e.chars().take(MAX_LINE).collect::<String>() + " …"
-                    } else {
-                        e.clone()
-                    }
-                })
-                .collect();
-            fence(&mut o, "text", &lines);
-            let _ = writeln!(o);
-        }
-        let p = &r.peaks;
-        let mut parts = Vec::new();
-        if let Some(v) = p.vram_used_bytes {
-            parts.push(format!("peak VRAM used {} (NVML, whole GPU)", gib(Some(v))));
-        }
-        if let Some(v) = p.vram_comfyui_bytes {
-            parts.push(format!("ComfyUI's processes held up to {}", gib(Some(v))));
-        }
-        if let Some(v) = p.vram_other_processes_bytes {
-            parts.push(format!("other processes up to {}", gib(Some(v))));
-        }
-        if let Some(v) = p.ram_comfyui_bytes {
-            parts.push(format!("ComfyUI's resident RAM peaked at {}", gib(Some(v))));
-        }
-        if let Some(v) = p.ram_available_min_bytes {
-            parts.push(format!("available RAM fell to {}", gib(Some(v))));
-        }
-        if !parts.is_empty() {
-            let _ = writeln!(o, "Memory during that run: {}.", parts.join("; "));
-        }
-        if !r.sampling.is_empty() {
-            let _ = writeln!(o, "Not sampled: {}.", r.sampling.join("; "));
-        }
-        if inp.timelines.contains(&dir.label) {
-            let _ = writeln!(o, "Timeline: `runs/{}/timeline.png`.", dir.label);
-        }
+    }
+    let _ = writeln!(o);
+    if let Some(line) = &res.reproduce {
+        let _ = writeln!(o, "Reproduce with: {}\n", code(line));
+    }
+}
+
+/// The failing run: its outcome, what was in force, the evidence lines, memory, timeline.
+fn failing_run(o: &mut String, ctx: &Ctx, r: &RunRecord, dir: &RunDir) {
+    let _ = writeln!(
+        o,
+        "Run {} ({}): **{}**{}.",
+        dir.label,
+        flags_phrase(&r.flags),
+        r.outcome,
+        failed_at(r, ctx.inp.workflow)
+            .map(|s| format!(" — {s}"))
+            .unwrap_or_default()
+    );
+    let eff = effective_line(r);
+    if !eff.is_empty() {
+        let _ = writeln!(o, "In force according to its startup log: {eff}.");
+    }
+    if let Some(x) = &r.explanation {
+        let _ = writeln!(o, "{x}");
+    }
+    let _ = writeln!(o);
+    if !r.evidence.is_empty() {
+        let lines: Vec<String> = r
+            .evidence
+            .iter()
+            .take(6)
+            .map(|e| {
+                if e.chars().count() > MAX_LINE {
+                    e.chars().take(MAX_LINE).collect::<String>() + " …"
+                } else {
+                    e.clone()
+                }
+            })
+            .collect();
+        fence(o, "text", &lines);
         let _ = writeln!(o);
     }
-    // RAM that ComfyUI kept after its prompts, in any run: a finding whatever the outcome.
+    let p = &r.peaks;
+    let parts: Vec<String> = [
+        (p.vram_used_bytes, "peak VRAM used {} (NVML, whole GPU)"),
+        (p.vram_comfyui_bytes, "ComfyUI's processes held up to {}"),
+        (p.vram_other_processes_bytes, "other processes up to {}"),
+        (p.ram_comfyui_bytes, "ComfyUI's resident RAM peaked at {}"),
+        (p.ram_available_min_bytes, "available RAM fell to {}"),
+    ]
+    .into_iter()
+    .filter_map(|(v, words)| v.map(|v| words.replace("{}", &gib(Some(v)))))
+    .collect();
+    if !parts.is_empty() {
+        let _ = writeln!(o, "Memory during that run: {}.", parts.join("; "));
+    }
+    if !r.sampling.is_empty() {
+        let _ = writeln!(o, "Not sampled: {}.", r.sampling.join("; "));
+    }
+    if ctx.inp.timelines.contains(&dir.label) {
+        let _ = writeln!(o, "Timeline: `runs/{}/timeline.png`.", dir.label);
+    }
+    let _ = writeln!(o);
+}
+
+/// RAM that ComfyUI kept after its prompts, in any run: a finding whatever the outcome.
+fn ram_not_returned(o: &mut String, src: &Source) {
     let grew: Vec<String> = src
         .runs
         .iter()
@@ -648,24 +703,27 @@ pub fn issue_md(inp: &IssueInput) -> String {
             ))
         })
         .collect();
-    if !grew.is_empty() {
-        let _ = writeln!(
-            o,
-            "**RAM not returned.** ComfyUI's resident memory after a prompt, minus before it:\n"
-        );
-        for g in &grew {
-            let _ = writeln!(o, "{g}");
-        }
-        let _ = writeln!(o);
+    if grew.is_empty() {
+        return;
     }
+    let _ = writeln!(
+        o,
+        "**RAM not returned.** ComfyUI's resident memory after a prompt, minus before it:\n"
+    );
+    for g in &grew {
+        let _ = writeln!(o, "{g}");
+    }
+    let _ = writeln!(o);
+}
 
-    // Steps to Reproduce
+/// The steps in words, then the exact command lines that ran and the vrambisect command.
+fn steps_to_reproduce(o: &mut String, ctx: &Ctx) {
     let _ = writeln!(o, "### Steps to Reproduce\n");
     let _ = writeln!(
         o,
         "1. The workflow is the attached `workflow.json` (API format, exactly as it was queued)."
     );
-    if let Some(r) = failing {
+    if let Some(r) = ctx.failing {
         let _ = writeln!(o, "2. Start ComfyUI with {}.", code(&user_line(r)));
         let n = r.iterations.len().max(1);
         let _ = match r.iterations.iter().find(|i| i.outcome != Outcome::Pass) {
@@ -678,7 +736,7 @@ pub fn issue_md(inp: &IssueInput) -> String {
             Some(it) => writeln!(o, "3. Queue the workflow: {}.", it.outcome.describe()),
             None => writeln!(o, "3. Queue the workflow: it passes."),
         };
-        if let (Some(p), Some(res)) = (passing, &src.result)
+        if let (Some(p), Some(res)) = (ctx.passing, &ctx.src.result)
             && matches!(
                 res.verdict.kind,
                 VerdictKind::FixedBy | VerdictKind::CausedBy
@@ -696,7 +754,7 @@ pub fn issue_md(inp: &IssueInput) -> String {
         "\nExact command lines (vrambisect started ComfyUI itself, on a free loopback port, without a browser; the first run of a bisect logs at DEBUG level):\n"
     );
     let mut lines = Vec::new();
-    for d in [failing_dir, passing_dir].into_iter().flatten() {
+    for d in [ctx.failing_dir, ctx.passing_dir].into_iter().flatten() {
         if let Some(r) = &d.record {
             let what = if r.outcome == Outcome::Pass {
                 "passes".to_string()
@@ -707,29 +765,32 @@ pub fn issue_md(inp: &IssueInput) -> String {
             lines.push(exact_line(r));
         }
     }
-    for (k, v) in src.spec.iter().flat_map(|s| s.env.iter()) {
+    for (k, v) in ctx.src.spec.iter().flat_map(|s| s.env.iter()) {
         // Only allowlisted values: a launcher also sets tokens and private settings.
-        if super::redact::env_allowed(k) || !inp.redact {
-            lines.push(format!("# environment set by the launcher: {k}={v}"));
+        let shown = if super::redact::env_allowed(k) || !ctx.inp.redact {
+            v.as_str()
         } else {
-            lines.push(format!(
-                "# environment set by the launcher: {k}={}",
-                super::redact::REDACTED
-            ));
-        }
+            super::redact::REDACTED
+        };
+        lines.push(format!("# environment set by the launcher: {k}={shown}"));
     }
-    fence(&mut o, "sh", &lines);
+    fence(o, "sh", &lines);
     let _ = writeln!(o, "\nThe vrambisect command:\n");
-    fence(&mut o, "sh", &[rerun_command(src, failing)]);
+    fence(o, "sh", &[rerun_command(ctx.src, ctx.failing)]);
     let _ = writeln!(o);
+}
 
-    // Debug Logs
+/// The failing run's startup block and the window around its failure.
+fn debug_logs(o: &mut String, ctx: &Ctx) {
     let _ = writeln!(o, "### Debug Logs\n");
-    match failing_dir.and_then(|d| inp.logs.get(&d.label).map(|l| (d, l))) {
+    match ctx
+        .failing_dir
+        .and_then(|d| ctx.inp.logs.get(&d.label).map(|l| (d, l)))
+    {
         Some((d, log)) => {
             let lines = log_lines(log);
             let _ = writeln!(o, "Startup (run {}):\n", d.label);
-            fence(&mut o, "powershell", &startup_block(&lines));
+            fence(o, "powershell", &startup_block(&lines));
             let evidence = d
                 .record
                 .as_ref()
@@ -737,7 +798,7 @@ pub fn issue_md(inp: &IssueInput) -> String {
                 .unwrap_or_default();
             if d.outcome().is_some_and(|o| o != Outcome::Pass) {
                 let _ = writeln!(o, "\nThe failure (run {}):\n", d.label);
-                fence(&mut o, "powershell", &failure_window(&lines, &evidence));
+                fence(o, "powershell", &failure_window(&lines, &evidence));
             }
             let _ = writeln!(
                 o,
@@ -749,106 +810,22 @@ pub fn issue_md(inp: &IssueInput) -> String {
         }
     }
     let _ = writeln!(o);
+}
 
-    // Other
+/// The verdict and run matrix, every run, and the environment.
+fn other(o: &mut String, ctx: &Ctx) {
     let _ = writeln!(o, "### Other\n");
-    if let Some(res) = &src.result {
-        let kind = res.verdict.kind.as_str();
-        let flags = res.verdict.named_flags();
-        let _ = writeln!(
-            o,
-            "**Verdict** (vrambisect bisect, {}): `{kind}` {}",
-            crate::text::plural(res.runs_total as usize, "run"),
-            flags.iter().map(|f| code(f)).collect::<Vec<_>>().join(" ")
-        );
-        if res.verdict.flaky {
-            let _ = writeln!(
-                o,
-                "Outcomes were flaky: some configurations both passed and failed."
-            );
-        }
-        let _ = writeln!(o);
-        let _ = writeln!(o, "**Run matrix**\n");
-        let _ = writeln!(
-            o,
-            "| configuration | flags | outcome | passed/runs | peak VRAM | peak RAM (ComfyUI) | mean time | runs |"
-        );
-        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
-        for c in &res.configs {
-            let runs: Vec<String> = c
-                .run_dirs
-                .iter()
-                .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .collect();
-            let _ = writeln!(
-                o,
-                "| {} | {} | {} | {}/{} | {} | {} | {} | {} |",
-                cell(&c.changes.join(", ")),
-                cell(&flags_text(&c.flags)),
-                c.outcome,
-                c.passes,
-                c.runs,
-                gib(c.peak_vram_bytes),
-                match c.ram_growth_per_prompt_bytes {
-                    Some(g) => format!(
-                        "{} (+{}/prompt kept)",
-                        gib(c.peak_ram_bytes),
-                        crate::text::bytes(g)
-                    ),
-                    None => gib(c.peak_ram_bytes),
-                },
-                secs(c.mean_duration_ms),
-                runs.join(", ")
-            );
-        }
-        for s in &res.skipped_toggles {
-            let _ = writeln!(o, "\nSkipped {}: {}", code(&s.toggle), s.reason);
-        }
-        let _ = writeln!(o);
+    if let Some(res) = &ctx.src.result {
+        verdict_and_matrix(o, res);
     }
-    let _ = writeln!(o, "**Runs**\n");
-    let _ = writeln!(
-        o,
-        "| run | flags | outcome | prompts | time | peak VRAM | timeline |"
-    );
-    let _ = writeln!(o, "|---|---|---|---|---|---|---|");
-    for d in &src.runs {
-        let timeline = if inp.timelines.contains(&d.label) {
-            format!("`runs/{}/timeline.png`", d.label)
-        } else {
-            "-".into()
-        };
-        match &d.record {
-            Some(r) => {
-                let _ = writeln!(
-                    o,
-                    "| {} | {} | {} | {} | {} | {} | {} |",
-                    d.label,
-                    cell(&flags_text(&r.flags)),
-                    r.outcome,
-                    r.iterations.len(),
-                    secs(r.duration_ms),
-                    gib(r.peaks.vram_used_bytes),
-                    timeline
-                );
-            }
-            None => {
-                let _ = writeln!(
-                    o,
-                    "| {} | - | (no record: cut short) | - | - | - | - |",
-                    d.label
-                );
-            }
-        }
-    }
-    let _ = writeln!(o);
-    if inp.has_matrix {
+    runs_table(o, ctx);
+    if ctx.inp.has_matrix {
         let _ = writeln!(o, "The matrix as a picture: `matrix.png`.\n");
     }
     let _ = writeln!(o, "**Environment** (full detail in `environment.json`)\n");
     let _ = writeln!(o, "| item | value | source |");
     let _ = writeln!(o, "|---|---|---|");
-    for row in environment::rows(inp.env) {
+    for row in environment::rows(ctx.inp.env) {
         let _ = writeln!(
             o,
             "| {} | {} | {} |",
@@ -861,7 +838,99 @@ pub fn issue_md(inp: &IssueInput) -> String {
         o,
         "\nHome folders, user and host names, e-mail and IP addresses, tokens and secret values were replaced by vrambisect (`~`, `[user]`, `[host]`, `[email]`, `[ip]`, `[token]`, `[redacted]`); the bundle's README.md says how many of each."
     );
-    o
+}
+
+/// A bisect's verdict and every configuration it ran.
+fn verdict_and_matrix(o: &mut String, res: &crate::bisect::result::BisectResult) {
+    let kind = res.verdict.kind.as_str();
+    let flags = res.verdict.named_flags();
+    let _ = writeln!(
+        o,
+        "**Verdict** (vrambisect bisect, {}): `{kind}` {}",
+        crate::text::plural(res.runs_total as usize, "run"),
+        flags.iter().map(|f| code(f)).collect::<Vec<_>>().join(" ")
+    );
+    if res.verdict.flaky {
+        let _ = writeln!(
+            o,
+            "Outcomes were flaky: some configurations both passed and failed."
+        );
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "**Run matrix**\n");
+    let _ = writeln!(
+        o,
+        "| configuration | flags | outcome | passed/runs | peak VRAM | peak RAM (ComfyUI) | mean time | runs |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
+    for c in &res.configs {
+        let runs: Vec<String> = c
+            .run_dirs
+            .iter()
+            .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        let ram = match c.ram_growth_per_prompt_bytes {
+            Some(g) => format!(
+                "{} (+{}/prompt kept)",
+                gib(c.peak_ram_bytes),
+                crate::text::bytes(g)
+            ),
+            None => gib(c.peak_ram_bytes),
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {}/{} | {} | {} | {} | {} |",
+            cell(&c.changes.join(", ")),
+            cell(&flags_text(&c.flags)),
+            c.outcome,
+            c.passes,
+            c.runs,
+            gib(c.peak_vram_bytes),
+            ram,
+            secs(c.mean_duration_ms),
+            runs.join(", ")
+        );
+    }
+    for s in &res.skipped_toggles {
+        let _ = writeln!(o, "\nSkipped {}: {}", code(&s.toggle), s.reason);
+    }
+    let _ = writeln!(o);
+}
+
+/// Every run of the folder, cut-short ones included.
+fn runs_table(o: &mut String, ctx: &Ctx) {
+    let _ = writeln!(o, "**Runs**\n");
+    let _ = writeln!(
+        o,
+        "| run | flags | outcome | prompts | time | peak VRAM | timeline |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|");
+    for d in &ctx.src.runs {
+        let timeline = if ctx.inp.timelines.contains(&d.label) {
+            format!("`runs/{}/timeline.png`", d.label)
+        } else {
+            "-".into()
+        };
+        let _ = match &d.record {
+            Some(r) => writeln!(
+                o,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                d.label,
+                cell(&flags_text(&r.flags)),
+                r.outcome,
+                r.iterations.len(),
+                secs(r.duration_ms),
+                gib(r.peaks.vram_used_bytes),
+                timeline
+            ),
+            None => writeln!(
+                o,
+                "| {} | - | (no record: cut short) | - | - | - | - |",
+                d.label
+            ),
+        };
+    }
+    let _ = writeln!(o);
 }
 
 /// One file of the bundle, for README.md.
@@ -947,6 +1016,10 @@ pub fn run_label(d: &RunDir) -> String {
     };
     format!("run {} · {what} · flags: {flags}", d.label)
 }
+
+#[cfg(test)]
+#[path = "issue_sections.rs"]
+mod sections;
 
 #[cfg(test)]
 mod tests {
