@@ -521,8 +521,36 @@ fn python_checks(
             return out;
         }
     };
-    // torch
-    let torch = match f.package("torch") {
+    let torch = torch_check(&f, now);
+    let aimdo = aimdo_check(&f, install);
+    // The bundled stand-in runs on the standard library alone: what it lacks is no problem
+    // there. (Copies of it in tests stand for real installs and are checked as such.)
+    let stand_in = install.is_some_and(Install::is_bundled_stand_in);
+    for check in [torch, aimdo] {
+        out.push(if stand_in && check.status == Status::Fail {
+            Check {
+                status: Status::Warn,
+                summary: format!(
+                    "{} (expected: the stand-in needs neither torch nor comfy-aimdo)",
+                    check.summary
+                ),
+                hint: None,
+                ..check
+            }
+        } else {
+            check
+        });
+    }
+    let Some(install) = install else {
+        return out;
+    };
+    out.push(flags_check(install, python));
+    out
+}
+
+/// torch installed, its CUDA build against what the driver supports, CPU-only builds.
+fn torch_check(f: &PyFacts, now: &Result<NvmlNow, String>) -> Check {
+    match f.package("torch") {
         None => Check::new("torch", "PyTorch", Status::Fail, "torch is not installed in this Python")
             .hint("install ComfyUI's requirements with this Python (pip install -r requirements.txt and the torch build for your GPU), or pass --python"),
         Some(v) => {
@@ -551,13 +579,16 @@ fn python_checks(
                 None => Check::new("torch", "PyTorch", Status::Ok, v.to_string()),
             }
         }
-    };
-    // comfy-aimdo: a hard import since Dynamic VRAM (0.15); a missing one crashes startup
-    // (#12213), a partial one fails on a submodule (#14790).
+    }
+}
+
+/// comfy-aimdo: a hard import since Dynamic VRAM (0.15); a missing one crashes startup
+/// (#12213), a partial one fails on a submodule (#14790).
+fn aimdo_check(f: &PyFacts, install: Option<&Install>) -> Check {
     let needs = install
         .and_then(|i| i.version.as_ref())
         .map(|v| *v >= crate::version::dynamic_vram_release());
-    let aimdo = match (&f.aimdo_modules, needs) {
+    match (&f.aimdo_modules, needs) {
         (None, Some(false)) => Check::new(
             "comfy_aimdo",
             "comfy-aimdo",
@@ -582,30 +613,12 @@ fn python_checks(
                 .hint("an old or partial comfy-aimdo (#14790): run pip install -r requirements.txt with ComfyUI's Python")
             }
         }
-    };
-    // The bundled stand-in runs on the standard library alone: what it lacks is no problem
-    // there. (Copies of it in tests stand for real installs and are checked as such.)
-    let stand_in = install.is_some_and(Install::is_bundled_stand_in);
-    for check in [torch, aimdo] {
-        out.push(if stand_in && check.status == Status::Fail {
-            Check {
-                status: Status::Warn,
-                summary: format!(
-                    "{} (expected: the stand-in needs neither torch nor comfy-aimdo)",
-                    check.summary
-                ),
-                hint: None,
-                ..check
-            }
-        } else {
-            check
-        });
     }
-    let Some(install) = install else {
-        return out;
-    };
-    // The flags this install supports.
-    let flags = match install.flags(python) {
+}
+
+/// The memory flags this install supports, from its own `python main.py --help`.
+fn flags_check(install: &Install, python: &Chosen) -> Check {
+    match install.flags(python) {
         Ok(set) => {
             const MEMORY: &[&str] = &[
                 "--disable-dynamic-vram",
@@ -648,9 +661,7 @@ fn python_checks(
                 e.message,
             )
         },
-    };
-    out.push(flags);
-    out
+    }
 }
 
 fn disk_check(req: &Request, install: Option<&Install>) -> Check {

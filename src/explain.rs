@@ -383,6 +383,14 @@ fn levenshtein(a: &str, b: &str) -> usize {
 
 /// Prints the explanation for a person.
 pub fn render(e: &Explanation, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+    render_inputs(e, style, out)?;
+    render_prediction(e, style, out)?;
+    render_findings(e, style, out)
+}
+
+/// The version, where the flags came from, the launcher, the flags, the platform, and
+/// whether ComfyUI starts with them.
+fn render_inputs(e: &Explanation, style: &Style, out: &mut dyn Write) -> io::Result<()> {
     let version = e.comfyui_version.as_deref().unwrap_or("(version unknown)");
     writeln!(out, "{} {}", style.bold("ComfyUI"), style.bold(version))?;
     writeln!(
@@ -427,6 +435,11 @@ pub fn render(e: &Explanation, style: &Style, out: &mut dyn Write) -> io::Result
         writeln!(out)?;
     }
 
+    Ok(())
+}
+
+/// What ComfyUI will do with memory, one row per decision.
+fn render_prediction(e: &Explanation, style: &Style, out: &mut dyn Write) -> io::Result<()> {
     let dyn_word = if e.predicted.dynamic_vram.enabled {
         style.good("on")
     } else {
@@ -491,6 +504,12 @@ pub fn render(e: &Explanation, style: &Style, out: &mut dyn Write) -> io::Result
         )?;
     }
 
+    Ok(())
+}
+
+/// The lists: no-op flags, conflicts, ambiguous abbreviations, unknown flags, bad values,
+/// advice.
+fn render_findings(e: &Explanation, style: &Style, out: &mut dyn Write) -> io::Result<()> {
     section(
         out,
         style,

@@ -139,68 +139,25 @@ pub fn run(
     progress_visible: bool,
     err: &mut dyn std::io::Write,
 ) -> Result<(BisectResult, i32)> {
-    let (dir, spec, entries, target, (space, toggles, toggle_set)) = match &req.session {
-        Session::Resume(dir) => {
-            let (dir, mut spec, entries) = session::open(dir)?;
-            // A session with its verdict is done: resuming shows the verdict, runs nothing.
-            if let Some(done) = finished(&dir) {
+    let opened = match &req.session {
+        Session::Resume(dir) => match resume(dir, req, err)? {
+            Opening::Done(done) => {
                 let code = exit_code(done.verdict.kind);
-                return Ok((done, code));
+                return Ok((*done, code));
             }
-            for warning in session::unreadable_lines(&dir.join(session::JOURNAL_FILE)) {
-                let _ = writeln!(err, "warning: {warning}");
-            }
-            // Everything else is the session's own; a new run budget may be given.
-            if let Some(max) = req.max_runs {
-                spec.max_runs = max;
-            }
-            let kept = format!("kept by the session in {}", dir.display());
-            let comfyui = Chosen {
-                path: spec.comfyui.clone(),
-                source: kept.clone(),
-            };
-            let mut target = Target::load(&comfyui, spec.python.as_deref(), &spec.workflow)?;
-            if let (Some(source), Some(python)) = (&spec.python_source, &mut target.defaults.python)
-            {
-                python.source = format!("{source}; {kept}");
-            }
-            say_defaults(&target.defaults, err);
-            let space = space_of(&spec, &target)?;
-            (dir, spec, entries, target, space)
-        }
-        Session::New(new) => {
-            let mut spec = new.spec(req.max_runs);
-            // The inputs and the flags are checked before a session folder is made.
-            let target = Target::load(&new.comfyui, spec.python.as_deref(), &spec.workflow)?;
-            say_defaults(&target.defaults, err);
-            // A Python found from how vrambisect was started is kept, so that a resume (which
-            // may be started otherwise) runs the same one.
-            if spec.python.is_none()
-                && let Some(python) = &target.defaults.python
-                && crate::locate::Origin::current()
-                    .interpreter
-                    .as_ref()
-                    .is_some_and(|i| i.path == python.path)
-            {
-                spec.python = Some(python.path.clone());
-                spec.python_source = Some(python.source.clone());
-            }
-            let space = space_of(&spec, &target)?;
-            // The default set is kept as chosen, so a resume searches the same space even if
-            // ComfyUI was updated in between.
-            if spec.default_toggles {
-                spec.toggles = space.1.clone();
-            }
-            let dir = new
-                .output
-                .clone()
-                .unwrap_or_else(|| run::folder::fresh(Path::new("vrambisect-sessions"), "bisect"));
-            let dir = session::create(&dir, &spec)?;
-            (dir, spec, Vec::new(), target, space)
-        }
+            Opening::Open(o) => o,
+        },
+        Session::New(new) => start(new, req, err)?,
     };
-    let python = target.python.clone();
-    let defaults = target.defaults.clone();
+    let Opened {
+        dir,
+        spec,
+        entries,
+        target,
+        space,
+        toggles,
+        toggle_set,
+    } = *opened;
     if spec.strategy == Strategy::Matrix && matrix_size(&space) > 1024 {
         return Err(Error::usage(format!(
             "--strategy matrix would need up to {} runs for these toggles",
@@ -208,6 +165,8 @@ pub fn run(
         ))
         .hint("use the adaptive strategy, or fewer toggles"));
     }
+    let launcher_line = launcher_line(&spec, &target.python);
+    let defaults = target.defaults.clone();
     // The RAM guard is the machine's, not the session's: it comes with the request.
     let limits = Limits {
         min_available_ram: req.min_available_ram,
@@ -218,52 +177,35 @@ pub fn run(
         nvml_lib: req.nvml_lib.clone(),
         ..RunOptions::new(target, limits, dir.clone())
     };
-    let check_opts = opts.clone();
-    let planned = planned_runs(&space, spec.strategy, spec.repeat);
-    let mut progress = BisectProgress::new(progress_visible, planned, entries.len() as u64);
-    let launcher_line = launcher_line(&spec, &python);
-    let (found, tallies, runs, next) = {
-        let space_ref = &space;
-        let mut oracle = LiveOracle {
-            dir: dir.clone(),
-            base: opts,
-            reporter: &mut progress,
-            next: entries.iter().map(|e| e.n).max().unwrap_or(0) + 1,
-            describe: Box::new(move |c| {
-                if c.choice.is_empty() {
-                    "your flags".to_string()
-                } else {
-                    space_ref.describe(&c.choice).join(", ")
-                }
-            }),
-        };
-        let mut search = Search::new(
-            &space,
-            &mut oracle,
-            spec.settings(),
-            session::tallies(&entries),
-        );
-        let found = search.run();
-        let (tallies, runs) = (search.tallies.clone(), search.runs);
-        drop(search);
-        let next = oracle.next;
-        // A write that failed (a full disk) ends the session with that error and no
-        // verdict; --resume continues once there is room.
-        let found = found.map_err(|e| {
-            let resume = crate::locate::Origin::current().command_line(&[
-                "bisect".into(),
-                "--resume".into(),
-                dir.display().to_string(),
-            ]);
-            let hint = if e.io == Some(std::io::ErrorKind::StorageFull) {
-                format!("every finished run is kept; free some space and continue with {resume}")
+    let mut progress = BisectProgress::new(
+        progress_visible,
+        planned_runs(&space, spec.strategy, spec.repeat),
+        entries.len() as u64,
+    );
+    let mut oracle = LiveOracle {
+        dir: dir.clone(),
+        base: opts.clone(),
+        reporter: &mut progress,
+        next: entries.iter().map(|e| e.n).max().unwrap_or(0) + 1,
+        describe: Box::new(|c| {
+            if c.choice.is_empty() {
+                "your flags".to_string()
             } else {
-                format!("every finished run is kept; continue with {resume}")
-            };
-            e.hint(hint)
-        })?;
-        (found, tallies, runs, next)
+                space.describe(&c.choice).join(", ")
+            }
+        }),
     };
+    let mut search = Search::new(
+        &space,
+        &mut oracle,
+        spec.settings(),
+        session::tallies(&entries),
+    );
+    let found = search.run().map_err(|e| stopped_by(e, &dir))?;
+    let (tallies, runs) = (search.tallies.clone(), search.runs);
+    drop(search);
+    let next = oracle.next;
+    drop(oracle);
     drop(progress);
     let info = result::SessionInfo {
         session_dir: dir.clone(),
@@ -274,64 +216,205 @@ pub fn run(
     let mut result = result::build(&space, &found, &tallies, runs, info);
     result.toggle_set = toggle_set;
     result.defaults = defaults;
-    // The bug template's first question, answered by a run: does it fail without custom
-    // nodes? One extra run of the failing configuration, apart from the search.
     if spec.custom_nodes_check
         && runs < spec.max_runs
         && let Some(target) = found.target
         && found.kind != VerdictKind::Incomplete
-        && !spec
-            .base_flags
-            .iter()
-            .any(|f| f == "--disable-all-custom-nodes")
     {
-        let nodes = user_custom_nodes(&spec.comfyui);
-        if nodes > 0 {
-            let mut progress = BisectProgress::new(progress_visible, 1, 0);
-            let mut oracle = LiveOracle {
-                dir: dir.clone(),
-                base: check_opts,
-                reporter: &mut progress,
-                next,
-                describe: Box::new(|_| "your flags, without custom nodes".to_string()),
-            };
-            let mut flags = space.baseline().flags.clone();
-            flags.push("--disable-all-custom-nodes".into());
-            let config = crate::bisect::space::Config {
-                key: format!("custom-nodes-check {}", flags.join(" ")),
-                flags,
-                choice: Vec::new(),
-            };
-            if let Ok(trial) = crate::bisect::search::Oracle::run(&mut oracle, &config) {
-                result.runs_total += 1;
-                result.custom_nodes_check = Some(result::CustomNodesCheck::new(
-                    config.flags,
-                    trial.outcome,
-                    trial.run_dir,
-                    nodes,
-                    target,
-                ));
-            }
+        let check = CheckRun {
+            opts,
+            dir: &dir,
+            next,
+            visible: progress_visible,
+        };
+        if let Some(c) = custom_nodes_check(check, &spec, &space, target) {
+            result.runs_total += 1;
+            result.custom_nodes_check = Some(c);
         }
     }
     if found.kind == VerdictKind::Incomplete {
-        let mut line = crate::locate::Origin::current().command_line(&[
-            "bisect".into(),
-            "--resume".into(),
-            dir.display().to_string(),
-        ]);
-        // The budget, not Ctrl-C, stopped it: continuing needs a larger one.
-        if runs >= spec.max_runs {
-            line.push_str(&format!(
-                " --max-runs {}",
-                spec.max_runs.saturating_mul(2).max(runs + 16)
-            ));
-        }
-        result.continue_with = Some(line);
+        result.continue_with = Some(continue_line(&dir, &spec, runs));
     }
     run::folder::write_json(&dir.join(session::RESULT_FILE), &result)?;
     let code = exit_code(found.kind);
     Ok((result, code))
+}
+
+/// A session ready to search: its folder, settings, finished runs, install and space.
+struct Opened {
+    dir: PathBuf,
+    spec: SessionSpec,
+    entries: Vec<session::Entry>,
+    target: Target,
+    space: Space,
+    toggles: Vec<String>,
+    toggle_set: Option<String>,
+}
+
+/// A session opened to go on, or one that already has its verdict.
+enum Opening {
+    Open(Box<Opened>),
+    Done(Box<BisectResult>),
+}
+
+/// Opens a session folder for `--resume`: everything is the session's own but a new run
+/// budget. A session with its verdict is done: resuming shows the verdict and runs nothing.
+fn resume(dir: &Path, req: &Request, err: &mut dyn std::io::Write) -> Result<Opening> {
+    let (dir, mut spec, entries) = session::open(dir)?;
+    if let Some(done) = finished(&dir) {
+        return Ok(Opening::Done(Box::new(done)));
+    }
+    for warning in session::unreadable_lines(&dir.join(session::JOURNAL_FILE)) {
+        let _ = writeln!(err, "warning: {warning}");
+    }
+    if let Some(max) = req.max_runs {
+        spec.max_runs = max;
+    }
+    let kept = format!("kept by the session in {}", dir.display());
+    let comfyui = Chosen {
+        path: spec.comfyui.clone(),
+        source: kept.clone(),
+    };
+    let mut target = Target::load(&comfyui, spec.python.as_deref(), &spec.workflow)?;
+    if let (Some(source), Some(python)) = (&spec.python_source, &mut target.defaults.python) {
+        python.source = format!("{source}; {kept}");
+    }
+    say_defaults(&target.defaults, err);
+    let (space, toggles, toggle_set) = space_of(&spec, &target)?;
+    Ok(Opening::Open(Box::new(Opened {
+        dir,
+        spec,
+        entries,
+        target,
+        space,
+        toggles,
+        toggle_set,
+    })))
+}
+
+/// Checks a new session's inputs and flags, then makes its folder.
+fn start(new: &NewSession, req: &Request, err: &mut dyn std::io::Write) -> Result<Box<Opened>> {
+    let mut spec = new.spec(req.max_runs);
+    // The inputs and the flags are checked before a session folder is made.
+    let target = Target::load(&new.comfyui, spec.python.as_deref(), &spec.workflow)?;
+    say_defaults(&target.defaults, err);
+    // A Python found from how vrambisect was started is kept, so that a resume (which may be
+    // started otherwise) runs the same one.
+    if spec.python.is_none()
+        && let Some(python) = &target.defaults.python
+        && crate::locate::Origin::current()
+            .interpreter
+            .as_ref()
+            .is_some_and(|i| i.path == python.path)
+    {
+        spec.python = Some(python.path.clone());
+        spec.python_source = Some(python.source.clone());
+    }
+    let (space, toggles, toggle_set) = space_of(&spec, &target)?;
+    // The default set is kept as chosen, so a resume searches the same space even if ComfyUI
+    // was updated in between.
+    if spec.default_toggles {
+        spec.toggles = toggles.clone();
+    }
+    let dir = new
+        .output
+        .clone()
+        .unwrap_or_else(|| run::folder::fresh(Path::new("vrambisect-sessions"), "bisect"));
+    let dir = session::create(&dir, &spec)?;
+    Ok(Box::new(Opened {
+        dir,
+        spec,
+        entries: Vec::new(),
+        target,
+        space,
+        toggles,
+        toggle_set,
+    }))
+}
+
+/// A session that could not go on (a write failed): the error, with how to continue.
+fn stopped_by(e: Error, dir: &Path) -> Error {
+    let resume = crate::locate::Origin::current().command_line(&[
+        "bisect".into(),
+        "--resume".into(),
+        dir.display().to_string(),
+    ]);
+    let hint = if e.io == Some(std::io::ErrorKind::StorageFull) {
+        format!("every finished run is kept; free some space and continue with {resume}")
+    } else {
+        format!("every finished run is kept; continue with {resume}")
+    };
+    e.hint(hint)
+}
+
+/// The command that continues a session stopped before its verdict (with a larger budget when
+/// the budget, not Ctrl-C, stopped it).
+fn continue_line(dir: &Path, spec: &SessionSpec, runs: u32) -> String {
+    let mut line = crate::locate::Origin::current().command_line(&[
+        "bisect".into(),
+        "--resume".into(),
+        dir.display().to_string(),
+    ]);
+    if runs >= spec.max_runs {
+        line.push_str(&format!(
+            " --max-runs {}",
+            spec.max_runs.saturating_mul(2).max(runs + 16)
+        ));
+    }
+    line
+}
+
+/// Where the custom-nodes check run goes: the session's run options, folder and next number.
+struct CheckRun<'a> {
+    opts: RunOptions,
+    dir: &'a Path,
+    next: u32,
+    visible: bool,
+}
+
+/// The bug template's first question, answered by a run: does the failing configuration fail
+/// without custom nodes? One extra run, apart from the search, when the install has custom
+/// nodes and the user's flags do not already leave them out.
+fn custom_nodes_check(
+    check: CheckRun,
+    spec: &SessionSpec,
+    space: &Space,
+    target: crate::outcome::Outcome,
+) -> Option<result::CustomNodesCheck> {
+    if spec
+        .base_flags
+        .iter()
+        .any(|f| f == "--disable-all-custom-nodes")
+    {
+        return None;
+    }
+    let nodes = user_custom_nodes(&spec.comfyui);
+    if nodes == 0 {
+        return None;
+    }
+    let mut progress = BisectProgress::new(check.visible, 1, 0);
+    let mut oracle = LiveOracle {
+        dir: check.dir.to_path_buf(),
+        base: check.opts,
+        reporter: &mut progress,
+        next: check.next,
+        describe: Box::new(|_| "your flags, without custom nodes".to_string()),
+    };
+    let mut flags = space.baseline().flags.clone();
+    flags.push("--disable-all-custom-nodes".into());
+    let config = crate::bisect::space::Config {
+        key: format!("custom-nodes-check {}", flags.join(" ")),
+        flags,
+        choice: Vec::new(),
+    };
+    let trial = crate::bisect::search::Oracle::run(&mut oracle, &config).ok()?;
+    Some(result::CustomNodesCheck::new(
+        config.flags,
+        trial.outcome,
+        trial.run_dir,
+        nodes,
+        target,
+    ))
 }
 
 /// How many custom nodes the install has, besides the example ComfyUI ships.

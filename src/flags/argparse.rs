@@ -162,37 +162,10 @@ pub fn parse(set: &FlagSet, args: &[impl AsRef<str>], version: Option<&Version>)
                     i += 1;
                 } else {
                     i += 1;
-                    let available = classes[i..]
-                        .iter()
-                        .take_while(|c| matches!(c, Class::Arg))
-                        .count();
-                    let available = if args[i..].first() == Some(&"--") {
-                        0
-                    } else {
-                        available
-                    };
-                    let take = match spec.nargs {
-                        Nargs::Zero => 0,
-                        Nargs::One => 1.min(available),
-                        Nargs::Exactly(n) => n.min(available),
-                        Nargs::Optional => 1.min(available),
-                        Nargs::ZeroOrMore | Nargs::OneOrMore => available,
-                    };
-                    let needed = match spec.nargs {
-                        Nargs::One | Nargs::OneOrMore => 1,
-                        Nargs::Exactly(n) => n,
-                        _ => 0,
-                    };
-                    if take < needed {
-                        let what = match spec.nargs {
-                            Nargs::OneOrMore => "expected at least one argument".to_string(),
-                            Nargs::Exactly(n) if n > 1 => format!("expected {n} arguments"),
-                            _ => "expected one argument".to_string(),
-                        };
-                        errors_in_order.push(format!("argument {}: {what}", arg_name(spec)));
-                    }
-                    values.extend(args[i..i + take].iter().map(|s| s.to_string()));
-                    i += take;
+                    let (taken, error) = take_values(spec, &args[i..], &classes[i..]);
+                    errors_in_order.extend(error);
+                    i += taken.len();
+                    values.extend(taken);
                 }
                 if flag == "--help" && !out.help_requested {
                     out.help_requested = true;
@@ -206,29 +179,8 @@ pub fn parse(set: &FlagSet, args: &[impl AsRef<str>], version: Option<&Version>)
                     });
                 }
                 // Conflicts are checked as each option is taken, against those already seen.
-                if let Some(group) = set.group_of(&flag)
-                    && let Some(earlier) = out
-                        .given
-                        .iter()
-                        .find(|g| g.flag != flag && group.contains(&g.flag))
-                {
-                    let message = format!(
-                        "argument {}: not allowed with argument {}",
-                        arg_name(spec),
-                        earlier.flag
-                    );
-                    errors_in_order.push(message.clone());
-                    if !out
-                        .conflicts
-                        .iter()
-                        .any(|c| c.first == earlier.flag && c.second == flag)
-                    {
-                        out.conflicts.push(Conflict {
-                            first: earlier.flag.clone(),
-                            second: flag.clone(),
-                            message,
-                        });
-                    }
+                if let Some(message) = conflict(set, spec, &flag, &mut out) {
+                    errors_in_order.push(message);
                 }
                 out.given.push(Given {
                     typed,
@@ -262,6 +214,67 @@ pub fn parse(set: &FlagSet, args: &[impl AsRef<str>], version: Option<&Version>)
         out.error = Some(format!("unrecognized arguments: {}", out.unknown.join(" ")));
     }
     out
+}
+
+/// The values an option takes from the arguments after it (those that are not options
+/// themselves, as its `nargs` allows), and argparse's error when too few are there.
+fn take_values(spec: &OptSpec, args: &[&str], classes: &[Class]) -> (Vec<String>, Option<String>) {
+    let available = if args.first() == Some(&"--") {
+        0
+    } else {
+        classes
+            .iter()
+            .take_while(|c| matches!(c, Class::Arg))
+            .count()
+    };
+    let take = match spec.nargs {
+        Nargs::Zero => 0,
+        Nargs::One | Nargs::Optional => 1.min(available),
+        Nargs::Exactly(n) => n.min(available),
+        Nargs::ZeroOrMore | Nargs::OneOrMore => available,
+    };
+    let needed = match spec.nargs {
+        Nargs::One | Nargs::OneOrMore => 1,
+        Nargs::Exactly(n) => n,
+        _ => 0,
+    };
+    let error = (take < needed).then(|| {
+        let what = match spec.nargs {
+            Nargs::OneOrMore => "expected at least one argument".to_string(),
+            Nargs::Exactly(n) if n > 1 => format!("expected {n} arguments"),
+            _ => "expected one argument".to_string(),
+        };
+        format!("argument {}: {what}", arg_name(spec))
+    });
+    let values = args[..take].iter().map(|s| s.to_string()).collect();
+    (values, error)
+}
+
+/// argparse's mutually exclusive groups: `flag` against the options already given; the
+/// conflict is recorded once, and its message returned.
+fn conflict(set: &FlagSet, spec: &OptSpec, flag: &str, out: &mut Parsed) -> Option<String> {
+    let group = set.group_of(flag)?;
+    let earlier = out
+        .given
+        .iter()
+        .find(|g| g.flag != flag && group.contains(&g.flag))?;
+    let message = format!(
+        "argument {}: not allowed with argument {}",
+        arg_name(spec),
+        earlier.flag
+    );
+    if !out
+        .conflicts
+        .iter()
+        .any(|c| c.first == earlier.flag && c.second == flag)
+    {
+        out.conflicts.push(Conflict {
+            first: earlier.flag.clone(),
+            second: flag.to_string(),
+            message: message.clone(),
+        });
+    }
+    Some(message)
 }
 
 /// argparse's `_parse_optional`: exact match, `--x=value`, then unique prefix.

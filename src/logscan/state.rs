@@ -360,6 +360,167 @@ fn clip(text: &str) -> String {
     }
 }
 
+/// How a prompt that did not reach `Prompt executed` ended, as far as the log shows.
+#[derive(Debug, Default)]
+struct Ended {
+    /// Stopped after minutes of silence at a load: the known hang.
+    hang: bool,
+    /// The log ends during a load.
+    loading_at_end: bool,
+    /// The log ends before the prompt did: no outcome.
+    incomplete: bool,
+    explanation: Option<String>,
+}
+
+/// What decides how an unfinished prompt ended: the line that ended it and what came before.
+struct Unfinished<'a, 'b> {
+    end: &'a End,
+    tail: &'a [String],
+    before: &'a Before<'b>,
+    stalled_for: Option<f64>,
+}
+
+/// The `!!!` line is the exception that ended the prompt; a traceback's first exception line
+/// may be a chained cause (`During handling of the above exception…`), so a memory error on
+/// the `!!!` line wins.
+fn error_end(p: &PromptState) -> Option<PromptEnd> {
+    let during = p.exception_during.as_ref()?;
+    let is_memory = |t: &str| catalogue::match_line(t).any(|s| s.outcome.is_memory());
+    let (ty, msg) = match &p.exception {
+        Some((ty, msg)) if !is_memory(during) || msg.trim() == during.trim() => {
+            (ty.clone(), msg.clone())
+        }
+        _ => ("Exception during processing".to_string(), during.clone()),
+    };
+    Some(PromptEnd::Error {
+        node_id: None,
+        node_type: None,
+        exception_type: ty,
+        exception_message: msg,
+    })
+}
+
+/// A memory error line with no `!!! Exception` around it (a pasted part, or a log format that
+/// lost it): the error line stands for the exception.
+fn memory_end(p: &PromptState) -> Option<PromptEnd> {
+    p.memory_hit.as_ref().map(|hit| PromptEnd::Error {
+        node_id: None,
+        node_type: None,
+        exception_type: hit.clone(),
+        exception_message: String::new(),
+    })
+}
+
+/// How a prompt followed by `Prompt executed in …` ended.
+fn executed_end(p: &PromptState) -> PromptEnd {
+    match error_end(p) {
+        Some(e) => e,
+        None if p.interrupted => PromptEnd::Interrupted { node_id: None },
+        None => match &p.memory_hit {
+            Some(hit) if !succeeds_despite(hit) => memory_end(p).expect("a hit"),
+            _ => PromptEnd::Success,
+        },
+    }
+}
+
+/// How a prompt ended that was cut off: by an error, a kill or crash line, a stop, a restart,
+/// or the end of the log (while loading: maybe the known hang). Fills `obs` for the
+/// classifier.
+fn unfinished(p: &PromptState, how: &Unfinished, obs: &mut PromptObservation) -> Ended {
+    let mut ended = Ended::default();
+    if let Some(e) = error_end(p) {
+        obs.end = Some(e);
+    } else if let Some(kind) = p.dead {
+        // The log cannot show an exit status; the kill or crash line stands for it.
+        obs.exit = Some(match kind {
+            "fatal" => ExitStatus {
+                code: None,
+                signal: Some(6),
+            },
+            "exited" => ExitStatus {
+                code: None,
+                signal: None,
+            },
+            _ => ExitStatus {
+                code: Some(137),
+                signal: Some(9),
+            },
+        });
+        obs.ram_exhausted = kind == "oom_killer";
+        obs.log.extend(how.tail.iter().cloned());
+        ended.explanation = match kind {
+            "oom_killer" => Some("the kernel's OOM killer ended ComfyUI during this prompt: system RAM and swap ran out".into()),
+            "exited" => Some("ComfyUI's process ended during this prompt without an error message (the launcher's pause or exit line follows): a native crash, or the system ending it for memory".into()),
+            _ => None,
+        };
+    } else if let Some(e) = memory_end(p) {
+        // A pasted error, or a log cut right after it: the error line speaks for it.
+        obs.end = Some(e);
+    } else if let Some((_, line, _, _)) = &p.pending_load
+        && !sampled_after(how.before, line)
+        && (*how.end == End::Eof || how.stalled_for.is_some_and(|s| s >= HANG_SECONDS))
+    {
+        // A log that ends here ends where the known hang stops, and where any paste copied
+        // during a load ends: only a clock can tell them apart. Stopped or restarted after
+        // minutes of silence by the log's own timestamps, it hung.
+        ended.hang = *how.end != End::Eof;
+        obs.stalled = ended.hang;
+        obs.log.push(line.clone());
+        obs.log.extend(how.tail.iter().cloned());
+        if !ended.hang {
+            ended.incomplete = true;
+            ended.loading_at_end = true;
+        }
+    } else if p.interrupted {
+        obs.end = Some(PromptEnd::Interrupted { node_id: None });
+    } else {
+        match how.end {
+            End::Restart => {
+                obs.exit = Some(ExitStatus {
+                    code: None,
+                    signal: None,
+                });
+                obs.log.extend(how.tail.iter().cloned());
+                ended.explanation = Some("ComfyUI started again before this prompt finished: it died (or was restarted) without a message".into());
+            }
+            End::Stopped => {
+                obs.interrupted_by_user = true;
+                ended.explanation = Some(match (&p.pending_load, how.stalled_for) {
+                    (Some((_, _, model, _)), None) => format!(
+                        "ComfyUI was stopped (Ctrl-C) while it was loading {model}; the log has no timestamps to say for how long (minutes of silence after 'Requested to load' would be the known hang at load, #13730)"
+                    ),
+                    (Some((_, _, model, _)), Some(s)) => format!(
+                        "ComfyUI was stopped (Ctrl-C) {s:.0} s after 'Requested to load {model}': too soon to call it a hang"
+                    ),
+                    _ => "ComfyUI was stopped (Ctrl-C) while this prompt ran".into(),
+                });
+            }
+            _ => ended.incomplete = true,
+        }
+    }
+    ended
+}
+
+/// A prompt the log ends in: no outcome, and why.
+fn incomplete_verdict(
+    model: Option<&str>,
+    loading_at_end: bool,
+    tail: &[String],
+) -> Classification {
+    let explanation = match (model, loading_at_end) {
+        (Some(model), true) => format!(
+            "the log ends after 'Requested to load {model}', before it loaded. The known hang at load (#13730) stops here too, but so does any log copied while a model loads: it is a hang if ComfyUI was still running minutes later with nothing more in its log and the prompt still in the queue, or if timestamps show minutes of silence after this line"
+        ),
+        _ => "the log ends while this prompt runs: it was still running when the log was copied, or ComfyUI stopped without a word".into(),
+    };
+    Classification {
+        outcome: Outcome::Pass,
+        evidence: tail.iter().rev().take(3).rev().cloned().collect(),
+        signatures: Vec::new(),
+        explanation: Some(explanation),
+    }
+}
+
 impl State {
     fn observe(&mut self, text: &str, number: u64, before: &Before<'_>) {
         if let Some(s) = self.current.as_mut()
@@ -367,34 +528,7 @@ impl State {
         {
             s.startup_lines += 1;
         }
-        // A traceback's exception line: the first unindented line that looks like one.
-        if let Some(left) = self.awaiting_exception {
-            if let Some((ty, msg)) = lines::exception_line(text)
-                && !text.starts_with("Traceback")
-            {
-                self.awaiting_exception = None;
-                // With chained exceptions (`During handling of the above exception, another
-                // exception occurred:`) the first traceback is the cause; the one raised is
-                // the one the `!!!` line names, else the last.
-                if let Some(p) = self.open.as_mut()
-                    && let Some(during) = &p.exception_during
-                    && p.exception.as_ref().is_none_or(|(_, m)| m != during)
-                {
-                    p.exception = Some((ty.to_string(), msg.to_string()));
-                    p.keep(number, text);
-                }
-                if let Some(s) = self.current.as_mut()
-                    && s.starting()
-                    && s.matched.len() < MAX_MATCHED
-                {
-                    s.matched.push(clip(text));
-                }
-            } else if left == 0 {
-                self.awaiting_exception = None;
-            } else {
-                self.awaiting_exception = Some(left - 1);
-            }
-        }
+        self.awaiting_exception_line(text, number);
         if self.collecting_validation {
             if self.validation.len() < 8 {
                 self.validation.push(clip(text.trim()));
@@ -403,89 +537,98 @@ impl State {
                 self.collecting_validation = false;
             }
         }
+        let kind = lines::marker(text).map(|m| m.kind);
+        if let Some(kind) = kind {
+            self.on_marker(kind, text, number, before);
+        }
+        self.signatures_of(kind, text, number, before);
+        if comfy_or_torch_frame(text) {
+            self.recognized += 1;
+        }
+        // Startup facts, while the server starts (and its ready line).
+        if let Some(s) = self.current.as_mut()
+            && (s.starting() || kind == Some(Kind::Ready))
+            && !s.ready
+        {
+            s.facts.observe(text);
+            if s.facts.ready {
+                s.ready = true;
+            }
+        }
+    }
 
-        let marker = lines::marker(text);
-        let kind = marker.map(|m| m.kind);
+    /// A traceback's exception line: the first unindented line that looks like one, within
+    /// a few lines of the `Traceback` header.
+    fn awaiting_exception_line(&mut self, text: &str, number: u64) {
+        let Some(left) = self.awaiting_exception else {
+            return;
+        };
+        let Some((ty, msg)) =
+            lines::exception_line(text).filter(|_| !text.starts_with("Traceback"))
+        else {
+            self.awaiting_exception = left.checked_sub(1);
+            return;
+        };
+        self.awaiting_exception = None;
+        // With chained exceptions (`During handling of the above exception, another exception
+        // occurred:`) the first traceback is the cause; the one raised is the one the `!!!`
+        // line names, else the last.
+        if let Some(p) = self.open.as_mut()
+            && let Some(during) = &p.exception_during
+            && p.exception.as_ref().is_none_or(|(_, m)| m != during)
+        {
+            p.exception = Some((ty.to_string(), msg.to_string()));
+            p.keep(number, text);
+        }
+        if let Some(s) = self.current.as_mut()
+            && s.starting()
+            && s.matched.len() < MAX_MATCHED
+        {
+            s.matched.push(clip(text));
+        }
+    }
+
+    /// What one of ComfyUI's structural lines changes: server starts, prompts, loads,
+    /// tracebacks, the launch flags and the install folder.
+    fn on_marker(&mut self, kind: Kind, text: &str, number: u64, before: &Before<'_>) {
         match kind {
-            Some(Kind::Start { rank }) => {
+            Kind::Start { rank } => {
                 self.recognized += 1;
                 self.start_marker(rank, number, before);
             }
-            Some(Kind::Announce) => {
+            Kind::Announce => {
                 self.recognized += 1;
                 if self.current.as_ref().is_none_or(|s| !s.starting()) {
                     self.new_start(number, 0, before);
                 }
             }
-            Some(Kind::Ready) => {
+            Kind::Ready => {
                 self.recognized += 1;
                 if self.current.as_ref().is_none_or(|s| s.closed) {
                     self.new_start(number, u8::MAX, before);
                 }
             }
-            Some(Kind::Stopped) => {
+            Kind::Stopped => {
                 self.end_prompt(End::Stopped, number, before);
                 if let Some(s) = self.current.as_mut() {
                     s.closed = true;
                 }
             }
-            Some(Kind::GotPrompt) => {
-                self.recognized += 1;
-                self.validation.clear();
-                self.server_is_up();
-                if let Some(p) = self.open.as_mut() {
-                    if !p.content {
-                        p.later_posts = true;
-                    }
-                    if self.queue.len() >= 10_000 {
-                        self.queue.pop_front();
-                    }
-                    self.queue.push_back(number);
-                } else {
-                    self.open_prompt(number, false);
-                }
-            }
-            Some(Kind::Executed) => {
-                self.recognized += 1;
-                if self.open.is_none() {
-                    self.open_prompt(number, true);
-                }
-                let took = lines::executed_in(text).unwrap_or("").to_string();
-                self.end_prompt(End::Executed(took), number, before);
-                if let Some(next) = self.queue.pop_front() {
-                    self.open_prompt(next, false);
-                    if let Some(p) = self.open.as_mut() {
-                        p.from_queue = true;
-                    }
-                }
-            }
-            Some(Kind::InvalidPrompt) | Some(Kind::RequestError) => {
-                if kind == Some(Kind::InvalidPrompt) {
+            Kind::GotPrompt => self.got_prompt(number),
+            Kind::Executed => self.executed(text, number, before),
+            Kind::InvalidPrompt | Kind::RequestError => {
+                if kind == Kind::InvalidPrompt {
                     self.recognized += 1;
                 }
-                self.rejected(kind == Some(Kind::InvalidPrompt), text, number);
+                self.rejected(kind == Kind::InvalidPrompt, text, number);
             }
-            Some(Kind::FailedValidation) => {
+            Kind::FailedValidation => {
                 self.recognized += 1;
                 self.validation = vec![clip(text)];
                 self.collecting_validation = true;
             }
-            Some(Kind::RequestedToLoad) => {
-                self.recognized += 1;
-                let now = self.now;
-                let p = self.prompt_for_line(number);
-                p.content = true;
-                if let Some(model) = lines::requested_model(text) {
-                    if p.models.last().map(String::as_str) != Some(model) {
-                        if p.models.len() == 4 {
-                            p.models.remove(0);
-                        }
-                        p.models.push(model.to_string());
-                    }
-                    p.pending_load = Some((number, clip(text), model.to_string(), now));
-                }
-            }
-            Some(Kind::Loaded) => {
+            Kind::RequestedToLoad => self.requested_to_load(text, number),
+            Kind::Loaded => {
                 self.recognized += 1;
                 if text.contains("prepared for dynamic VRAM loading") {
                     self.dynamic_loads = true;
@@ -498,7 +641,7 @@ impl State {
                     p.content = true;
                 }
             }
-            Some(Kind::Traceback) => {
+            Kind::Traceback => {
                 self.awaiting_exception = Some(TRACEBACK_LINES);
                 if let Some(s) = self.current.as_mut()
                     && s.starting()
@@ -509,45 +652,15 @@ impl State {
                     }
                 }
             }
-            Some(Kind::ExceptionDuring) => {
-                self.recognized += 1;
-                let p = self.prompt_for_line(number);
-                p.content = true;
-                let msg = text
-                    .trim_start_matches("!!! Exception during processing !!!")
-                    .trim()
-                    .to_string();
-                // Kept without the banner: it is the exception's own text, which the
-                // traceback's last line repeats (and the evidence then shows once).
-                p.keep(number, &msg);
-                if p.exception_during.is_none() {
-                    p.exception_during = Some(msg);
-                }
-            }
-            Some(Kind::Interrupted) => {
+            Kind::ExceptionDuring => self.exception_during(text, number),
+            Kind::Interrupted => {
                 let p = self.prompt_for_line(number);
                 p.content = true;
                 p.interrupted = true;
                 p.keep(number, text);
             }
-            Some(Kind::LaunchArgs) => {
-                if let Some(args) = lines::launch_args(text) {
-                    let found = LaunchArgs {
-                        args,
-                        source: clip(text),
-                        line: number,
-                    };
-                    match self.current.as_mut() {
-                        Some(s) if s.starting() => {
-                            if s.launch.is_none() {
-                                s.launch = Some(found);
-                            }
-                        }
-                        _ => self.pending_launch = Some(found),
-                    }
-                }
-            }
-            Some(Kind::InstallPath) => {
+            Kind::LaunchArgs => self.launch_args(text, number),
+            Kind::InstallPath => {
                 if let Some(dir) = lines::install_dir(text) {
                     match self.current.as_mut() {
                         Some(s) if s.starting() => {
@@ -557,10 +670,100 @@ impl State {
                     }
                 }
             }
-            None => {}
         }
+    }
 
-        // Failure signatures, on every line that is not purely structural.
+    /// `got prompt`: a prompt starts, or waits its turn behind the one running.
+    fn got_prompt(&mut self, number: u64) {
+        self.recognized += 1;
+        self.validation.clear();
+        self.server_is_up();
+        if let Some(p) = self.open.as_mut() {
+            if !p.content {
+                p.later_posts = true;
+            }
+            if self.queue.len() >= 10_000 {
+                self.queue.pop_front();
+            }
+            self.queue.push_back(number);
+        } else {
+            self.open_prompt(number, false);
+        }
+    }
+
+    /// `Prompt executed in …`: the prompt ends (ComfyUI prints it after failed and interrupted
+    /// prompts too), and a queued one starts.
+    fn executed(&mut self, text: &str, number: u64, before: &Before<'_>) {
+        self.recognized += 1;
+        if self.open.is_none() {
+            self.open_prompt(number, true);
+        }
+        let took = lines::executed_in(text).unwrap_or("").to_string();
+        self.end_prompt(End::Executed(took), number, before);
+        if let Some(next) = self.queue.pop_front() {
+            self.open_prompt(next, false);
+            if let Some(p) = self.open.as_mut() {
+                p.from_queue = true;
+            }
+        }
+    }
+
+    /// `Requested to load X`: the prompt's models, and the load a hang would stop at.
+    fn requested_to_load(&mut self, text: &str, number: u64) {
+        self.recognized += 1;
+        let now = self.now;
+        let p = self.prompt_for_line(number);
+        p.content = true;
+        if let Some(model) = lines::requested_model(text) {
+            if p.models.last().map(String::as_str) != Some(model) {
+                if p.models.len() == 4 {
+                    p.models.remove(0);
+                }
+                p.models.push(model.to_string());
+            }
+            p.pending_load = Some((number, clip(text), model.to_string(), now));
+        }
+    }
+
+    /// `!!! Exception during processing !!!`: the exception the prompt failed with.
+    fn exception_during(&mut self, text: &str, number: u64) {
+        self.recognized += 1;
+        let p = self.prompt_for_line(number);
+        p.content = true;
+        let msg = text
+            .trim_start_matches("!!! Exception during processing !!!")
+            .trim()
+            .to_string();
+        // Kept without the banner: it is the exception's own text, which the traceback's last
+        // line repeats (and the evidence then shows once).
+        p.keep(number, &msg);
+        if p.exception_during.is_none() {
+            p.exception_during = Some(msg);
+        }
+    }
+
+    /// A line that shows the launch flags (an echoed command line, `** Launch args:`).
+    fn launch_args(&mut self, text: &str, number: u64) {
+        let Some(args) = lines::launch_args(text) else {
+            return;
+        };
+        let found = LaunchArgs {
+            args,
+            source: clip(text),
+            line: number,
+        };
+        match self.current.as_mut() {
+            Some(s) if s.starting() => {
+                if s.launch.is_none() {
+                    s.launch = Some(found);
+                }
+            }
+            _ => self.pending_launch = Some(found),
+        }
+    }
+
+    /// Failure signatures, on every line that is not purely structural.
+    fn signatures_of(&mut self, kind: Option<Kind>, text: &str, number: u64, before: &Before<'_>) {
         let structural = matches!(
             kind,
             Some(
@@ -576,35 +779,22 @@ impl State {
                     | Kind::Interrupted
             )
         );
-        // A traceback's frames quote source code (`raise MemoryError("VBAR allocation failed")`):
-        // not what happened, only where.
+        // A traceback's frames quote source code (`raise MemoryError("VBAR allocation
+        // failed")`): not what happened, only where.
         let frame = self.awaiting_exception.is_some() && text.starts_with(char::is_whitespace);
-        if !structural && !frame {
-            // Every signature a line shows, but one per outcome: the catalogue lists the
-            // specific form first (`Allocation on device` before any `OutOfMemoryError`).
-            let mut seen: Vec<&'static str> = Vec::new();
-            for sig in catalogue::match_line(text) {
-                let covered = SUBSUMED.iter().any(|(general, specific)| {
-                    *general == sig.id && specific.iter().any(|s| seen.contains(s))
-                });
-                if !covered {
-                    seen.push(sig.id);
-                    self.signature(sig, text, number, before);
-                }
-            }
+        if structural || frame {
+            return;
         }
-        if comfy_or_torch_frame(text) {
-            self.recognized += 1;
-        }
-
-        // Startup facts, while the server starts (and its ready line).
-        if let Some(s) = self.current.as_mut()
-            && (s.starting() || kind == Some(Kind::Ready))
-            && !s.ready
-        {
-            s.facts.observe(text);
-            if s.facts.ready {
-                s.ready = true;
+        // Every signature a line shows, but one per outcome: the catalogue lists the specific
+        // form first (`Allocation on device` before any `OutOfMemoryError`).
+        let mut seen: Vec<&'static str> = Vec::new();
+        for sig in catalogue::match_line(text) {
+            let covered = SUBSUMED.iter().any(|(general, specific)| {
+                *general == sig.id && specific.iter().any(|s| seen.contains(s))
+            });
+            if !covered {
+                seen.push(sig.id);
+                self.signature(sig, text, number, before);
             }
         }
     }
@@ -890,26 +1080,6 @@ impl State {
             log: p.matched.iter().map(|(_, t)| t.clone()).collect(),
             ..Default::default()
         };
-        let error_end = |p: &PromptState| {
-            p.exception_during.as_ref().map(|during| {
-                // The `!!!` line is the exception that ended the prompt; a traceback's first
-                // exception line may be a chained cause (`During handling of the above
-                // exception…`), so a memory error on the `!!!` line wins.
-                let is_memory = |t: &str| catalogue::match_line(t).any(|s| s.outcome.is_memory());
-                let (ty, msg) = match &p.exception {
-                    Some((ty, msg)) if !is_memory(during) || msg.trim() == during.trim() => {
-                        (ty.clone(), msg.clone())
-                    }
-                    _ => ("Exception during processing".to_string(), during.clone()),
-                };
-                PromptEnd::Error {
-                    node_id: None,
-                    node_type: None,
-                    exception_type: ty,
-                    exception_message: msg,
-                }
-            })
-        };
         let model = p.pending_load.as_ref().map(|(_, _, m, _)| m.clone());
         // How long the log shows nothing after the pending load, by its own clock: only up
         // to a stop line that carries its own time (a restart may come hours later, after
@@ -918,155 +1088,69 @@ impl State {
             (Some((_, _, _, Some(at))), Some(now), End::Stopped) if self.stamped => Some(now - at),
             _ => None,
         };
-        let mut hang = false;
-        let mut loading_at_end = false;
-        let mut incomplete = false;
-        let mut explanation: Option<String> = None;
-        // A memory error line with no `!!! Exception` around it (a pasted part, or a log format
-        // that lost it): the error line stands for the exception.
-        let memory_end = |p: &PromptState| {
-            p.memory_hit.as_ref().map(|hit| PromptEnd::Error {
-                node_id: None,
-                node_type: None,
-                exception_type: hit.clone(),
-                exception_message: String::new(),
-            })
-        };
-        let executed_in = match &end {
+        let (executed_in, ended) = match &end {
             End::Executed(took) => {
                 // `Prompt executed in …` follows failed prompts too (`execution.py`), so it
                 // is not a success when the prompt showed an error.
-                obs.end = Some(match error_end(&p) {
-                    Some(e) => e,
-                    None if p.interrupted => PromptEnd::Interrupted { node_id: None },
-                    None => match &p.memory_hit {
-                        Some(hit) if !succeeds_despite(hit) => memory_end(&p).expect("a hit"),
-                        _ => PromptEnd::Success,
-                    },
-                });
-                Some(took.clone()).filter(|t| !t.is_empty())
+                obs.end = Some(executed_end(&p));
+                (
+                    Some(took.clone()).filter(|t| !t.is_empty()),
+                    Ended::default(),
+                )
             }
             _ => {
-                if let Some(e) = error_end(&p) {
-                    obs.end = Some(e);
-                } else if let Some(how) = p.dead {
-                    // The log cannot show an exit status; the kill or crash line stands for it.
-                    obs.exit = Some(match how {
-                        "fatal" => ExitStatus {
-                            code: None,
-                            signal: Some(6),
-                        },
-                        "exited" => ExitStatus {
-                            code: None,
-                            signal: None,
-                        },
-                        _ => ExitStatus {
-                            code: Some(137),
-                            signal: Some(9),
-                        },
-                    });
-                    obs.ram_exhausted = how == "oom_killer";
-                    obs.log.extend(tail.iter().cloned());
-                    if how == "oom_killer" {
-                        explanation = Some("the kernel's OOM killer ended ComfyUI during this prompt: system RAM and swap ran out".into());
-                    } else if how == "exited" {
-                        explanation = Some("ComfyUI's process ended during this prompt without an error message (the launcher's pause or exit line follows): a native crash, or the system ending it for memory".into());
-                    }
-                } else if let Some(e) = memory_end(&p) {
-                    // A pasted error, or a log cut right after it: the error line speaks for
-                    // the exception.
-                    obs.end = Some(e);
-                } else if let Some((_, line, _, _)) = &p.pending_load
-                    && !sampled_after(before, line)
-                    && (end == End::Eof || stalled_for.is_some_and(|s| s >= HANG_SECONDS))
-                {
-                    // A log that ends here ends where the known hang stops, and where any paste
-                    // copied during a load ends: only a clock can tell them apart. Stopped or
-                    // restarted after minutes of silence by the log's own timestamps, it hung.
-                    hang = end != End::Eof;
-                    obs.stalled = hang;
-                    obs.log.push(line.clone());
-                    obs.log.extend(tail.iter().cloned());
-                    if !hang {
-                        incomplete = true;
-                        loading_at_end = true;
-                    }
-                } else if p.interrupted {
-                    obs.end = Some(PromptEnd::Interrupted { node_id: None });
-                } else {
-                    match end {
-                        End::Restart => {
-                            obs.exit = Some(ExitStatus {
-                                code: None,
-                                signal: None,
-                            });
-                            obs.log.extend(tail.iter().cloned());
-                            explanation = Some("ComfyUI started again before this prompt finished: it died (or was restarted) without a message".into());
-                        }
-                        End::Stopped => {
-                            obs.interrupted_by_user = true;
-                            explanation = Some(match (&p.pending_load, stalled_for) {
-                                (Some((_, _, model, _)), None) => format!(
-                                    "ComfyUI was stopped (Ctrl-C) while it was loading {model}; the log has no timestamps to say for how long (minutes of silence after 'Requested to load' would be the known hang at load, #13730)"
-                                ),
-                                (Some((_, _, model, _)), Some(s)) => format!(
-                                    "ComfyUI was stopped (Ctrl-C) {s:.0} s after 'Requested to load {model}': too soon to call it a hang"
-                                ),
-                                _ => "ComfyUI was stopped (Ctrl-C) while this prompt ran".into(),
-                            });
-                        }
-                        _ => incomplete = true,
-                    }
-                }
-                None
+                let how = Unfinished {
+                    end: &end,
+                    tail: &tail,
+                    before,
+                    stalled_for,
+                };
+                (None, unfinished(&p, &how, &mut obs))
             }
         };
-        let mut v = if incomplete {
-            let explanation = match (&model, loading_at_end) {
-                (Some(model), true) => format!(
-                    "the log ends after 'Requested to load {model}', before it loaded. The known hang at load (#13730) stops here too, but so does any log copied while a model loads: it is a hang if ComfyUI was still running minutes later with nothing more in its log and the prompt still in the queue, or if timestamps show minutes of silence after this line"
-                ),
-                _ => "the log ends while this prompt runs: it was still running when the log was copied, or ComfyUI stopped without a word".into(),
-            };
-            Classification {
-                outcome: Outcome::Pass,
-                evidence: tail.iter().rev().take(3).rev().cloned().collect(),
-                signatures: Vec::new(),
-                explanation: Some(explanation),
-            }
+        let mut v = if ended.incomplete {
+            incomplete_verdict(model.as_deref(), ended.loading_at_end, &tail)
         } else {
             classify::classify_prompt(&obs)
         };
         // The classifier words a few things for live runs; say them as a log shows them.
         v.evidence.retain(|e| !e.starts_with("process ended by "));
-        if hang {
-            let model = model.unwrap_or_default();
-            let hang_sig = catalogue::by_id("hang_at_load").expect("hang signature");
-            v.signatures.retain(|s| *s != hang_sig.id);
-            v.signatures.insert(0, hang_sig.id);
-            v.explanation = Some(match end {
-                End::Restart => unreachable!("only a stamped stop shows a hang"),
-                End::Stopped => format!(
-                    "ComfyUI was stopped (Ctrl-C) after its log had been silent for minutes while loading {model}: it hung after 'Requested to load {model}'"
-                ),
-                _ => unreachable!("a log that ends is not a hang by itself"),
-            });
-            if let Some(s) = stalled_for {
-                v.evidence
-                    .push(format!("nothing in the log for {s:.0} s after this line"));
-            }
-            let (line, text) = p
-                .pending_load
-                .as_ref()
-                .map_or((number, String::new()), |(n, t, _, _)| (*n, t.clone()));
-            let ordinal = p.ordinal.map(|o| if p.after_passes { o } else { 1 });
-            self.tally(hang_sig, &text, line, Some((ordinal, p.serial)));
-            return self.finish_prompt(p, v, false, executed_in, number);
+        if ended.hang {
+            return self.hung(p, v, model.unwrap_or_default(), stalled_for, number);
         }
-        if let Some(e) = explanation {
+        if let Some(e) = ended.explanation {
             v.explanation = Some(e);
         }
-        self.finish_prompt(p, v, incomplete, executed_in, number);
+        self.finish_prompt(p, v, ended.incomplete, executed_in, number);
+    }
+
+    /// A prompt stopped after minutes of silence following `Requested to load` (by the log's
+    /// own timestamps): the known hang at load.
+    fn hung(
+        &mut self,
+        p: PromptState,
+        mut v: Classification,
+        model: String,
+        stalled_for: Option<f64>,
+        number: u64,
+    ) {
+        let hang_sig = catalogue::by_id("hang_at_load").expect("hang signature");
+        v.signatures.retain(|s| *s != hang_sig.id);
+        v.signatures.insert(0, hang_sig.id);
+        v.explanation = Some(format!(
+            "ComfyUI was stopped (Ctrl-C) after its log had been silent for minutes while loading {model}: it hung after 'Requested to load {model}'"
+        ));
+        if let Some(s) = stalled_for {
+            v.evidence
+                .push(format!("nothing in the log for {s:.0} s after this line"));
+        }
+        let (line, text) = p
+            .pending_load
+            .as_ref()
+            .map_or((number, String::new()), |(n, t, _, _)| (*n, t.clone()));
+        let ordinal = p.ordinal.map(|o| if p.after_passes { o } else { 1 });
+        self.tally(hang_sig, &text, line, Some((ordinal, p.serial)));
+        self.finish_prompt(p, v, false, None, number);
     }
 
     fn finish_prompt(

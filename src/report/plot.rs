@@ -358,7 +358,52 @@ fn panel(
         .bold_line_style(RGBColor(222, 222, 222))
         .draw()
         .map_err(err)?;
-    // The failure last, on top of the node lines.
+    draw_events(&mut chart, events, y_max, label_rows)?;
+    for l in &shown {
+        draw_line(&mut chart, l, step)?;
+    }
+    draw_legend(&legend_area, &layout, &shown)?;
+    for (i, l) in off_scale.iter().enumerate() {
+        chart
+            .plotting_area()
+            .draw(&Text::new(
+                format!("{}: {:.1} GiB, above this scale", l.name, l.points[0].1),
+                (x_max * 0.99, y_max * (0.985 - 0.07 * i as f64)),
+                ("sans-serif", 15)
+                    .into_font()
+                    .color(&RGBColor(90, 90, 90))
+                    .pos(Pos::new(HPos::Right, VPos::Top)),
+            ))
+            .map_err(err)?;
+    }
+    if let Some(note) = note.filter(|_| shown.is_empty()) {
+        chart
+            .plotting_area()
+            .draw(&Text::new(
+                note.to_string(),
+                (x_max * 0.02, y_max * 0.55),
+                ("sans-serif", 17).into_font().color(&RGBColor(90, 90, 90)),
+            ))
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+/// A panel's chart.
+type Chart<'a, 'b> = ChartContext<
+    'a,
+    BitMapBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// Event lines (node boundaries, prompts, the failure last, on top of the node lines), with
+/// their labels on white boxes when the panel has room for them.
+fn draw_events(
+    chart: &mut Chart,
+    events: &[Event],
+    y_max: f64,
+    label_rows: bool,
+) -> Result<(), String> {
     for e in events
         .iter()
         .filter(|e| !e.bold)
@@ -406,59 +451,72 @@ fn panel(
                 .map_err(err)?;
         }
     }
-    for l in &shown {
-        let style = ShapeStyle {
-            color: l.color.to_rgba(),
-            filled: false,
-            stroke_width: if l.dashed { 1 } else { 2 },
-        };
-        if l.dashed {
+    Ok(())
+}
+
+/// One series: dashed for a level, steps where the readings are sparse, segments with gaps
+/// where it was not sampled.
+fn draw_line(chart: &mut Chart, l: &Line, step: f64) -> Result<(), String> {
+    let style = ShapeStyle {
+        color: l.color.to_rgba(),
+        filled: false,
+        stroke_width: if l.dashed { 1 } else { 2 },
+    };
+    if l.dashed {
+        chart
+            .draw_series(DashedLineSeries::new(l.points.clone(), 8, 6, style))
+            .map_err(err)?;
+        return Ok(());
+    }
+    match draw_of(&l.points, step) {
+        Draw::Points(points) => {
             chart
-                .draw_series(DashedLineSeries::new(l.points.clone(), 8, 6, style))
+                .draw_series(
+                    points
+                        .into_iter()
+                        .map(|p| Circle::new(p, 4, l.color.filled())),
+                )
                 .map_err(err)?;
-            continue;
         }
-        match draw_of(&l.points, step) {
-            Draw::Points(points) => {
+        Draw::Steps(segments) => {
+            for seg in segments {
+                chart
+                    .draw_series(LineSeries::new(seg.clone(), style))
+                    .map_err(err)?;
+                // The readings themselves, where the steps change.
                 chart
                     .draw_series(
-                        points
-                            .into_iter()
-                            .map(|p| Circle::new(p, 4, l.color.filled())),
+                        seg.iter()
+                            .step_by(2)
+                            .map(|p| Circle::new(*p, 3, l.color.filled())),
                     )
                     .map_err(err)?;
             }
-            Draw::Steps(segments) => {
-                for seg in segments {
+        }
+        Draw::Segments(segments) => {
+            for seg in segments {
+                if seg.len() == 1 {
                     chart
-                        .draw_series(LineSeries::new(seg.clone(), style))
+                        .draw_series(std::iter::once(Circle::new(seg[0], 2, l.color.filled())))
                         .map_err(err)?;
-                    // The readings themselves, where the steps change.
+                } else {
                     chart
-                        .draw_series(
-                            seg.iter()
-                                .step_by(2)
-                                .map(|p| Circle::new(*p, 3, l.color.filled())),
-                        )
+                        .draw_series(LineSeries::new(seg, style))
                         .map_err(err)?;
-                }
-            }
-            Draw::Segments(segments) => {
-                for seg in segments {
-                    if seg.len() == 1 {
-                        chart
-                            .draw_series(std::iter::once(Circle::new(seg[0], 2, l.color.filled())))
-                            .map_err(err)?;
-                    } else {
-                        chart
-                            .draw_series(LineSeries::new(seg, style))
-                            .map_err(err)?;
-                    }
                 }
             }
         }
     }
-    for (row, x, i) in layout {
+    Ok(())
+}
+
+/// The legend strip under a chart.
+fn draw_legend(
+    legend_area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    layout: &[(i32, i32, usize)],
+    shown: &[&Line],
+) -> Result<(), String> {
+    for &(row, x, i) in layout {
         let l = shown[i];
         let y = row * 22 + 11;
         let style = l.color.stroke_width(if l.dashed { 1 } else { 3 });
@@ -473,29 +531,6 @@ fn panel(
                     .into_font()
                     .color(&BLACK)
                     .pos(Pos::new(HPos::Left, VPos::Center)),
-            ))
-            .map_err(err)?;
-    }
-    for (i, l) in off_scale.iter().enumerate() {
-        chart
-            .plotting_area()
-            .draw(&Text::new(
-                format!("{}: {:.1} GiB, above this scale", l.name, l.points[0].1),
-                (x_max * 0.99, y_max * (0.985 - 0.07 * i as f64)),
-                ("sans-serif", 15)
-                    .into_font()
-                    .color(&RGBColor(90, 90, 90))
-                    .pos(Pos::new(HPos::Right, VPos::Top)),
-            ))
-            .map_err(err)?;
-    }
-    if let Some(note) = note.filter(|_| shown.is_empty()) {
-        chart
-            .plotting_area()
-            .draw(&Text::new(
-                note.to_string(),
-                (x_max * 0.02, y_max * 0.55),
-                ("sans-serif", 17).into_font().color(&RGBColor(90, 90, 90)),
             ))
             .map_err(err)?;
     }

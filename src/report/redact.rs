@@ -621,6 +621,16 @@ impl Redactor {
     /// Redacts one text, counting into `tally`.
     pub fn text(&self, s: &str, tally: &mut Redactions) -> String {
         let r = rules();
+        let out = self.secrets(s, tally);
+        let out = self.places(&out, tally);
+        let out = self.people(&out, tally);
+        let out = redact_ipv4(&r.ipv4, &out, tally);
+        redact_ipv6(&r.ipv6, &out, tally)
+    }
+
+    /// Private keys, URLs taken apart, credentials, bearer and other tokens, values of secret-named keys and flags.
+    fn secrets(&self, s: &str, tally: &mut Redactions) -> String {
+        let r = rules();
         let mut out = replace(
             &r.pem,
             s,
@@ -705,6 +715,13 @@ impl Redactor {
             },
             tally,
         );
+        out
+    }
+
+    /// Host names only a local network knows, cookies, secret query strings, e-mail addresses.
+    fn places(&self, s: &str, tally: &mut Redactions) -> String {
+        let r = rules();
+        let mut out = s.to_string();
         out = replace(
             &r.local_host,
             &out,
@@ -762,6 +779,13 @@ impl Redactor {
             },
             tally,
         );
+        out
+    }
+
+    /// Home folders and user names in every path form, then this machine's host and user names wherever they stand.
+    fn people(&self, s: &str, tally: &mut Redactions) -> String {
+        let r = rules();
+        let mut out = s.to_string();
         for re in &self.homes {
             out = replace(
                 re,
@@ -819,8 +843,6 @@ impl Redactor {
                 out = replace_words(re, &out, kind, placeholder, tally);
             }
         }
-        out = redact_ipv4(&r.ipv4, &out, tally);
-        out = redact_ipv6(&r.ipv6, &out, tally);
         out
     }
 

@@ -487,13 +487,106 @@ fn sampler_thread(
     mut writers: writer::Writers,
     ready: std::sync::mpsc::SyncSender<Arc<Shared>>,
 ) -> Summary {
+    let (shared, mut probes, derived) = start_sampling(&config, &mut writers);
+    if ready.send(Arc::clone(&shared)).is_err() {
+        return summarize(&shared.fixed, &lock(&shared.live));
+    }
+    drop(ready);
+
+    let mark_cols = &shared.fixed.mark_cols;
+    let n = shared.fixed.series.len();
+    let mut live = lock(&shared.live).clone();
+    let mut row: Vec<Option<i64>> = vec![None; n];
+    let mut tree = proctree::Tree::new(config.root_pid);
+    let self_pid = std::process::id();
+    let mut awaiting_after: Vec<usize> = Vec::new();
+    let mut next = shared.t0;
+    let interval = config.interval;
+    loop {
+        let tick = wait_for_tick(&shared, next);
+        let t_us = tick.now.duration_since(shared.t0).as_micros() as u64;
+        if !tick.marks.is_empty() {
+            let mut shared_live = lock(&shared.live);
+            for (t, label) in tick.marks {
+                writers.mark(t, &label);
+                if let Some(i) = record_mark(&mut shared_live, mark_cols, &live, t, label) {
+                    awaiting_after.push(i);
+                }
+            }
+        }
+        if let Some(pid) = tick.root {
+            tree.set_root(pid);
+            live.root_pid = Some(pid);
+        }
+        if let Some(url) = tick.url {
+            for (p, _) in &mut probes {
+                p.set_comfy_url(&url);
+            }
+            live.comfy_url = Some(url);
+        }
+
+        row.fill(None);
+        let root_pid = tree.root();
+        let ctx = Context {
+            tree: tree.refresh(tick.now),
+            root_pid,
+            self_pid,
+            now: tick.now,
+        };
+        for (p, start) in &mut probes {
+            let len = p.series().len();
+            p.sample(&ctx, &mut row[*start..*start + len]);
+            live.unavailable.extend(p.take_unavailable());
+        }
+        derived.compute(&mut row);
+        stats::accumulate(&mut live.accs, &row, t_us);
+        if !awaiting_after.is_empty() {
+            let mut shared_live = lock(&shared.live);
+            for m in awaiting_after.drain(..) {
+                shared_live.marks[m].after = mark_cols.iter().map(|(i, _)| row[*i]).collect();
+            }
+        }
+        writers.sample(t_us, &row);
+        live.samples += 1;
+        live.t_us = t_us;
+        if live.write_error.is_none()
+            && let Some(e) = writers.error()
+        {
+            live.write_error = Some(e.to_string());
+        }
+        publish(&shared, &live);
+        // Stopping takes one last sample first: the end of the run is on record, and a mark
+        // made just before `stop` gets its "after" figures.
+        if tick.stop {
+            return finish_sampling(&shared, &mut writers, &mut probes, live);
+        }
+
+        next += interval;
+        let after = Instant::now();
+        if next < after {
+            // Fell behind (a slow probe, a busy machine): skip the lost ticks rather than
+            // sampling in a burst.
+            let behind = after.duration_since(next);
+            let skipped = behind.as_nanos() / interval.as_nanos() + 1;
+            live.missed_ticks += skipped as u64;
+            next += interval * u32::try_from(skipped).unwrap_or(u32::MAX);
+        }
+    }
+}
+
+/// Opens the probes, plans the series (derived ones included), writes the files' header and
+/// makes the state shared with [`Sampler`].
+fn start_sampling(
+    config: &SamplerConfig,
+    writers: &mut writer::Writers,
+) -> (Arc<Shared>, Vec<Placed>, Derived) {
     let Opened {
-        mut probes,
+        probes,
         devices,
         driver_version,
         cuda_driver_version,
         unavailable,
-    } = open_probes(&config);
+    } = open_probes(config);
     let mut series: Vec<SeriesDef> = probes
         .iter()
         .flat_map(|(p, _)| p.series().iter().cloned())
@@ -530,7 +623,7 @@ fn sampler_thread(
         t0,
         fixed: Fixed {
             series,
-            mark_cols: mark_cols.clone(),
+            mark_cols,
             devices,
             driver_version,
             cuda_driver_version,
@@ -541,146 +634,102 @@ fn sampler_thread(
             interval: config.interval,
         },
     });
-    if ready.send(Arc::clone(&shared)).is_err() {
-        return summarize(&shared.fixed, &lock(&shared.live));
-    }
-    drop(ready);
+    (shared, probes, derived)
+}
 
-    let n = shared.fixed.series.len();
-    let mut live = lock(&shared.live).clone();
-    let mut row: Vec<Option<i64>> = vec![None; n];
-    let mut tree = proctree::Tree::new(config.root_pid);
-    let self_pid = std::process::id();
-    let mut awaiting_after: Vec<usize> = Vec::new();
-    let mut next = t0;
-    let interval = config.interval;
+/// A probe and the first column of its series in a sample row.
+type Placed = (Box<dyn Probe>, usize);
+
+/// What the controlling side asked for by the time of a tick.
+struct Tick {
+    marks: Vec<(u64, String)>,
+    root: Option<u32>,
+    url: Option<String>,
+    stop: bool,
+    now: Instant,
+}
+
+/// Sleeps until the tick at `next`, waking at once for a stop.
+fn wait_for_tick(shared: &Shared, next: Instant) -> Tick {
+    let mut c = lock(&shared.control);
     loop {
-        // Sleep until the tick, waking at once for stop.
-        let (marks, root, url, stop, now) = {
-            let mut c = lock(&shared.control);
-            loop {
-                let now = Instant::now();
-                if c.stop || now >= next {
-                    break;
-                }
-                c = shared
-                    .wake
-                    .wait_timeout(c, next - now)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
-            }
-            // The sample's time is taken under the lock that stamps marks.
-            let now = Instant::now();
-            (
-                std::mem::take(&mut c.marks),
-                c.root_pid.take(),
-                c.comfy_url.take(),
-                c.stop,
-                now,
-            )
-        };
-        let t_us = now.duration_since(t0).as_micros() as u64;
-        if !marks.is_empty() {
-            // Marks live only in the shared copy: they are rare, and copying them every
-            // tick would cost more than the rest of the sample.
-            let mut shared_live = lock(&shared.live);
-            for (t, label) in marks {
-                writers.mark(t, &label);
-                if shared_live.marks.len() >= MAX_MARKS {
-                    shared_live.marks_dropped += 1;
-                    continue;
-                }
-                let before = mark_cols
-                    .iter()
-                    .map(|(i, _)| live.accs[*i].last())
-                    .collect();
-                awaiting_after.push(shared_live.marks.len());
-                shared_live.marks.push(MarkRec {
-                    t_us: t,
-                    label,
-                    before,
-                    after: Box::new([]),
-                });
-            }
+        let now = Instant::now();
+        if c.stop || now >= next {
+            break;
         }
-        if let Some(pid) = root {
-            tree.set_root(pid);
-            live.root_pid = Some(pid);
-        }
-        if let Some(url) = url {
-            for (p, _) in &mut probes {
-                p.set_comfy_url(&url);
-            }
-            live.comfy_url = Some(url);
-        }
-
-        row.fill(None);
-        let root_pid = tree.root();
-        let ctx = Context {
-            tree: tree.refresh(now),
-            root_pid,
-            self_pid,
-            now,
-        };
-        for (p, start) in &mut probes {
-            let len = p.series().len();
-            p.sample(&ctx, &mut row[*start..*start + len]);
-            live.unavailable.extend(p.take_unavailable());
-        }
-        derived.compute(&mut row);
-        stats::accumulate(&mut live.accs, &row, t_us);
-        if !awaiting_after.is_empty() {
-            let mut shared_live = lock(&shared.live);
-            for m in awaiting_after.drain(..) {
-                shared_live.marks[m].after = mark_cols.iter().map(|(i, _)| row[*i]).collect();
-            }
-        }
-        writers.sample(t_us, &row);
-        live.samples += 1;
-        live.t_us = t_us;
-        if live.write_error.is_none()
-            && let Some(e) = writers.error()
-        {
-            live.write_error = Some(e.to_string());
-        }
-        publish(&shared, &live);
-        // Stopping takes one last sample first: the end of the run is on record, and a mark
-        // made just before `stop` gets its "after" figures.
-        if stop {
-            writers.finish(live.t_us, live.samples);
-            live.write_error = writers.error().map(str::to_string);
-            for (p, _) in &mut probes {
-                live.unavailable.extend(p.take_unavailable());
-                live.unavailable.extend(p.final_unavailable());
-            }
-            publish(&shared, &live);
-            let mut l = lock(&shared.live);
-            let has_cuda = shared
-                .fixed
-                .series
-                .iter()
-                .any(|s| s.name.ends_with(".cuda.free"));
-            if has_cuda && summarize(&shared.fixed, &l).cuda_context_bytes.is_none() {
-                l.unavailable.push(Unavailable::new(
-                    "cuda.footprint",
-                    "NVML reports no GPU memory for this process, so the cost of the own \
-                     CUDA context is unknown (it is inside every nvml.used figure)",
-                ));
-            }
-            return summarize(&shared.fixed, &l);
-        }
-
-        next += interval;
-        let after = Instant::now();
-        if next < after {
-            // Fell behind (a slow probe, a busy machine): skip the lost ticks rather than
-            // sampling in a burst.
-            let behind = after.duration_since(next);
-            let skipped = behind.as_nanos() / interval.as_nanos() + 1;
-            live.missed_ticks += skipped as u64;
-            next += interval * u32::try_from(skipped).unwrap_or(u32::MAX);
-        }
+        c = shared
+            .wake
+            .wait_timeout(c, next - now)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
     }
+    // The sample's time is taken under the lock that stamps marks.
+    let now = Instant::now();
+    Tick {
+        marks: std::mem::take(&mut c.marks),
+        root: c.root_pid.take(),
+        url: c.comfy_url.take(),
+        stop: c.stop,
+        now,
+    }
+}
+
+/// Keeps a mark with the latest figures before it; its index, so the next sample can give
+/// its "after" figures (`None` past [`MAX_MARKS`], counted instead). Marks live only in the
+/// shared copy: they are rare, and copying them every tick would cost more than the rest of
+/// the sample.
+fn record_mark(
+    shared_live: &mut Live,
+    mark_cols: &[(usize, Arc<str>)],
+    live: &Live,
+    t_us: u64,
+    label: String,
+) -> Option<usize> {
+    if shared_live.marks.len() >= MAX_MARKS {
+        shared_live.marks_dropped += 1;
+        return None;
+    }
+    let before = mark_cols
+        .iter()
+        .map(|(i, _)| live.accs[*i].last())
+        .collect();
+    shared_live.marks.push(MarkRec {
+        t_us,
+        label,
+        before,
+        after: Box::new([]),
+    });
+    Some(shared_live.marks.len() - 1)
+}
+
+/// Ends the files, collects what the probes could not do, and summarises.
+fn finish_sampling(
+    shared: &Shared,
+    writers: &mut writer::Writers,
+    probes: &mut [Placed],
+    mut live: Live,
+) -> Summary {
+    writers.finish(live.t_us, live.samples);
+    live.write_error = writers.error().map(str::to_string);
+    for (p, _) in probes.iter_mut() {
+        live.unavailable.extend(p.take_unavailable());
+        live.unavailable.extend(p.final_unavailable());
+    }
+    publish(shared, &live);
+    let mut l = lock(&shared.live);
+    let has_cuda = shared
+        .fixed
+        .series
+        .iter()
+        .any(|s| s.name.ends_with(".cuda.free"));
+    if has_cuda && summarize(&shared.fixed, &l).cuda_context_bytes.is_none() {
+        l.unavailable.push(Unavailable::new(
+            "cuda.footprint",
+            "NVML reports no GPU memory for this process, so the cost of the own CUDA context \
+             is unknown (it is inside every nvml.used figure)",
+        ));
+    }
+    summarize(&shared.fixed, &l)
 }
 
 /// Copies the live statistics where [`Sampler::snapshot`] reads them, reusing allocations
