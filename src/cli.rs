@@ -639,7 +639,15 @@ fn usage_error(e: &clap::Error) -> serde_json::Value {
         e.kind(),
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand
     ) {
-        "no command given: one of explain, run, bisect, sample, logscan, report, doctor, completions, man".to_string()
+        {
+            use clap::CommandFactory;
+            let names: Vec<String> = Cli::command()
+                .get_subcommands()
+                .filter(|c| !c.is_hide_set())
+                .map(|c| c.get_name().to_string())
+                .collect();
+            format!("no command given: one of {}", names.join(", "))
+        }
     } else {
         lines
             .next()

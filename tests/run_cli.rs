@@ -696,12 +696,16 @@ fn without_a_gpu_sessions_do_not_wait_for_each_other() {
     assert_eq!(std::fs::read_dir(locks.path()).unwrap().count(), 0);
 }
 
+/// Run as root (`.ci/run` does where it can): `cargo test --test run_cli -- --ignored
+/// a_session_of_another_user`.
 #[test]
+#[ignore = "needs root to act as a second user"]
 fn a_session_of_another_user_on_the_gpu_is_waited_for() {
-    if unsafe { libc::getuid() } != 0 {
-        eprintln!("skipped: needs root to act as a second user");
-        return;
-    }
+    assert_eq!(
+        unsafe { libc::getuid() },
+        0,
+        "needs root to act as a second user"
+    );
     let install = FakeComfy::new("0.38.1", Value::Null);
     install.write_idle_gpu_state(&[]);
     let gpu = support::sampling::fake_gpu();
