@@ -128,7 +128,7 @@ impl Space {
             let p = argparse::parse(flags, &probe, version.as_ref());
             if let Some(err) = &p.error {
                 let reason = if p.unknown.contains(&name) {
-                    crate::explain::unknown_hint(&name, flags, version.as_ref())
+                    crate::flags::hints::unknown(&name, flags, version.as_ref())
                 } else {
                     err.clone()
                 };

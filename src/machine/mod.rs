@@ -11,13 +11,36 @@
 //! other environment variable.
 
 use crate::install::{Install, Python};
-use crate::report::redact::{ENV_ALLOWLIST, env_allowed};
 use crate::run::RunRecord;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Environment variables whose values are kept: they decide how ComfyUI and torch use memory
+/// and devices, and say nothing about the person.
+pub const ENV_ALLOWLIST: &[&str] = &[
+    "CUDA_VISIBLE_DEVICES",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF",
+    "PYTORCH_HIP_ALLOC_CONF",
+    "PYTORCH_NO_CUDA_MEMORY_CACHING",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "HSA_OVERRIDE_GFX_VERSION",
+    "NVIDIA_VISIBLE_DEVICES",
+    "CUDA_MODULE_LOADING",
+    "CUDA_DEVICE_ORDER",
+    "CUDA_LAUNCH_BLOCKING",
+    "OMP_NUM_THREADS",
+    "MALLOC_ARENA_MAX",
+];
+
+/// Whether an environment variable's value may be shown.
+pub fn env_allowed(name: &str) -> bool {
+    ENV_ALLOWLIST.iter().any(|a| a.eq_ignore_ascii_case(name))
+}
 
 /// The `format` field of `environment.json`.
 pub const FORMAT: &str = "vrambisect environment v1";

@@ -12,6 +12,7 @@ use crate::classify::normalize::normalize;
 use crate::machine::Environment;
 use crate::outcome::Outcome;
 use crate::run::RunRecord;
+use crate::run::folder;
 use crate::text::shell_words;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -953,10 +954,10 @@ pub fn describe_file(name: &str) -> String {
         "result.json" => "the bisect's result: verdict, every configuration with its outcome".into(),
         "session.json" => "the bisect's settings".into(),
         "matrix.png" => "the run matrix as a picture".into(),
-        "record.json" => "the run's record: outcome, evidence lines, argv, what the startup log says was in force, peaks".into(),
-        "samples.csv" => "memory samples (NVML, ComfyUI's CUDA view, RAM, the process tree) with event marks".into(),
-        "samples-summary.json" => "minimum and peak of every sampled series, the GPUs seen".into(),
-        "system_stats.json" => "ComfyUI's /system_stats at the end of the run".into(),
+        folder::RECORD => "the run's record: outcome, evidence lines, argv, what the startup log says was in force, peaks".into(),
+        folder::SAMPLES_CSV => "memory samples (NVML, ComfyUI's CUDA view, RAM, the process tree) with event marks".into(),
+        folder::SAMPLES_SUMMARY => "minimum and peak of every sampled series, the GPUs seen".into(),
+        folder::SYSTEM_STATS => "ComfyUI's /system_stats at the end of the run".into(),
         "timeline.png" => "memory timeline: VRAM by source, RAM, node boundaries, the failure".into(),
         b if b.starts_with("history-") => "ComfyUI's /history entry of one prompt".into(),
         b if b.starts_with("rejected-") => "ComfyUI's answer when it refused the prompt".into(),

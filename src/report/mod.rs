@@ -19,6 +19,7 @@ use crate::classify::normalize::strip_ansi;
 use crate::error::{Error, Result, io_error};
 use crate::machine::{self, Environment, Inputs, RunFacts};
 use crate::output::Style;
+use crate::run::folder;
 use issue::FileNote;
 use redact::{Identity, Kind, Redactions, Redactor};
 use serde::Serialize;
@@ -335,11 +336,11 @@ fn collect(src: &Source) -> Collected {
                 drop(bytes);
                 if name.ends_with(".log") {
                     text = plain_log(&text);
-                    if name == "comfyui.log" && primary_label.as_ref() == Some(&d.label) {
+                    if name == folder::COMFYUI_LOG && primary_label.as_ref() == Some(&d.label) {
                         logs.insert(d.label.clone(), text.clone());
                     }
                     text = trim_middle(&text, STEPS[0].log_head, STEPS[0].log_tail).0;
-                } else if name == "samples.csv" {
+                } else if name == folder::SAMPLES_CSV {
                     if let Some(s) = samples::Samples::parse(&text)
                         && s.rows() > 0
                     {
@@ -358,7 +359,7 @@ fn collect(src: &Source) -> Collected {
             }
         }
         if workflow.is_none() {
-            workflow = read_json(&d.dir.join("workflow.json"));
+            workflow = read_json(&d.dir.join(folder::WORKFLOW));
         }
     }
     if workflow.is_none()
@@ -419,7 +420,7 @@ fn environment(req: &Request, src: &Source, logs: &BTreeMap<String, String>) -> 
             Some(RunFacts {
                 label: format!("run {}", d.label),
                 record: d.record.clone()?,
-                summary: read_typed(&d.dir.join(crate::run::folder::SAMPLES_SUMMARY)),
+                summary: read_typed(&d.dir.join(folder::SAMPLES_SUMMARY)),
                 // The version lines are in the startup block, near the top.
                 log: logs.get(&d.label).map(|l| {
                     l.lines()
@@ -726,7 +727,7 @@ fn fit(
                     );
                 }
                 return (name.clone(), t.into_bytes(), *compress);
-            } else if name.ends_with("samples.csv") {
+            } else if name.ends_with(folder::SAMPLES_CSV) {
                 let text = String::from_utf8_lossy(bytes);
                 let (t, k) = samples::thin_csv(&text, limits.csv);
                 let k = k * thinned.get(name).copied().unwrap_or(1);

@@ -88,29 +88,7 @@ pub const REDACTED: &str = "[redacted]";
 pub const INPUTS_REMOVED: &str =
     "[removed by vrambisect: current_inputs carry the whole prompt and any API keys in it]";
 
-/// Environment variables whose values are kept: they decide how ComfyUI and torch use memory
-/// and devices, and say nothing about the person.
-pub const ENV_ALLOWLIST: &[&str] = &[
-    "CUDA_VISIBLE_DEVICES",
-    "PYTORCH_CUDA_ALLOC_CONF",
-    "PYTORCH_ALLOC_CONF",
-    "PYTORCH_HIP_ALLOC_CONF",
-    "PYTORCH_NO_CUDA_MEMORY_CACHING",
-    "HIP_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "HSA_OVERRIDE_GFX_VERSION",
-    "NVIDIA_VISIBLE_DEVICES",
-    "CUDA_MODULE_LOADING",
-    "CUDA_DEVICE_ORDER",
-    "CUDA_LAUNCH_BLOCKING",
-    "OMP_NUM_THREADS",
-    "MALLOC_ARENA_MAX",
-];
-
-/// Whether an environment variable's value may be shown.
-pub fn env_allowed(name: &str) -> bool {
-    ENV_ALLOWLIST.iter().any(|a| a.eq_ignore_ascii_case(name))
-}
+pub use crate::machine::{ENV_ALLOWLIST, env_allowed};
 
 /// Account names that identify nobody (service and container accounts, placeholders): they
 /// are not replaced where they stand alone, since words like "root" or "user" also appear in

@@ -6,6 +6,7 @@ use crate::bisect::session::{RESULT_FILE, SPEC_FILE, SessionSpec};
 use crate::error::{Error, Result};
 use crate::outcome::Outcome;
 use crate::run::RunRecord;
+use crate::run::folder;
 use std::path::{Path, PathBuf};
 
 /// A run folder or a bisect session.
@@ -42,10 +43,10 @@ impl RunDir {
         };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            let keep = name == RunRecord::FILE
-                || name == "samples.csv"
-                || name == "samples-summary.json"
-                || name == "system_stats.json"
+            let keep = name == folder::RECORD
+                || name == folder::SAMPLES_CSV
+                || name == folder::SAMPLES_SUMMARY
+                || name == folder::SYSTEM_STATS
                 || (name.starts_with("comfyui") && name.ends_with(".log"))
                 || ((name.starts_with("history-") || name.starts_with("rejected-"))
                     && name.ends_with(".json"));
@@ -198,7 +199,7 @@ pub fn open(dir: &Path) -> Result<Source> {
             dir,
         });
     }
-    if dir.join(RunRecord::FILE).is_file() {
+    if dir.join(folder::RECORD).is_file() {
         let record = RunRecord::load(&dir)?;
         return Ok(Source {
             kind: SourceKind::Run,

@@ -156,12 +156,9 @@ impl RamGrowth {
 }
 
 impl RunRecord {
-    /// The record's file in a run folder.
-    pub const FILE: &'static str = "record.json";
-
     /// Reads a record back from a run folder.
     pub fn load(dir: &std::path::Path) -> crate::error::Result<RunRecord> {
-        let path = dir.join(Self::FILE);
+        let path = dir.join(super::folder::RECORD);
         let text = std::fs::read_to_string(&path)
             .map_err(|e| crate::error::io_error("read run record", &path, &e))?;
         serde_json::from_str(&text).map_err(|e| {
