@@ -106,6 +106,8 @@ pub fn acquire_in(
 ) -> std::io::Result<Option<GpuLock>> {
     let started = Instant::now();
     let mut files = Vec::new();
+    // Time spent opening the files is not waiting for another session.
+    let mut waited = false;
     for key in keys {
         let path = dir.join(lock_name(key));
         let file = open_lock(&path).map_err(|e| open_error(&path, e))?;
@@ -126,6 +128,7 @@ pub fn acquire_in(
             if !told {
                 waiting(&holder(&file));
                 told = true;
+                waited = true;
             }
             if stop() {
                 return Ok(None);
@@ -136,7 +139,11 @@ pub fn acquire_in(
     }
     Ok(Some(GpuLock {
         _files: files,
-        waited: started.elapsed(),
+        waited: if waited {
+            started.elapsed()
+        } else {
+            Duration::ZERO
+        },
     }))
 }
 

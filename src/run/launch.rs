@@ -65,11 +65,15 @@ pub struct Feed {
     rx: Receiver<Msg>,
     /// Kept so the websocket thread can join the same channel.
     pub tx: Sender<Msg>,
-    /// What the startup log said (facts taken until ready).
+    /// What the startup log said (facts taken until its own ready line, which may come after
+    /// the server already answered).
     pub startup: StartupFacts,
     /// Lines before the server was ready (for classifying a failed start).
     pub startup_lines: Vec<String>,
+    /// The server answered.
     ready: bool,
+    /// The log printed its ready line (`To see the GUI go to:`): the startup block is over.
+    logged_ready: bool,
     streams_closed: u8,
 }
 
@@ -82,6 +86,7 @@ impl Feed {
             startup: StartupFacts::default(),
             startup_lines: Vec::new(),
             ready: false,
+            logged_ready: false,
             streams_closed: 0,
         }
     }
@@ -89,23 +94,45 @@ impl Feed {
     /// Waits up to [`TICK`] for the next thing ComfyUI says.
     pub fn listen(&mut self) -> Heard {
         match self.rx.recv_timeout(TICK) {
-            Ok(Msg::Output(process::Output::Line(l))) => {
+            Ok(msg) => self.take(msg),
+            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => Heard::Nothing,
+        }
+    }
+
+    /// Reads everything already said, without waiting: when the server answers before the
+    /// lines it printed were read, the startup facts still see them.
+    fn catch_up(&mut self) {
+        while let Ok(msg) = self.rx.try_recv() {
+            self.take(msg);
+        }
+    }
+
+    fn take(&mut self, msg: Msg) -> Heard {
+        match msg {
+            Msg::Output(process::Output::Line(l)) => {
                 let text = normalize(&l.raw).text;
-                if !self.ready {
+                if !self.logged_ready {
                     self.startup.observe(&text);
-                    if self.startup_lines.len() < STARTUP_LINES {
-                        self.startup_lines.push(text.clone());
+                    // Its ready line may come after the server answered: the facts are
+                    // completed then.
+                    if self.startup.url.is_some() {
+                        self.logged_ready = true;
+                        if self.ready {
+                            self.startup.finish();
+                        }
                     }
+                }
+                if !self.ready && self.startup_lines.len() < STARTUP_LINES {
+                    self.startup_lines.push(text.clone());
                 }
                 Heard::Line(text)
             }
-            Ok(Msg::Output(process::Output::Closed(_))) => {
+            Msg::Output(process::Output::Closed(_)) => {
                 self.streams_closed += 1;
                 Heard::Nothing
             }
-            Ok(Msg::Ws(WsMessage::Event(e))) => Heard::Ws(e),
-            Ok(Msg::Ws(WsMessage::Closed(why))) => Heard::WsClosed(why),
-            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => Heard::Nothing,
+            Msg::Ws(WsMessage::Event(e)) => Heard::Ws(e),
+            Msg::Ws(WsMessage::Closed(why)) => Heard::WsClosed(why),
         }
     }
 
@@ -337,6 +364,7 @@ fn wait_ready(
         let now = Instant::now();
         if feed.startup.ready || now >= next_poll {
             if client.system_stats(Duration::from_millis(500)).is_ok() {
+                feed.catch_up();
                 return Ready::Yes;
             }
             next_poll = now + Duration::from_millis(250);
@@ -344,5 +372,42 @@ fn wait_ready(
         if now.duration_since(started) > opts.limits.startup_timeout {
             return Ready::TimedOut;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn say(feed: &Feed, raw: &str) {
+        feed.tx
+            .send(Msg::Output(process::Output::Line(process::OutputLine {
+                stream: process::Stream::Stderr,
+                t_ms: 0,
+                raw: raw.into(),
+            })))
+            .unwrap();
+    }
+
+    /// The server can answer before its startup lines were read, and before it printed its
+    /// ready line: the facts still hold every line, and the ready line when it comes.
+    #[test]
+    fn the_startup_facts_hold_what_was_printed_before_and_after_the_server_answered() {
+        let mut feed = Feed::new();
+        say(&feed, "ComfyUI version: 0.38.1");
+        say(&feed, "DynamicVRAM support detected and enabled");
+        say(&feed, "Set vram state to: NORMAL_VRAM");
+        // The poll wins: nothing was read yet.
+        feed.catch_up();
+        feed.set_ready();
+        assert_eq!(feed.startup.dynamic_vram, Some(true), "{:?}", feed.startup);
+        assert_eq!(feed.startup.vram_state.as_deref(), Some("NORMAL_VRAM"));
+        assert_eq!(feed.startup.url, None);
+        say(&feed, "To see the GUI go to: http://127.0.0.1:8190");
+        say(&feed, "got prompt");
+        assert!(matches!(feed.listen(), Heard::Line(_)));
+        assert_eq!(feed.startup.url.as_deref(), Some("http://127.0.0.1:8190"));
+        assert!(matches!(feed.listen(), Heard::Line(_)));
+        assert_eq!(feed.startup.dynamic_vram, Some(true));
     }
 }

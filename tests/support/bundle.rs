@@ -1,8 +1,6 @@
 //! Helpers for the `report` and `doctor` tests: the fake ComfyUI installed at a chosen path
 //! (inside a fake home folder, so path redaction can be checked), an idle fake GPU state, a
 //! fake site-packages with torch and comfy-aimdo metadata, and reading a zip back.
-//!
-//! Used through `#[path = "support/bundle.rs"] mod bundle;` next to `mod support;`.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;

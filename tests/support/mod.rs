@@ -2,6 +2,7 @@
 //! and running the vrambisect binary.
 #![allow(dead_code)]
 
+pub mod bundle;
 pub mod comfy;
 pub mod gpu;
 pub mod pty;

@@ -2,7 +2,7 @@
 //! with SIGINT, SIGTERM and SIGKILL of the tool: no ComfyUI is left behind, and `--resume`
 //! finishes with exactly the runs an uninterrupted bisect makes (none repeated, none lost).
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! follow `--color`, `NO_COLOR` and `TERM=dumb`, JSON errors with `--json`; completions and
 //! the man page; a closed output pipe.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Output, Stdio};
 use support::vrambisect;

@@ -3,7 +3,7 @@
 //! Pipes hide what a terminal shows (a progress thread that draws to stderr, a table that
 //! wraps to the terminal's width), so these run the binary on a pty.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 use support::comfy::FakeComfy;

@@ -59,7 +59,7 @@ fn stderr(out: &Output) -> String {
 #[test]
 fn every_fixture_gives_its_expected_outcome_and_exit_code() {
     let expected: Value =
-        serde_json::from_str(include_str!("../fixtures/logs/expected.json")).unwrap();
+        serde_json::from_str(include_str!("../../fixtures/logs/expected.json")).unwrap();
     for (name, e) in expected.as_object().unwrap() {
         let (code, doc, out) = json(&[&log(name)], None);
         assert_eq!(

@@ -6,7 +6,7 @@
 //! sees shows up as a snapshot diff. Update with `INSTA_UPDATE=always cargo test --test
 //! snapshots` and review the diff.
 
-mod support;
+use crate::support;
 
 use regex::Regex;
 use serde_json::{Value, json};

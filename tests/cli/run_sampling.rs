@@ -1,7 +1,7 @@
 //! `run` samples GPU and RAM while ComfyUI works: through the fake NVML that reads what the
 //! fake ComfyUI writes, and never with a CUDA context of its own unless asked.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::comfy::FakeComfy;

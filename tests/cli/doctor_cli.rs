@@ -1,9 +1,8 @@
 //! `vrambisect doctor`: a clear report on a machine without NVIDIA libraries, every check
 //! against the fake GPU and the fake ComfyUI, and exit 0 / 1 by whether a check failed.
 
-#[path = "support/bundle.rs"]
-mod bundle;
-mod support;
+use crate::support;
+use crate::support::bundle;
 
 use serde_json::Value;
 use support::comfy::FakeComfy;

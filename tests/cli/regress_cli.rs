@@ -4,9 +4,8 @@
 //! ends misbehaving, a resume. After each, the user's checkout is as it was: HEAD, branch,
 //! status, stash and bisect state.
 
-#[path = "support/bundle.rs"]
-mod bundle;
-mod support;
+use crate::support;
+use crate::support::bundle;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

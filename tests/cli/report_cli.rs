@@ -3,9 +3,8 @@
 //! bundled, unzipped and checked — no secret left, the evidence still there, ISSUE.md as in
 //! its snapshot, the timelines real plots — and a single run with a huge log.
 
-#[path = "support/bundle.rs"]
-mod bundle;
-mod support;
+use crate::support;
+use crate::support::bundle;
 
 use bundle::{Installed, unzip};
 use serde_json::{Value, json};

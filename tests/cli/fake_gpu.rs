@@ -1,6 +1,6 @@
 //! nvml-wrapper and cudarc, through their normal APIs, read what the fake libraries serve.
 
-mod support;
+use crate::support;
 
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::PcieUtilCounter;

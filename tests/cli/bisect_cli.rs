@@ -1,6 +1,6 @@
 //! `vrambisect bisect` end to end against the fake ComfyUI.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::comfy::FakeComfy;

@@ -1,7 +1,7 @@
 //! `vrambisect sample` end to end: the CUDA backend through the fake libcuda (one per
 //! process, so in a subprocess), the fake ComfyUI, commands and signals, bad input.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::io::Read;

@@ -1,7 +1,7 @@
 //! `vrambisect run` against the fake ComfyUI: every outcome kind, both log formats, bad
 //! input, and no process left behind.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::comfy::FakeComfy;
