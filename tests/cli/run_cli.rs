@@ -696,8 +696,8 @@ fn without_a_gpu_sessions_do_not_wait_for_each_other() {
     assert_eq!(std::fs::read_dir(locks.path()).unwrap().count(), 0);
 }
 
-/// Run as root (`.ci/run` does where it can): `cargo test --test run_cli -- --ignored
-/// a_session_of_another_user`.
+/// Run as root (`.ci/run` does where it can): `cargo test --test cli -- --ignored
+/// run_cli::a_session_of_another_user`.
 #[test]
 #[ignore = "needs root to act as a second user"]
 fn a_session_of_another_user_on_the_gpu_is_waited_for() {
