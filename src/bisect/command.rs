@@ -332,13 +332,18 @@ fn start(new: &NewSession, req: &Request, err: &mut dyn std::io::Write) -> Resul
     }))
 }
 
-/// A session that could not go on (a write failed): the error, with how to continue.
-fn stopped_by(e: Error, dir: &Path) -> Error {
-    let resume = crate::locate::Origin::current().command_line(&[
+/// The command that resumes the session in `dir`, started as vrambisect was.
+fn resume_line(dir: &Path) -> String {
+    crate::locate::Origin::current().command_line(&[
         "bisect".into(),
         "--resume".into(),
         dir.display().to_string(),
-    ]);
+    ])
+}
+
+/// A session that could not go on (a write failed): the error, with how to continue.
+fn stopped_by(e: Error, dir: &Path) -> Error {
+    let resume = resume_line(dir);
     let hint = if e.io == Some(std::io::ErrorKind::StorageFull) {
         format!("every finished run is kept; free some space and continue with {resume}")
     } else {
@@ -350,11 +355,7 @@ fn stopped_by(e: Error, dir: &Path) -> Error {
 /// The command that continues a session stopped before its verdict (with a larger budget when
 /// the budget, not Ctrl-C, stopped it).
 fn continue_line(dir: &Path, spec: &SessionSpec, runs: u32) -> String {
-    let mut line = crate::locate::Origin::current().command_line(&[
-        "bisect".into(),
-        "--resume".into(),
-        dir.display().to_string(),
-    ]);
+    let mut line = resume_line(dir);
     if runs >= spec.max_runs {
         line.push_str(&format!(
             " --max-runs {}",

@@ -647,15 +647,7 @@ impl Redactor {
             tally,
         );
         for re in r.tokens.iter().chain([&r.hex32]) {
-            out = replace(
-                re,
-                &out,
-                |_, t| {
-                    bump(t, Kind::Token);
-                    "[token]".to_string()
-                },
-                tally,
-            );
+            out = replace_as(re, &out, Kind::Token, "[token]", tally);
         }
         out = replace(
             &r.assignment,
@@ -748,15 +740,7 @@ impl Redactor {
             },
             tally,
         );
-        out = replace(
-            &r.email,
-            &out,
-            |_, t| {
-                bump(t, Kind::Email);
-                "[email]".to_string()
-            },
-            tally,
-        );
+        out = replace_as(&r.email, &out, Kind::Email, "[email]", tally);
         out
     }
 
@@ -802,13 +786,11 @@ impl Redactor {
                 tally,
             );
         }
-        out = replace(
+        out = replace_as(
             &r.mac_temp,
             &out,
-            |_, t| {
-                bump(t, Kind::HomePath);
-                "/var/folders/[temp]/".to_string()
-            },
+            Kind::HomePath,
+            "/var/folders/[temp]/",
             tally,
         );
         // Host names first: `alice-desktop` is the host, not the user `alice` and a suffix.
@@ -934,6 +916,19 @@ fn replace(
         return s.to_string();
     }
     re.replace_all(s, |c: &Captures| f(c, tally)).into_owned()
+}
+
+/// Replaces every match with `with`, counting each as `kind`.
+fn replace_as(re: &Regex, s: &str, kind: Kind, with: &str, tally: &mut Redactions) -> String {
+    replace(
+        re,
+        s,
+        |_, t| {
+            bump(t, kind);
+            with.to_string()
+        },
+        tally,
+    )
 }
 
 /// Replaces whole-word names; repeated because a shared edge character between two
