@@ -39,11 +39,14 @@ impl std::fmt::Display for ApiError {
 }
 
 impl Client {
-    /// A client for `http://127.0.0.1:PORT`.
+    /// A client for `http://127.0.0.1:PORT`. It never goes through a proxy: ComfyUI is on this
+    /// machine's loopback, and a proxy from the environment (`HTTP_PROXY`, `HTTPS_PROXY`,
+    /// `ALL_PROXY`, common on corporate networks) would answer for it, or not at all.
     pub fn new(host: &str, port: u16) -> Client {
         let agent: Agent = Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(30)))
+            .proxy(None)
             .build()
             .into();
         Client {

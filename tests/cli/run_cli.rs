@@ -789,3 +789,78 @@ fn sigkill_of_the_tool_takes_comfyui_with_it_behind_a_wrapper_that_does_not_exec
     child.wait().unwrap();
     install.assert_nothing_left();
 }
+
+/// A proxy in the environment (a corporate network; a hub reached through one) must not be
+/// asked for ComfyUI on the loopback address: here every proxy variable points at a closed
+/// port, and the run and the bisect go on as without them.
+#[test]
+fn a_proxy_in_the_environment_is_not_used_for_comfyui() {
+    let install = FakeComfy::new("0.38.1", Value::Null);
+    let tmp = tempfile::tempdir().unwrap();
+    let proxy = "http://127.0.0.1:9";
+    let with_proxy = |cmd: &mut std::process::Command| {
+        for var in [
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+        ] {
+            cmd.env(var, proxy);
+        }
+        cmd.env_remove("NO_PROXY").env_remove("no_proxy");
+    };
+    let wf = fixture(SD15);
+    let mut cmd = support::vrambisect();
+    cmd.args([
+        "run",
+        "--json",
+        "--comfyui",
+        install.path_str(),
+        "--workflow",
+    ])
+    .arg(&wf)
+    .args([
+        "--output",
+        &out_dir(tmp.path(), "run"),
+        "--startup-timeout",
+        "30s",
+    ]);
+    with_proxy(&mut cmd);
+    let out = cmd.output().unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{doc:#}");
+    assert_eq!(doc["outcome"], "pass");
+
+    std::fs::write(
+        install.path().join("scenario.json"),
+        json!({"rules": [{"when": {"state": {"dynamic_vram": true}}, "effect": "oom_async", "node": "KSampler"}]})
+            .to_string(),
+    )
+    .unwrap();
+    let mut cmd = support::vrambisect();
+    cmd.args([
+        "bisect",
+        "--json",
+        "--comfyui",
+        install.path_str(),
+        "--workflow",
+    ])
+    .arg(&wf)
+    .args([
+        "--output",
+        &out_dir(tmp.path(), "session"),
+        "--startup-timeout",
+        "30s",
+    ]);
+    with_proxy(&mut cmd);
+    let out = cmd.output().unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{doc:#}");
+    assert_eq!(
+        doc["verdict"]["fixing_flags"],
+        json!(["--disable-dynamic-vram"])
+    );
+    install.assert_nothing_left();
+}
