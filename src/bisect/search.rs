@@ -52,6 +52,11 @@ pub enum Stopped {
 /// Failed starts after which a configuration counts as one that cannot start here.
 const STARTS_TO_GIVE_UP: usize = 2;
 
+/// Runs of one configuration that failed some other way than the failure hunted (a crash, a
+/// kill from outside: the OOM killer, a closed window) after which it counts as failing. One
+/// may be chance, and is neither a pass nor the failure: the configuration runs again.
+const OTHERS_TO_GIVE_UP: usize = 2;
+
 /// Runs ComfyUI with a configuration.
 pub trait Oracle {
     fn run(&mut self, config: &Config) -> Result<Trial, Stopped>;
@@ -115,6 +120,24 @@ impl Tally {
         self.trials
             .iter()
             .filter(|t| t.outcome != Outcome::Pass && t.outcome != target)
+            .count()
+    }
+
+    /// Runs that ended in another failure than `target` once ComfyUI was up (a crash, a kill
+    /// from outside): not a start that failed, not flags or a workflow ComfyUI refused.
+    pub fn other_failures(&self, target: Outcome) -> usize {
+        let not_running = [
+            Outcome::StartupFailed,
+            Outcome::FlagRejected,
+            Outcome::InvalidWorkflow,
+        ];
+        self.trials
+            .iter()
+            .filter(|t| {
+                t.outcome != Outcome::Pass
+                    && t.outcome != target
+                    && !not_running.contains(&t.outcome)
+            })
             .count()
     }
 }
@@ -301,7 +324,8 @@ impl<'a> Search<'a> {
             let i = self.tally_index(&config);
             let t = &self.tallies[i];
             let failed_start = t.count(Outcome::StartupFailed);
-            if t.count(target) > 0 || t.others(target) > failed_start {
+            let refused = t.count(Outcome::FlagRejected) + t.count(Outcome::InvalidWorkflow);
+            if t.count(target) > 0 || refused > 0 || t.other_failures(target) >= OTHERS_TO_GIVE_UP {
                 return Ok(Eval::Fail);
             }
             // A start that failed once may have been chance (a port taken at that moment):
@@ -520,7 +544,7 @@ impl<'a> Search<'a> {
         let status = |t: &Tally| {
             let failed_start = t.count(Outcome::StartupFailed);
             let refused = t.count(Outcome::FlagRejected) + t.count(Outcome::InvalidWorkflow);
-            if t.count(target) > 0 || t.others(target) > failed_start + refused {
+            if t.count(target) > 0 || t.other_failures(target) >= OTHERS_TO_GIVE_UP {
                 Some(Some(false))
             } else if t.passes() >= needed {
                 Some(Some(true))

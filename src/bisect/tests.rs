@@ -508,3 +508,59 @@ fn a_session_that_cannot_write_ends_with_the_real_error() {
     assert_eq!(ran.len(), 1, "the first run is kept");
     assert_eq!(ran[0].runs(), 1);
 }
+
+/// A scripted oracle whose run number `kill_at` ends with ComfyUI killed from outside (the
+/// OOM killer, a closed window): a crash, not the failure hunted.
+struct KilledOnce {
+    inner: Scripted,
+    kill_at: u32,
+}
+
+impl super::search::Oracle for KilledOnce {
+    fn run(
+        &mut self,
+        config: &super::space::Config,
+    ) -> Result<super::search::Trial, super::search::Stopped> {
+        let trial = self.inner.run(config)?;
+        if self.inner.runs == self.kill_at {
+            return Ok(super::search::Trial::of(crate::outcome::Outcome::Crash));
+        }
+        Ok(trial)
+    }
+}
+
+#[test]
+fn one_run_killed_from_outside_does_not_change_the_verdict() {
+    let toggles = &SWITCHES[..6];
+    let sp = space(&[], toggles);
+    // A pair fixes it: the first and the fourth switch together.
+    let fixes = || -> super::scripted::Rule {
+        Box::new(|f| f.contains(SWITCHES[0]) && f.contains(SWITCHES[3]))
+    };
+    let (clean, clean_runs) = bisect(
+        &sp,
+        &mut Scripted::deterministic(fixes()),
+        Settings::default(),
+    );
+    assert_eq!(clean.fixing_flags, [SWITCHES[0], SWITCHES[3]]);
+    // Whichever run is killed (the baseline aside: it says what the failure is), the verdict
+    // is the same, at the price of at most one run more.
+    for kill_at in 2..=clean_runs + 1 {
+        let mut oracle = KilledOnce {
+            inner: Scripted::deterministic(fixes()),
+            kill_at,
+        };
+        let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
+        let found = search.run().unwrap();
+        assert_eq!(found.kind, VerdictKind::FixedBy, "killed at run {kill_at}");
+        assert_eq!(
+            found.fixing_flags, clean.fixing_flags,
+            "killed at run {kill_at}"
+        );
+        assert!(
+            search.runs <= clean_runs + 1,
+            "killed at run {kill_at}: {} runs",
+            search.runs
+        );
+    }
+}
