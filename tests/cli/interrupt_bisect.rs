@@ -193,3 +193,68 @@ fn a_journal_torn_mid_write_is_resumed_without_losing_a_run() {
         assert_eq!(folders, expected.len());
     }
 }
+
+/// ComfyUI killed from outside in the middle of one prompt (the OOM killer, a user closing
+/// its window) in a configuration that would pass: that run is a crash, neither a pass nor the
+/// failure hunted, so the configuration runs again and the verdict is the uninterrupted one.
+#[test]
+fn comfyui_killed_mid_prompt_once_does_not_change_the_verdict() {
+    let wf = fixture("workflows/sd15_txt2img.json");
+    let wf = wf.to_str().unwrap();
+    let install = FakeComfy::new("0.38.1", scenario());
+    let tmp = tempfile::tempdir().unwrap();
+    let session = tmp.path().join("session");
+
+    // Kills the first ComfyUI started with --disable-dynamic-vram once it is well into its
+    // prompt (a start-up of 0.3 s, then 0.2 s per node).
+    let dir = install.path().to_path_buf();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let killer = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut seen: Option<(i32, Instant)> = None;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                for pid in support::comfy::processes_in(&dir) {
+                    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                    let cmdline = String::from_utf8_lossy(&cmdline);
+                    if cmdline.contains("main.py") && cmdline.contains("--disable-dynamic-vram") {
+                        match seen {
+                            None => seen = Some((pid, Instant::now())),
+                            Some((p, since))
+                                if p == pid && since.elapsed() > Duration::from_millis(800) =>
+                            {
+                                unsafe { libc::kill(pid, libc::SIGKILL) };
+                                return true;
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            false
+        })
+    };
+    let (code, doc, out) = support::json(&bisect_args(&install, wf, session.to_str().unwrap()));
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(killer.join().unwrap(), "no run was killed");
+    install.assert_nothing_left();
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        doc["verdict"]["fixing_flags"],
+        json!(["--disable-dynamic-vram"]),
+        "{doc:#}"
+    );
+    let crashes = std::fs::read_to_string(session.join("journal.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["trial"]["outcome"] == "crash")
+        .count();
+    assert_eq!(
+        crashes,
+        1,
+        "the killed run is kept as a crash: {}",
+        std::fs::read_to_string(session.join("journal.jsonl")).unwrap()
+    );
+}
