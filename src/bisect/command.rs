@@ -157,6 +157,7 @@ pub fn run(
         space,
         toggles,
         toggle_set,
+        _owner,
     } = *opened;
     if spec.strategy == Strategy::Matrix && matrix_size(&space) > 1024 {
         return Err(Error::usage(format!(
@@ -249,6 +250,8 @@ struct Opened {
     space: Space,
     toggles: Vec<String>,
     toggle_set: Option<String>,
+    /// This process writes the session (and no other does) while this lives.
+    _owner: crate::session_owner::Owner,
 }
 
 /// A session opened to go on, or one that already has its verdict.
@@ -260,7 +263,14 @@ enum Opening {
 /// Opens a session folder for `--resume`: everything is the session's own but a new run
 /// budget. A session with its verdict is done: resuming shows the verdict and runs nothing.
 fn resume(dir: &Path, req: &Request, err: &mut dyn std::io::Write) -> Result<Opening> {
+    // Taken before the journal is read: what is read stays what is there. A folder that is
+    // no session gets no lock file (`open` says what it lacks).
+    let owner = match dir.join(session::SPEC_FILE).is_file() {
+        true => Some(crate::session_owner::take(dir)?),
+        false => None,
+    };
     let (dir, mut spec, entries) = session::open(dir)?;
+    let owner = owner.expect("a session that opened has its settings file");
     if let Some(done) = finished(&dir) {
         return Ok(Opening::Done(Box::new(done)));
     }
@@ -289,6 +299,7 @@ fn resume(dir: &Path, req: &Request, err: &mut dyn std::io::Write) -> Result<Ope
         space,
         toggles,
         toggle_set,
+        _owner: owner,
     })))
 }
 
@@ -321,6 +332,7 @@ fn start(new: &NewSession, req: &Request, err: &mut dyn std::io::Write) -> Resul
         .clone()
         .unwrap_or_else(|| run::folder::fresh(Path::new("vrambisect-sessions"), "bisect"));
     let dir = session::create(&dir, &spec)?;
+    let owner = crate::session_owner::take(&dir)?;
     Ok(Box::new(Opened {
         dir,
         spec,
@@ -329,6 +341,7 @@ fn start(new: &NewSession, req: &Request, err: &mut dyn std::io::Write) -> Resul
         space,
         toggles,
         toggle_set,
+        _owner: owner,
     }))
 }
 

@@ -34,6 +34,12 @@ use windows as sys;
 pub use sys::lock_dir;
 use sys::{holder, open_error, open_lock, private_dir};
 
+/// Opens (or makes) a lock file as the GPU locks are: never through a link, never a FIFO or
+/// a device planted under its name.
+pub fn open_lock_file(path: &Path) -> std::io::Result<File> {
+    open_lock(path).map_err(|e| open_error(path, e))
+}
+
 /// The held GPU locks; released when dropped.
 pub struct GpuLock {
     _files: Vec<File>,

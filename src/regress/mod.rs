@@ -361,12 +361,18 @@ pub fn read_journal(path: &Path) -> Vec<Tested> {
 
 /// Runs (or resumes) a regress session; returns the result and the exit status.
 pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResult, i32)> {
-    let (spec, dir, journal) = match req {
+    let (spec, dir, journal, _owner) = match req {
         Request::Resume { dir, max_runs } => {
-            let text = std::fs::read_to_string(dir.join(SPEC_FILE)).map_err(|_| {
+            let not_a_session = || {
                 Error::usage(format!("{} is not a regress session", dir.display()))
                     .hint("give the folder that vrambisect regress --output wrote")
-            })?;
+            };
+            if !dir.join(SPEC_FILE).is_file() {
+                return Err(not_a_session());
+            }
+            // Taken before anything is read or written: one process writes a session.
+            let owner = crate::session_owner::take(&dir)?;
+            let text = std::fs::read_to_string(dir.join(SPEC_FILE)).map_err(|_| not_a_session())?;
             let mut spec: Spec = serde_json::from_str(&text).map_err(|e| {
                 Error::usage(format!("{} is damaged: {e}", dir.join(SPEC_FILE).display()))
             })?;
@@ -392,7 +398,7 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
                     dir.join(JOURNAL_FILE).display()
                 ));
             }
-            (spec, dir, journal)
+            (spec, dir, journal, owner)
         }
         Request::New {
             comfyui,
@@ -453,6 +459,7 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
                 ));
             }
             let dir = run::folder::create(&dir)?;
+            let owner = crate::session_owner::take(&dir)?;
             let spec = Spec {
                 comfyui: crate::paths::canonical(&repo.dir),
                 python,
@@ -471,7 +478,7 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
             run::folder::write_json(&dir.join(SPEC_FILE), &spec)?;
             crate::private::create_dir_all(&dir.join("runs"))
                 .map_err(|e| crate::error::io_error("create", &dir.join("runs"), &e))?;
-            (spec, dir, Vec::new())
+            (spec, dir, Vec::new(), owner)
         }
     };
     let repo = Repo::open(&spec.comfyui)?;

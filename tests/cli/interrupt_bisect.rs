@@ -258,3 +258,53 @@ fn comfyui_killed_mid_prompt_once_does_not_change_the_verdict() {
         std::fs::read_to_string(session.join("journal.jsonl")).unwrap()
     );
 }
+
+/// A session is written by one process at a time: `--resume` of a bisect that still runs is
+/// refused with the pid of the one that runs it, and the running bisect goes on undisturbed
+/// (runs numbered 1, 2, 3, ... once each).
+#[test]
+fn a_second_process_on_a_running_session_is_refused() {
+    let wf = fixture("workflows/sd15_txt2img.json");
+    let wf = wf.to_str().unwrap();
+    let install = FakeComfy::new("0.38.1", scenario());
+    let tmp = tempfile::tempdir().unwrap();
+    let session = tmp.path().join("session");
+    let session_str = session.to_str().unwrap();
+    let child = support::vrambisect()
+        .args(bisect_args(&install, wf, session_str))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !session.join("runs/001/comfyui.log").exists() {
+        assert!(started.elapsed().as_secs() < 60, "no run started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (code, doc, _) = support::json(&["bisect", "--resume", session_str]);
+    assert_eq!(code, 2, "{doc:#}");
+    assert_eq!(
+        doc["error"]["message"],
+        format!(
+            "the session {session_str} is in use by process {}",
+            child.id()
+        )
+    );
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let numbers: Vec<u64> = std::fs::read_to_string(session.join("journal.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["n"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(numbers, (1..=numbers.len() as u64).collect::<Vec<_>>());
+    // Once it has ended the session is free again: a resume shows its verdict.
+    let (code, doc, _) = support::json(&["bisect", "--resume", session_str]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert!(!session.join("session.owner").exists());
+    install.assert_nothing_left();
+}

@@ -463,7 +463,18 @@ fn ctrl_c_leaves_the_checkout_as_it_was_and_can_resume() {
         assert!(started.elapsed().as_secs() < 60, "no run started");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // A second process on the session is refused, naming the one that runs it.
+    let (code, doc, _) = json(&["regress", "--resume", session.to_str().unwrap()]);
+    assert_eq!(code, 2, "{doc:#}");
+    assert_eq!(
+        doc["error"]["message"],
+        format!(
+            "the session {} is in use by process {}",
+            session.display(),
+            child.id()
+        )
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
     unsafe {
         libc::kill(child.id() as i32, libc::SIGINT);
     }
