@@ -57,6 +57,10 @@ pub enum Input {
     },
     /// Time passed; `stop` is what the user's signals ask for now.
     Tick { stop: Stop },
+    /// vrambisect itself did not run for this long (stopped with SIGSTOP or Ctrl-Z, the
+    /// machine suspended): nothing was watched then, so that time is not ComfyUI's silence.
+    /// What ComfyUI said meanwhile is still to be read.
+    Paused(Duration),
     /// Something of ComfyUI's still moves though it says nothing: disk reads, RAM or VRAM
     /// changing (a model loading from a slow disk). A busy CPU alone is not sent: a driver
     /// call stuck at 100% must still end as a hang.
@@ -202,6 +206,8 @@ impl PromptWatch {
                 self.phase = Phase::Done;
             }
             Input::Tick { stop } => self.tick(at, stop, &mut actions),
+            // Silence is counted again from now, not from before the pause.
+            Input::Paused(_) => self.last_activity = self.last_activity.max(at),
             Input::Moving(what) => {
                 if self.phase == Phase::Running {
                     self.last_activity = at;

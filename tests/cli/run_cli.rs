@@ -864,3 +864,59 @@ fn a_proxy_in_the_environment_is_not_used_for_comfyui() {
     );
     install.assert_nothing_left();
 }
+
+/// vrambisect stopped (SIGSTOP, a suspended laptop) for longer than `--stall-timeout` while
+/// ComfyUI ran out of memory: the time the tool did not run is not ComfyUI's silence, so the
+/// run is the OOM it was, not a hang.
+#[test]
+fn the_tool_stopped_past_the_stall_timeout_does_not_make_a_hang() {
+    let scenario = json!({
+        "timing": {"node_time": 0.4},
+        "rules": [{"effect": "oom"}]
+    });
+    let install = FakeComfy::new("0.38.1", scenario);
+    let wf = fixture(SD15);
+    for attempt in 0..2 {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = std::path::PathBuf::from(out_dir(tmp.path(), "run"));
+        let child = support::vrambisect()
+            .args([
+                "run",
+                "--json",
+                "--comfyui",
+                install.path_str(),
+                "--workflow",
+            ])
+            .arg(&wf)
+            .arg("--output")
+            .arg(&out)
+            .args(["--stall-timeout", "2s", "--startup-timeout", "30s"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let prompt_running = || {
+            std::fs::read_to_string(out.join("comfyui.log"))
+                .is_ok_and(|log| log.contains("got prompt"))
+        };
+        while !prompt_running() {
+            assert!(started.elapsed().as_secs() < 60, "no prompt started");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let pid = child.id() as i32;
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        // The OOM comes (about 1.5 s in) and ComfyUI falls silent while the tool is stopped.
+        std::thread::sleep(std::time::Duration::from_secs(5));
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+        let output = child.wait_with_output().unwrap();
+        let doc: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(
+            doc["outcome"],
+            "oom",
+            "attempt {attempt}: {}",
+            std::fs::read_to_string(out.join("comfyui.log")).unwrap_or_default()
+        );
+        install.assert_nothing_left();
+    }
+}

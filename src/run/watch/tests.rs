@@ -401,6 +401,31 @@ fn hang_when_nothing_about_the_prompt_moves() {
 }
 
 #[test]
+fn time_the_tool_itself_did_not_run_is_not_silence() {
+    let mut r = Replay::new(limits());
+    r.node(1.0, "3").line(2.0, "Requested to load SDXL");
+    // vrambisect was stopped for 100 s (stall timeout 60 s); ComfyUI's lines of that time
+    // come just after it runs again.
+    r.feed(102.0, Input::Paused(s(100.0))).tick(102.0);
+    assert!(!r.watch.is_done(), "a pause of the tool is no hang");
+    r.line(
+        102.1,
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.14 GiB.",
+    )
+    .error(102.2, "torch.OutOfMemoryError", "CUDA out of memory.")
+    .line(102.3, "Prompt executed in 100.30 seconds");
+    assert_eq!(r.done().verdict.outcome, Outcome::Oom);
+
+    // Silence after the pause still counts: a hang is found a stall timeout after it.
+    let mut r = Replay::new(limits());
+    r.node(1.0, "3").feed(102.0, Input::Paused(s(100.0)));
+    r.ticks(102.0, 161.0);
+    assert!(!r.watch.is_done());
+    r.ticks(161.0, 163.0);
+    assert_eq!(r.done().verdict.outcome, Outcome::Hang);
+}
+
+#[test]
 fn a_log_line_is_a_sign_of_life() {
     let mut r = Replay::new(limits());
     for t in 1..100 {
