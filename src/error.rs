@@ -109,10 +109,19 @@ pub fn io_error(action: &str, path: &std::path::Path, err: &std::io::Error) -> E
     let reason = match err.kind() {
         std::io::ErrorKind::NotFound => "no such file or folder".to_string(),
         std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        std::io::ErrorKind::StorageFull => "the disk is full".to_string(),
         _ => err.to_string(),
     };
-    Error {
-        io: Some(err.kind()),
-        ..Error::usage(format!("cannot {action} {}: {reason}", path.display()))
+    let message = format!("cannot {action} {}: {reason}", path.display());
+    match err.kind() {
+        // The machine's state, not the user's input.
+        std::io::ErrorKind::StorageFull => Error {
+            io: Some(err.kind()),
+            ..Error::environment(message).hint("free some space on that disk, then try again")
+        },
+        kind => Error {
+            io: Some(kind),
+            ..Error::usage(message)
+        },
     }
 }

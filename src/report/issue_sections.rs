@@ -109,6 +109,7 @@ fn bisect_source() -> Source {
         spec: None,
         result: Some(serde_json::from_value(result).unwrap()),
         regress: None,
+        skipped: Vec::new(),
     }
 }
 

@@ -9,6 +9,7 @@
 //! stays under GitHub's attachment limit.
 
 pub mod environment;
+pub mod inside;
 pub mod issue;
 pub mod plot;
 pub mod redact;
@@ -138,13 +139,49 @@ struct Entry {
     content: Content,
 }
 
-fn read_json(path: &Path) -> Option<Value> {
-    read_typed(path)
+/// The most of the failing run's log that is read (its start and, mostly, its end): ISSUE.md
+/// quotes from it. Other logs are read only as far as the bundle keeps them.
+const PRIMARY_LOG_HEAD: usize = 4 << 20;
+const PRIMARY_LOG_TAIL: usize = 12 << 20;
+/// The largest samples file read (an hour at 10 ms is about 40 MiB).
+const MAX_CSV: u64 = 512 << 20;
+
+/// A run file as read for the bundle.
+enum FileText {
+    Json(Value),
+    Text(String),
 }
 
-/// A JSON file read as `T`; `None` when it is missing or not a `T`.
-fn read_typed<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
-    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+/// Reads one file of a run, inside the folder only and with bounded memory: JSON as JSON (a
+/// torn one as text), a log's head and tail with the middle cut, the rest as text.
+fn file_text(
+    root: &Path,
+    path: &Path,
+    name: &str,
+    primary: bool,
+) -> Result<FileText, inside::Skipped> {
+    if name.ends_with(".json") {
+        let bytes = inside::read(root, path, inside::MAX_JSON)?;
+        return Ok(match serde_json::from_slice(&bytes) {
+            Ok(v) => FileText::Json(v),
+            Err(_) => FileText::Text(String::from_utf8_lossy(&bytes).into_owned()),
+        });
+    }
+    if name.ends_with(".log") {
+        let (head, tail) = match primary {
+            true => (PRIMARY_LOG_HEAD, PRIMARY_LOG_TAIL),
+            false => (STEPS[0].log_head, STEPS[0].log_tail),
+        };
+        let log = inside::read_log(root, path, head, tail)?;
+        let mut text = plain_log(&String::from_utf8_lossy(&log.head));
+        if let Some(cut) = log.cut {
+            text.push_str(&format!("… [{cut}{TRIM_MARKER}\n"));
+            text.push_str(&plain_log(&String::from_utf8_lossy(&log.tail)));
+        }
+        return Ok(FileText::Text(text));
+    }
+    let bytes = inside::read(root, path, MAX_CSV)?;
+    Ok(FileText::Text(String::from_utf8_lossy(&bytes).into_owned()))
 }
 
 /// A log with its colour codes removed (they are noise in an editor and on GitHub).
@@ -312,60 +349,67 @@ fn collect(src: &Source) -> Collected {
     // run's, whose full text ISSUE.md quotes from.
     let mut thinned: BTreeMap<String, usize> = BTreeMap::new();
     let primary_label = src.primary().map(|d| d.label.clone());
+    let mut left_out: inside::LeftOut = src.skipped.clone();
     for d in &src.runs {
-        for (name, path) in d.files() {
+        // Where the run's files are inside the folder (a lone run is the folder itself).
+        let rel = |name: &str| match d.dir.strip_prefix(&src.dir) {
+            Ok(p) if !p.as_os_str().is_empty() => format!("{}/{name}", p.display()),
+            _ => name.to_string(),
+        };
+        let (files, skipped) = d.files();
+        left_out.extend(skipped.into_iter().map(|(n, why)| (rel(&n), why)));
+        for (name, path) in files {
             let zip_name = format!("runs/{}/{name}", d.label);
-            if name.ends_with(".json") {
-                match read_json(&path) {
-                    Some(v) => entries.push(Entry {
+            let primary = name == folder::COMFYUI_LOG && primary_label.as_ref() == Some(&d.label);
+            let text = match file_text(&src.dir, &path, &name, primary) {
+                Ok(FileText::Json(v)) => {
+                    entries.push(Entry {
                         name: zip_name,
                         content: Content::Json(v),
-                    }),
-                    None => {
-                        // A torn file still goes in, as text.
-                        if let Ok(t) = std::fs::read(&path) {
-                            entries.push(Entry {
-                                name: zip_name,
-                                content: Content::Text(String::from_utf8_lossy(&t).into_owned()),
-                            });
-                        }
-                    }
+                    });
+                    continue;
                 }
-            } else if let Ok(bytes) = std::fs::read(&path) {
-                let mut text = String::from_utf8_lossy(&bytes).into_owned();
-                drop(bytes);
-                if name.ends_with(".log") {
-                    text = plain_log(&text);
-                    if name == folder::COMFYUI_LOG && primary_label.as_ref() == Some(&d.label) {
-                        logs.insert(d.label.clone(), text.clone());
-                    }
-                    text = trim_middle(&text, STEPS[0].log_head, STEPS[0].log_tail).0;
-                } else if name == folder::SAMPLES_CSV {
-                    if let Some(s) = samples::Samples::parse(&text)
-                        && s.rows() > 0
-                    {
-                        samples_by_run.insert(d.label.clone(), s);
-                    }
-                    let (t, k) = samples::thin_csv(&text, STEPS[0].csv);
-                    if k > 1 {
-                        thinned.insert(zip_name.clone(), k);
-                        text = t;
-                    }
+                Ok(FileText::Text(t)) => t,
+                Err(why) => {
+                    left_out.push((rel(&name), why));
+                    continue;
                 }
-                entries.push(Entry {
-                    name: zip_name,
-                    content: Content::Text(text),
-                });
+            };
+            let mut text = text;
+            if name.ends_with(".log") {
+                if primary {
+                    logs.insert(d.label.clone(), text.clone());
+                }
+                text = trim_middle(&text, STEPS[0].log_head, STEPS[0].log_tail).0;
+            } else if name == folder::SAMPLES_CSV {
+                if let Some(s) = samples::Samples::parse(&text)
+                    && s.rows() > 0
+                {
+                    samples_by_run.insert(d.label.clone(), s);
+                }
+                let (t, k) = samples::thin_csv(&text, STEPS[0].csv);
+                if k > 1 {
+                    thinned.insert(zip_name.clone(), k);
+                    text = t;
+                }
             }
+            entries.push(Entry {
+                name: zip_name,
+                content: Content::Text(text),
+            });
         }
         if workflow.is_none() {
-            workflow = read_json(&d.dir.join(folder::WORKFLOW));
+            let path = d.dir.join(folder::WORKFLOW);
+            match inside::check(&src.dir, &path) {
+                Ok(()) => workflow = inside::json(&src.dir, &path),
+                Err(why) => left_out.push((rel(folder::WORKFLOW), why)),
+            }
         }
     }
-    if workflow.is_none()
-        && let Some(spec) = &src.spec
-    {
-        workflow = read_json(&spec.workflow);
+    for (name, why) in left_out {
+        if why.worth_saying() {
+            warnings.push(format!("left out of the bundle: {name} {why}"));
+        }
     }
     match &workflow {
         Some(w) => entries.push(Entry {
@@ -379,7 +423,7 @@ fn collect(src: &Source) -> Collected {
             crate::bisect::session::RESULT_FILE,
             crate::bisect::session::SPEC_FILE,
         ] {
-            if let Some(v) = read_json(&src.dir.join(f)) {
+            if let Some(v) = inside::json(&src.dir, &src.dir.join(f)) {
                 entries.push(Entry {
                     name: f.into(),
                     content: Content::Json(v),
@@ -420,7 +464,7 @@ fn environment(req: &Request, src: &Source, logs: &BTreeMap<String, String>) -> 
             Some(RunFacts {
                 label: format!("run {}", d.label),
                 record: d.record.clone()?,
-                summary: read_typed(&d.dir.join(folder::SAMPLES_SUMMARY)),
+                summary: inside::json(&src.dir, &d.dir.join(folder::SAMPLES_SUMMARY)),
                 // The version lines are in the startup block, near the top.
                 log: logs.get(&d.label).map(|l| {
                     l.lines()
@@ -842,8 +886,12 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
         std::fs::create_dir_all(parent).map_err(|e| io_error("create", parent, &e))?;
     }
     let tmp = path.with_extension("zip.part");
-    std::fs::write(&tmp, bytes).map_err(|e| io_error("write", &tmp, &e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io_error("write", path, &e))
+    let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    written.map_err(|e| {
+        // A full disk or a lost folder: no half-written file is left behind.
+        let _ = std::fs::remove_file(&tmp);
+        io_error("write", path, &e)
+    })
 }
 
 fn size(b: u64) -> String {

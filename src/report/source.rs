@@ -1,6 +1,7 @@
 //! What a report is made from: a run folder (`record.json` and the files beside it) or a
 //! bisect session folder (`session.json`, `result.json`, `runs/NNN/`).
 
+use super::inside::{self, LeftOut, Skipped};
 use crate::bisect::result::BisectResult;
 use crate::bisect::session::{RESULT_FILE, SPEC_FILE, SessionSpec};
 use crate::error::{Error, Result};
@@ -33,13 +34,14 @@ impl RunDir {
         self.record.as_ref().map(|r| r.outcome)
     }
 
-    /// The files of the folder that go into the bundle, sorted, with their names there.
-    /// The per-run `workflow.json` is the same as the bundle's own and `samples.jsonl`
-    /// repeats `samples.csv`, so both stay out.
-    pub fn files(&self) -> Vec<(String, PathBuf)> {
-        let mut out = Vec::new();
+    /// The files of the folder that go into the bundle, sorted, with their names there; and
+    /// those of them left out (a link, not a plain file), named. The per-run `workflow.json`
+    /// is the same as the bundle's own and `samples.jsonl` repeats `samples.csv`, so both
+    /// stay out.
+    pub fn files(&self) -> (Vec<(String, PathBuf)>, LeftOut) {
+        let (mut out, mut skipped) = (Vec::new(), Vec::new());
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return out;
+            return (out, skipped);
         };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -50,12 +52,20 @@ impl RunDir {
                 || (name.starts_with("comfyui") && name.ends_with(".log"))
                 || ((name.starts_with("history-") || name.starts_with("rejected-"))
                     && name.ends_with(".json"));
-            if keep && e.path().is_file() {
-                out.push((name, e.path()));
+            if !keep {
+                continue;
+            }
+            // The entry's own type: a link is not followed to see what it points at.
+            match e.file_type() {
+                Ok(t) if t.is_file() => out.push((name, e.path())),
+                Ok(t) if t.is_symlink() => skipped.push((name, Skipped::Link)),
+                Ok(_) => skipped.push((name, Skipped::NotAFile)),
+                Err(_) => {}
             }
         }
         out.sort();
-        out
+        skipped.sort_by(|a, b| a.0.cmp(&b.0));
+        (out, skipped)
     }
 }
 
@@ -70,6 +80,9 @@ pub struct Source {
     pub result: Option<BisectResult>,
     /// A regress session's answer and the commits it tested (with their runs).
     pub regress: Option<Regress>,
+    /// Files and folders of the session left out of the bundle (links, not plain files): the
+    /// path inside the folder, and why.
+    pub skipped: LeftOut,
 }
 
 /// What a regress session holds besides its runs.
@@ -90,8 +103,28 @@ impl Regress {
     }
 }
 
-fn load_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
-    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+/// A JSON file of the session folder `root` as `T`; a link or anything but a plain file is
+/// left out (and named in `skipped`), as a missing or damaged file is `None`.
+fn load_json<T: serde::de::DeserializeOwned>(
+    root: &Path,
+    name: &str,
+    skipped: &mut LeftOut,
+) -> Option<T> {
+    let path = root.join(name);
+    match inside::check(root, &path) {
+        Ok(()) => inside::json(root, &path),
+        Err(why) => {
+            if why.worth_saying() {
+                skipped.push((name.to_string(), why));
+            }
+            None
+        }
+    }
+}
+
+/// Whether a file of that name is there at all (a link counts: it is named, not followed).
+fn present(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
 }
 
 impl Source {
@@ -131,23 +164,72 @@ impl Source {
     }
 }
 
-/// The numbered run folders under `dir/runs`, in order.
-fn run_dirs(dir: &Path) -> Vec<RunDir> {
+/// The numbered run folders under `dir/runs`, in order; a link among them (or `runs` itself
+/// a link) is named in `skipped`, not followed.
+fn run_dirs(dir: &Path, skipped: &mut LeftOut) -> Vec<RunDir> {
     let mut runs = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(dir.join("runs")) {
+    let runs_dir = dir.join("runs");
+    if !inside::is_dir(dir, &runs_dir) {
+        if std::fs::symlink_metadata(&runs_dir).is_ok_and(|m| m.file_type().is_symlink()) {
+            skipped.push(("runs".into(), Skipped::Link));
+        }
+        return runs;
+    }
+    if let Ok(entries) = std::fs::read_dir(&runs_dir) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if e.path().is_dir() && name.chars().all(|c| c.is_ascii_digit()) {
-                runs.push(RunDir {
-                    label: name,
-                    record: RunRecord::load(&e.path()).ok(),
-                    dir: e.path(),
-                });
+            if !name.chars().all(|c| c.is_ascii_digit()) {
+                continue;
+            }
+            match e.file_type() {
+                Ok(t) if t.is_dir() => {
+                    let mut ignored = Vec::new();
+                    let record = load_json(
+                        dir,
+                        &format!("runs/{name}/{}", folder::RECORD),
+                        &mut ignored,
+                    );
+                    skipped.extend(ignored);
+                    runs.push(RunDir {
+                        label: name,
+                        record,
+                        dir: e.path(),
+                    });
+                }
+                Ok(t) if t.is_symlink() => skipped.push((format!("runs/{name}"), Skipped::Link)),
+                _ => {}
             }
         }
     }
     runs.sort_by(|a, b| a.label.cmp(&b.label));
+    skipped.sort_by(|a, b| a.0.cmp(&b.0));
     runs
+}
+
+/// A session's runs, or the error that it has none yet.
+fn no_runs_yet(
+    runs: Vec<RunDir>,
+    dir: &Path,
+    what: &str,
+    skipped: &[(String, Skipped)],
+) -> Result<Vec<RunDir>> {
+    if runs.is_empty() && skipped.iter().any(|(name, _)| name.starts_with("runs")) {
+        return Err(Error::usage(format!(
+            "the runs of {} are symbolic links to elsewhere, which a bundle never follows",
+            dir.display()
+        ))
+        .hint("report on the session folder itself, with its runs/ inside it"));
+    }
+    if runs.is_empty() {
+        return Err(Error::usage(format!(
+            "the {what} session {} has no runs yet",
+            dir.display()
+        ))
+        .hint(format!(
+            "continue it with vrambisect {what} --resume, then report"
+        )));
+    }
+    Ok(runs)
 }
 
 /// Opens a run folder or a session folder.
@@ -157,61 +239,78 @@ pub fn open(dir: &Path) -> Result<Source> {
             .hint("give the folder of a run (vrambisect run --output) or of a bisect session"));
     }
     let dir = crate::paths::canonical(dir);
-    if dir.join(SPEC_FILE).is_file() {
-        let spec: SessionSpec = load_json(&dir.join(SPEC_FILE))
-            .ok_or_else(|| Error::usage(format!("{} is damaged", dir.join(SPEC_FILE).display())))?;
-        let runs = run_dirs(&dir);
-        if runs.is_empty() {
+    let mut skipped = Vec::new();
+    if present(&dir.join(SPEC_FILE)) {
+        let spec: Option<SessionSpec> = load_json(&dir, SPEC_FILE, &mut skipped);
+        if spec.is_none() && skipped.is_empty() {
             return Err(Error::usage(format!(
-                "the bisect session {} has no runs yet",
-                dir.display()
-            ))
-            .hint("continue it with vrambisect bisect --resume, then report"));
+                "{} is damaged",
+                dir.join(SPEC_FILE).display()
+            )));
         }
+        let runs = {
+            let runs = run_dirs(&dir, &mut skipped);
+            no_runs_yet(runs, &dir, "bisect", &skipped)?
+        };
         return Ok(Source {
             kind: SourceKind::Bisect,
-            result: load_json(&dir.join(RESULT_FILE)),
+            result: load_json(&dir, RESULT_FILE, &mut skipped),
             regress: None,
-            spec: Some(spec),
+            spec,
             runs,
             dir,
+            skipped,
         });
     }
-    if dir.join(crate::regress::SPEC_FILE).is_file() {
-        let runs = run_dirs(&dir);
-        if runs.is_empty() {
-            return Err(Error::usage(format!(
-                "the regress session {} has no runs yet",
-                dir.display()
-            ))
-            .hint("continue it with vrambisect regress --resume, then report"));
-        }
-        let journal = crate::regress::read_journal(&dir.join(crate::regress::JOURNAL_FILE));
+    if present(&dir.join(crate::regress::SPEC_FILE)) {
+        let runs = {
+            let runs = run_dirs(&dir, &mut skipped);
+            no_runs_yet(runs, &dir, "regress", &skipped)?
+        };
+        let journal_path = dir.join(crate::regress::JOURNAL_FILE);
+        let journal = match inside::check(&dir, &journal_path) {
+            Ok(()) => crate::regress::read_journal(&journal_path),
+            Err(why) => {
+                if why.worth_saying() {
+                    skipped.push((crate::regress::JOURNAL_FILE.into(), why));
+                }
+                Vec::new()
+            }
+        };
         return Ok(Source {
             kind: SourceKind::Regress,
             regress: Some(Regress {
-                result: load_json(&dir.join(crate::regress::RESULT_FILE)),
+                result: load_json(&dir, crate::regress::RESULT_FILE, &mut skipped),
                 journal,
             }),
             result: None,
             spec: None,
             runs,
             dir,
+            skipped,
         });
     }
-    if dir.join(folder::RECORD).is_file() {
-        let record = RunRecord::load(&dir)?;
+    if present(&dir.join(folder::RECORD)) {
+        let record = match inside::check(&dir, &dir.join(folder::RECORD)) {
+            // A damaged record is an error of its own.
+            Ok(()) => Some(RunRecord::load(&dir)?),
+            Err(why) => {
+                skipped.push((folder::RECORD.into(), why));
+                None
+            }
+        };
         return Ok(Source {
             kind: SourceKind::Run,
             runs: vec![RunDir {
                 label: "001".into(),
-                record: Some(record),
+                record,
                 dir: dir.clone(),
             }],
             spec: None,
             result: None,
             regress: None,
             dir,
+            skipped,
         });
     }
     Err(Error::usage(format!(

@@ -785,3 +785,152 @@ fn bad_folders_and_outputs_are_usage_errors() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not end in .zip"));
 }
+
+/// Copies a folder (links as links).
+fn copy_tree(from: &Path, to: &Path) {
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Replaces `path` in the session by a link to `target`.
+fn link(path: &Path, target: &Path) {
+    if path.is_dir() {
+        std::fs::remove_dir_all(path).unwrap();
+    } else {
+        let _ = std::fs::remove_file(path);
+    }
+    std::os::unix::fs::symlink(target, path).unwrap();
+}
+
+/// A session folder whose files link out of it (to a password file, to another session's
+/// runs): every link is named, left out, and nothing it points at reaches the bundle.
+#[test]
+fn symbolic_links_out_of_the_folder_are_named_and_left_out() {
+    let f = shared();
+    let tmp = tempfile::tempdir().unwrap();
+    let session = tmp.path().join("session");
+    copy_tree(&f.session, &session);
+    let outside = tmp.path().join("elsewhere");
+    copy_tree(&f.session, &outside);
+    let shadow = tmp.path().join("shadow");
+    std::fs::write(
+        &shadow,
+        "root:$6$LinkedShadowHash$abcdefghijklmnop:19000:0:99999:7:::\n",
+    )
+    .unwrap();
+    let marked = |name: &str| {
+        let path = tmp.path().join(name);
+        std::fs::write(&path, format!("{{\"planted\": \"linked-{name}\"}}\n")).unwrap();
+        path
+    };
+    let shapes = [
+        ("runs/001/comfyui.log", shadow.clone()),
+        ("runs/001/history-1.json", marked("history.json")),
+        ("runs/001/record.json", marked("record.json")),
+        ("runs/001/workflow.json", marked("workflow.json")),
+        ("runs/002", outside.join("runs/002")),
+        ("session.json", marked("session.json")),
+        ("result.json", marked("result.json")),
+    ];
+    // The linked run says so in its log, which must not come along.
+    let linked_log = outside.join("runs/002/comfyui.log");
+    let mut log = std::fs::read_to_string(&linked_log).unwrap();
+    log.push_str("linked-run-log-line\n");
+    std::fs::write(&linked_log, log).unwrap();
+    for (name, target) in &shapes {
+        link(&session.join(name), target);
+    }
+    let zip = tmp.path().join("bundle.zip");
+    let out = report(f, &session, &["--output", zip.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (name, _) in &shapes {
+        assert!(
+            stdout.contains(&format!(
+                "warning: left out of the bundle: {name} is a symbolic link"
+            )),
+            "{name} is not named: {stdout}"
+        );
+    }
+    let files = unzip(&zip);
+    for (name, bytes) in &files {
+        let text = String::from_utf8_lossy(bytes);
+        for marker in [
+            "LinkedShadowHash",
+            "root:",
+            "linked-",
+            "linked-run-log-line",
+        ] {
+            assert!(!text.contains(marker), "{marker} reached {name}");
+        }
+    }
+    assert!(!files.keys().any(|k| k.starts_with("runs/002/")));
+
+    // The runs folder itself a link: nothing to report on, said plainly.
+    let session = tmp.path().join("runs-linked");
+    copy_tree(&f.session, &session);
+    link(&session.join("runs"), &outside.join("runs"));
+    let out = report(f, &session, &["--json", "--output", zip.to_str().unwrap()]);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{doc:#}");
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("are symbolic links to elsewhere, which a bundle never follows"),
+        "{doc:#}"
+    );
+}
+
+/// A full disk under `--output`: one line saying so (exit 3 with the hint to free space), and
+/// no `bundle.zip.part` left behind. A small file system is mounted in a namespace of the test's
+/// own; where the machine allows none, the test says so and checks nothing.
+#[test]
+fn a_full_disk_under_the_output_leaves_no_part_file() {
+    let f = shared();
+    let tmp = tempfile::tempdir().unwrap();
+    let small = tmp.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let probe = std::process::Command::new("unshare")
+        .args(["-rm", "true"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: this machine lets no test mount a small file system (unshare -rm)");
+        return;
+    }
+    let script = format!(
+        "mount -t tmpfs -o size=32k none '{dir}' && \"$0\" report \"$1\" --json --output '{dir}/bundle.zip'; code=$?; ls -A '{dir}'; exit $code",
+        dir = small.display()
+    );
+    let exe = env!("CARGO_BIN_EXE_vrambisect");
+    // The fixture's environment, for another program (unshare runs vrambisect).
+    let cmd = command(f);
+    let out = std::process::Command::new("unshare")
+        .args(["-rm", "sh", "-c", &script, exe])
+        .arg(&f.session)
+        .envs(cmd.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    let (json, listing) = stdout.split_at(stdout.rfind('}').unwrap() + 1);
+    let doc: Value = serde_json::from_str(json).unwrap();
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("bundle.zip"),
+        "{doc:#}"
+    );
+    assert_eq!(listing.trim(), "", "left behind: {listing}");
+}
