@@ -7,7 +7,7 @@
 //! `export`, `source venv/bin/activate` and `python main.py "$@"`. Both come down to the
 //! same thing: the environment, the interpreter and the flags of the `main.py` call.
 
-use crate::error::{Error, Result, io_error};
+use crate::error::{Error, Result};
 use crate::flags::decide::Platform;
 use serde::Serialize;
 use std::path::Path;
@@ -79,15 +79,15 @@ impl Launch {
 
 /// Reads a launcher file; `extra` fills its pass-through (or is appended when it has none).
 pub fn read_file(path: &Path, extra: &[String]) -> Result<Launch> {
-    let bytes = std::fs::read(path).map_err(|e| io_error("read launcher", path, &e))?;
-    if bytes.contains(&0) {
+    let bytes = crate::input_file::read(path, "launcher", crate::input_file::MAX_SCRIPT)?;
+    let text = crate::input_file::decode(&bytes);
+    if text.contains('\0') {
         return Err(Error::usage(format!(
             "{} is not a launcher script (it is binary)",
             path.display()
         ))
         .hint("give the .bat or .sh file that starts ComfyUI"));
     }
-    let text = String::from_utf8_lossy(&bytes);
     let text = text.trim_start_matches('\u{feff}');
     if path
         .extension()

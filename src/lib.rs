@@ -17,6 +17,7 @@ pub mod error;
 pub mod explain;
 pub mod flags;
 pub mod gpulock;
+pub mod input_file;
 pub mod install;
 pub mod journal;
 pub mod launcher;

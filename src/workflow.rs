@@ -1,6 +1,6 @@
 //! Loading the user's workflow: API format accepted, UI format explained, JSON errors located.
 
-use crate::error::{Error, Result, io_error};
+use crate::error::{Error, Result};
 use serde_json::{Map, Value};
 use std::path::Path;
 
@@ -27,8 +27,8 @@ const SEED_INPUTS: &[&str] = &["seed", "noise_seed"];
 impl Workflow {
     /// Reads and checks a workflow file.
     pub fn load(path: &Path) -> Result<Workflow> {
-        let bytes = std::fs::read(path).map_err(|e| io_error("read workflow", path, &e))?;
-        let text = String::from_utf8_lossy(&bytes);
+        let bytes = crate::input_file::read(path, "workflow", crate::input_file::MAX_WORKFLOW)?;
+        let text = crate::input_file::decode(&bytes);
         Workflow::parse(&text).map_err(|e| {
             Error::usage(format!("workflow {}: {}", path.display(), e.message)).hint(
                 e.hint.unwrap_or_else(|| {

@@ -322,9 +322,8 @@ fn snapshot_rev(good: &str) -> Result<String> {
     if !(good.ends_with(".json") && path.is_file()) {
         return Ok(good.to_string());
     }
-    let text =
-        std::fs::read_to_string(path).map_err(|e| crate::error::io_error("read", path, &e))?;
-    let doc: serde_json::Value = serde_json::from_str(&text)
+    let bytes = crate::input_file::read(path, "snapshot", crate::input_file::MAX_WORKFLOW)?;
+    let doc: serde_json::Value = serde_json::from_str(&crate::input_file::decode(&bytes))
         .map_err(|e| Error::usage(format!("{good} is not a snapshot: {e}")))?;
     doc.get("comfyui")
         .and_then(serde_json::Value::as_str)

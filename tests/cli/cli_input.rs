@@ -367,3 +367,75 @@ fn doctor_checks_the_current_folder_and_honours_python() {
     assert!(python["summary"].as_str().unwrap().contains("/bin/false"));
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// Runs `args` with a deadline: an input that blocks (a FIFO nobody writes) must not hold the
+/// tool.
+fn output_within(args: &[&std::ffi::OsStr], secs: u64) -> Output {
+    let mut child = vrambisect()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed().as_secs() >= secs {
+            let _ = child.kill();
+            panic!("{args:?} still runs after {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A workflow or launcher that is a device (`/dev/zero`), a FIFO with no writer or a file of
+/// 1.5 GiB: refused in one line before it is read (nothing blocks, nothing fills memory).
+#[test]
+fn inputs_that_never_end_or_are_no_files_are_refused_unread() {
+    let install = support::comfy::FakeComfy::new("0.38.1", serde_json::Value::Null);
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("workflow.json");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let big = tmp.path().join("big.json");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(1536 << 20)
+        .unwrap();
+    let wf = support::fixture(SD15);
+    let cases = [
+        (
+            std::path::PathBuf::from("/dev/zero"),
+            "is a device, not a file",
+        ),
+        (fifo, "is a named pipe (FIFO), not a file"),
+        (big, "is 1.50 GiB, more than a"),
+    ];
+    for (path, why) in &cases {
+        // A workflow of a run, a launcher of a bisect and of explain.
+        let runs: [Vec<&std::ffi::OsStr>; 3] = [
+            vec!["run".as_ref(), "--workflow".as_ref(), path.as_os_str()],
+            vec![
+                "bisect".as_ref(),
+                "--workflow".as_ref(),
+                wf.as_os_str(),
+                "--launcher".as_ref(),
+                path.as_os_str(),
+            ],
+            vec!["explain".as_ref(), "--launcher".as_ref(), path.as_os_str()],
+        ];
+        for mut args in runs {
+            args.push("--json".as_ref());
+            if args[0] != "explain" {
+                args.extend(["--comfyui".as_ref(), install.path().as_os_str()]);
+            }
+            let out = output_within(&args, 20);
+            let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", text(&out)));
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {doc}");
+            let message = doc["error"]["message"].as_str().unwrap();
+            assert!(message.contains(why), "{args:?}: {message}");
+        }
+    }
+    install.assert_nothing_left();
+}

@@ -920,3 +920,23 @@ fn the_tool_stopped_past_the_stall_timeout_does_not_make_a_hang() {
         install.assert_nothing_left();
     }
 }
+
+/// A workflow saved by Notepad (UTF-8 with a byte-order mark) or by PowerShell's `>` (UTF-16LE
+/// with one) runs as the same workflow saved plainly.
+#[test]
+fn workflows_in_the_encodings_windows_editors_write_run() {
+    let install = FakeComfy::new("0.38.1", Value::Null);
+    let text = std::fs::read_to_string(fixture(SD15)).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut bom = vec![0xEF, 0xBB, 0xBF];
+    bom.extend(text.as_bytes());
+    let mut utf16 = vec![0xFF, 0xFE];
+    utf16.extend(text.encode_utf16().flat_map(u16::to_le_bytes));
+    for (name, bytes) in [("notepad.json", bom), ("powershell.json", utf16)] {
+        let path = tmp.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let (code, doc, _) = run(&install, path.to_str().unwrap(), &[]);
+        assert_eq!(code, 0, "{name}: {doc:#}");
+        assert_eq!(doc["outcome"], "pass", "{name}");
+    }
+}
