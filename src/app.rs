@@ -42,10 +42,17 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
 /// Prints an error as one line on stderr, and as a JSON document with `--json`.
 pub fn report_error(e: &Error, global: &Global, out: &mut dyn Write, err: &mut dyn Write) {
     let style = Style::new(global.color);
-    let _ = writeln!(err, "{} {e}", style.bad("error:"));
+    // A path with a newline or an escape sequence in it stays one plain line.
+    let message = crate::text::escape_controls(&e.message);
+    let hint = e.hint.as_deref().map(crate::text::escape_controls);
+    let line = match &hint {
+        Some(hint) => format!("{message} ({hint})"),
+        None => message.to_string(),
+    };
+    let _ = writeln!(err, "{} {line}", style.bad("error:"));
     if global.json {
         let doc = serde_json::json!({
-            "error": { "message": e.message, "hint": e.hint, "exit_code": e.exit_code() }
+            "error": { "message": message, "hint": hint, "exit_code": e.exit_code() }
         });
         let _ = write_json(out, &doc);
     }

@@ -206,7 +206,7 @@ pub struct RunArgs {
     pub cuda: bool,
     /// Stop ComfyUI when available system RAM falls below this (e.g. 1G; 0: never), before
     /// the kernel's OOM killer picks a process. Default: 2% of RAM, 256 MiB to 1 GiB.
-    #[arg(help_heading = "Limits", long, value_name = "SIZE", value_parser = crate::size::parse_size)]
+    #[arg(help_heading = "Limits", long, value_name = "SIZE", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
     pub min_available_ram: Option<u64>,
     /// The NVML library to sample with (default: the system's libnvidia-ml.so.1).
     #[arg(long, value_name = "PATH", env = "VRAMBISECT_NVML_LIB", hide = true)]
@@ -335,7 +335,7 @@ pub struct BisectArgs {
     pub max_runs: Option<u32>,
     /// Stop ComfyUI when available system RAM falls below this (e.g. 1G; 0: never), before
     /// the kernel's OOM killer picks a process. Default: 2% of RAM, 256 MiB to 1 GiB.
-    #[arg(help_heading = "Limits", long, value_name = "SIZE", value_parser = crate::size::parse_size)]
+    #[arg(help_heading = "Limits", long, value_name = "SIZE", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
     pub min_available_ram: Option<u64>,
     /// The NVML library to sample with (default: the system's libnvidia-ml.so.1).
     #[arg(long, value_name = "PATH", env = "VRAMBISECT_NVML_LIB", hide = true)]
@@ -545,10 +545,14 @@ pub fn parse(args: &[std::ffi::OsString]) -> Result<Cli, i32> {
     match parsed {
         Ok(cli) => Ok(cli),
         Err(e) if e.use_stderr() && ours.iter().any(|a| a == "--json") => {
-            let doc = serde_json::json!({"error": usage_error(&e)});
+            let doc = serde_json::json!({"error": usage_error(&e, &ours)});
             let mut out = std::io::stdout();
             let _ = crate::output::write_json(&mut out, &doc);
-            let _ = e.print();
+            print_error(&e, &ours, color);
+            Err(crate::error::exit::USAGE)
+        }
+        Err(e) if e.use_stderr() => {
+            print_error(&e, &ours, color);
             Err(crate::error::exit::USAGE)
         }
         Err(e) => {
@@ -630,10 +634,52 @@ fn color_choice(args: &[String]) -> ColorChoice {
     choice
 }
 
-/// A clap error as the `error` object of `--json` output.
-fn usage_error(e: &clap::Error) -> serde_json::Value {
-    let text = e.render().to_string();
-    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+/// `text` (clap's rendering of an error) with every argument in it that holds control
+/// characters shown escaped; clap may already have dropped its escape sequences.
+fn escape_args(mut text: String, args: &[String]) -> String {
+    for a in args {
+        let escaped = crate::text::escape_controls(a);
+        if escaped == a.as_str() {
+            continue;
+        }
+        for quoted in [a.clone(), crate::classify::normalize::strip_ansi(a)] {
+            if text.contains(&quoted) {
+                text = text.replace(&quoted, &escaped);
+                break;
+            }
+        }
+    }
+    text
+}
+
+/// Prints a clap usage error on stderr as clap would, except that the arguments it quotes
+/// show their control characters escaped (a newline or an escape sequence typed into a value
+/// would otherwise break the line or act on the terminal).
+fn print_error(e: &clap::Error, args: &[String], color: clap::ColorChoice) {
+    use std::io::{IsTerminal, Write};
+    if !args.iter().any(|a| a.chars().any(char::is_control)) {
+        let _ = e.print();
+        return;
+    }
+    let styled = match color {
+        clap::ColorChoice::Always => true,
+        clap::ColorChoice::Never => false,
+        clap::ColorChoice::Auto => std::io::stderr().is_terminal(),
+    };
+    let rendered = e.render();
+    let text = match styled {
+        true => rendered.ansi().to_string(),
+        false => rendered.to_string(),
+    };
+    let _ = std::io::stderr().write_all(escape_args(text, args).as_bytes());
+}
+
+/// A clap error as the `error` object of `--json` output: its first line, with what clap lists
+/// under it when that line ends in a colon (the required arguments not given), the arguments
+/// it quotes escaped as on the terminal.
+fn usage_error(e: &clap::Error, args: &[String]) -> serde_json::Value {
+    let text = escape_args(e.render().to_string(), args);
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty()).peekable();
     use clap::error::ErrorKind;
     let message = if matches!(
         e.kind(),
@@ -649,11 +695,21 @@ fn usage_error(e: &clap::Error) -> serde_json::Value {
             format!("no command given: one of {}", names.join(", "))
         }
     } else {
-        lines
+        let first = lines
             .next()
             .unwrap_or("bad command line")
             .trim_start_matches("error: ")
-            .to_string()
+            .to_string();
+        let mut listed = Vec::new();
+        if first.ends_with(':') {
+            while let Some(l) = lines.next_if(|l| l.starts_with("  ")) {
+                listed.push(l.trim().to_string());
+            }
+        }
+        match listed.is_empty() {
+            true => first,
+            false => format!("{} {}", first, listed.join(", ")),
+        }
     };
     let hint = lines
         .find_map(|l| l.trim().strip_prefix("tip: "))

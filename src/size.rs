@@ -4,6 +4,11 @@
 /// a bare number is bytes, and `0` turns a threshold off.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let s = text.trim();
+    if s.starts_with('-') {
+        return Err(format!(
+            "'{text}' is negative: give 0 (off) or a size such as 512M"
+        ));
+    }
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(s.len());

@@ -98,6 +98,24 @@ pub fn proc_kib(value: &str) -> Option<u64> {
         .map(|kib| kib.saturating_mul(1024))
 }
 
+/// `text` with its control characters (a newline, an escape sequence that could clear or
+/// recolour the terminal) shown as escapes (`\n`, `\u{1b}`): a path or value the user typed
+/// stays on one line and does nothing to the terminal it is printed on.
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,5 +176,11 @@ mod tests {
         assert_eq!(proc_kib(" 0 kB"), Some(0));
         assert_eq!(proc_kib("lots"), None);
         assert_eq!(proc_kib(""), None);
+    }
+
+    #[test]
+    fn control_characters_are_escaped_and_the_rest_kept() {
+        assert_eq!(escape_controls("C:\\ComfyUI é"), "C:\\ComfyUI é");
+        assert_eq!(escape_controls("a\nb\u{1b}[2J\r"), "a\\nb\\u{1b}[2J\\r");
     }
 }

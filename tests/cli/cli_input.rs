@@ -439,3 +439,87 @@ fn inputs_that_never_end_or_are_no_files_are_refused_unread() {
     }
     install.assert_nothing_left();
 }
+
+/// With `--json`, a missing required argument is named in the message; a negative size is
+/// called negative, with `=` or without.
+#[test]
+fn json_usage_errors_say_all_and_negative_sizes_are_named() {
+    let out = vrambisect()
+        .args(["run", "--json", "--comfyui", "x"])
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        doc["error"]["message"],
+        "the following required arguments were not provided: --workflow <FILE>"
+    );
+    let wf = support::fixture(SD15);
+    let wf = wf.to_str().unwrap();
+    refused(
+        &run_args("--min-available-ram", "-1G", wf),
+        "'-1G' is negative",
+    );
+    refused(
+        &[
+            "run",
+            "--comfyui",
+            "/x",
+            "--workflow",
+            wf,
+            "--min-available-ram=-1G",
+        ],
+        "'-1G' is negative",
+    );
+    refused(
+        &[
+            "bisect",
+            "--comfyui",
+            "/x",
+            "--workflow",
+            wf,
+            "--min-available-ram",
+            "-512M",
+        ],
+        "'-512M' is negative",
+    );
+}
+
+/// A path or value holding a newline or an escape sequence is shown escaped: the error stays
+/// one line on the terminal and in the JSON message, and no byte of it can act on the
+/// terminal (clear it, recolour it).
+#[test]
+fn control_bytes_in_paths_and_values_are_shown_escaped() {
+    let nasty = "work\nflow\u{1b}[2J.json";
+    let shown = "work\\nflow\\u{1b}[2J.json";
+    let cases: [Vec<&str>; 2] = [
+        vec!["run", "--comfyui", "/tmp", "--workflow", nasty],
+        vec![
+            "run",
+            "--comfyui",
+            "/tmp",
+            "--workflow",
+            "w.json",
+            "--timeout",
+            nasty,
+        ],
+    ];
+    for args in cases {
+        let out = vrambisect().args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+        let first = stderr.lines().next().unwrap();
+        assert!(
+            first.starts_with("error: ") && first.contains(shown),
+            "{stderr:?}"
+        );
+
+        let mut json = args.clone();
+        json.insert(1, "--json");
+        let out = vrambisect().args(&json).output().unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let message = doc["error"]["message"].as_str().unwrap();
+        assert!(!message.contains(['\n', '\u{1b}']), "{message:?}");
+        assert!(message.contains(shown), "{message:?}");
+    }
+}
