@@ -322,6 +322,8 @@ struct Rules {
     cookie: Regex,
     bare_query: Regex,
     hex32: Regex,
+    aws_key_id: Regex,
+    aws_secret: Regex,
     url_credentials: Regex,
     bearer: Regex,
     tokens: Vec<Regex>,
@@ -359,6 +361,10 @@ fn rules() -> &'static Rules {
             bare_query: re(r"(?P<sep>[?&])(?P<k>[A-Za-z][A-Za-z0-9_.-]*)=(?P<v>[^\s&#\x22']+)"),
             // 32 hex digits standing alone: an API key (Civitai's have no prefix), an MD5.
             hex32: re(r"\b[0-9a-fA-F]{32}\b"),
+            aws_key_id: re(AWS_KEY_ID),
+            // 40 characters of base64 standing alone: an AWS secret access key, when its line
+            // names a key id (a secret has no prefix of its own).
+            aws_secret: re(r"(?P<pre>^|[^A-Za-z0-9/+=])(?P<s>[A-Za-z0-9/+]{40})(?P<post>[^A-Za-z0-9/+=]|$)"),
             url_credentials: re(r"\b([A-Za-z][A-Za-z0-9+.-]{1,20}://)([^/\s:@\[\]]+):([^/\s@]+)@"),
             bearer: re(r"(?i)\b(bearer)(\s+)([A-Za-z0-9._~+/-]{8,}=*)"),
             tokens: [
@@ -369,7 +375,7 @@ fn rules() -> &'static Rules {
                 r"\bgh[pousr]_[A-Za-z0-9]{20,}\b",
                 r"\bgithub_pat_[A-Za-z0-9_]{20,}\b",
                 // AWS access key ids; GitLab, Slack, Google API keys, Stripe, JWTs.
-                r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[A-Z0-9]{16}\b",
+                AWS_KEY_ID,
                 r"\bglpat-[A-Za-z0-9_-]{20,}",
                 r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
                 r"\bAIza[0-9A-Za-z_-]{35}\b",
@@ -646,6 +652,7 @@ impl Redactor {
             },
             tally,
         );
+        out = redact_aws_secrets(r, &out, tally);
         for re in r.tokens.iter().chain([&r.hex32]) {
             out = replace_as(re, &out, Kind::Token, "[token]", tally);
         }
@@ -906,6 +913,38 @@ fn redact_scalars(v: &mut Value, tally: &mut Redactions) {
 }
 
 /// `Regex::replace_all` with a counting closure.
+/// An AWS access key id (`AKIA…`, `ASIA…` and the other kinds).
+const AWS_KEY_ID: &str = r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[A-Z0-9]{16}\b";
+
+/// AWS secret access keys on lines that name an access key id (`credentials AKIA… / q7Xz…`):
+/// the id alone is caught by its prefix, the secret beside it by its company. A run of hex
+/// digits (a commit id) is left alone.
+fn redact_aws_secrets(r: &Rules, s: &str, tally: &mut Redactions) -> String {
+    if !r.aws_key_id.is_match(s) {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len());
+    for line in s.split_inclusive('\n') {
+        if !r.aws_key_id.is_match(line) {
+            out.push_str(line);
+            continue;
+        }
+        out.push_str(&replace(
+            &r.aws_secret,
+            line,
+            |c, t| {
+                if c["s"].chars().all(|ch| ch.is_ascii_hexdigit()) {
+                    return c[0].to_string();
+                }
+                bump(t, Kind::Token);
+                format!("{}[token]{}", &c["pre"], &c["post"])
+            },
+            tally,
+        ));
+    }
+    out
+}
+
 fn replace(
     re: &Regex,
     s: &str,
@@ -1154,6 +1193,21 @@ mod tests {
                 Some(Kind::Token),
             ),
             ("id AKIAIOSFODNN7EXAMPLE", "id [token]", Some(Kind::Token)),
+            (
+                "credentials AKIAIOSFODNN7EXAMPLE / q7XzJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLE",
+                "credentials [token] / [token]",
+                Some(Kind::Token),
+            ),
+            (
+                "AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+                "[token]:[token]",
+                Some(Kind::Token),
+            ),
+            (
+                "commit 3f786850e387550fdab836ed7e6dc881de23001b for AKIAIOSFODNN7EXAMPLE",
+                "commit 3f786850e387550fdab836ed7e6dc881de23001b for [token]",
+                Some(Kind::Token),
+            ),
             (
                 "Authorization: Bearer eyJhbGciOi.abc.def123456",
                 "Authorization: Bearer [token]",
