@@ -356,6 +356,14 @@ fn resume_line(dir: &Path) -> String {
 
 /// A session that could not go on (a write failed): the error, with how to continue.
 fn stopped_by(e: Error, dir: &Path) -> Error {
+    // Removed (or moved) under it: there is nothing left to continue from.
+    if std::fs::symlink_metadata(dir.join(session::SPEC_FILE)).is_err() {
+        return Error::environment(format!(
+            "the session folder {} was removed or moved while the bisect ran",
+            dir.display()
+        ))
+        .hint("the runs it held went with it: start the bisect again with another --output");
+    }
     let resume = resume_line(dir);
     let hint = if e.io == Some(std::io::ErrorKind::StorageFull) {
         format!("every finished run is kept; free some space and continue with {resume}")

@@ -74,7 +74,11 @@ pub fn builtin_unknown(flag: &str, flags: &FlagSet, version: Option<&Version>) -
 
 /// The known flag within a small edit distance of `name`.
 fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let len = name.chars().count();
     candidates
+        // Lengths further apart than the distance allowed cannot be near: a flag of 100 KiB
+        // is compared with nothing.
+        .filter(|c| len.abs_diff(c.chars().count()) <= 2.max(c.len() / 6))
         .map(|c| (levenshtein(name, c), c))
         .filter(|(d, c)| *d <= 2.max(c.len() / 6))
         .min_by_key(|(d, _)| *d)
@@ -98,6 +102,14 @@ fn levenshtein(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_of_another_length_is_near_nothing() {
+        let flags = ["--lowvram", "--highvram", "--disable-dynamic-vram"];
+        assert_eq!(closest("--lowvran", flags.into_iter()), Some("--lowvram"));
+        let long = format!("--{}", "a".repeat(100 << 10));
+        assert_eq!(closest(&long, flags.into_iter()), None);
+    }
 
     #[test]
     fn edit_distance() {

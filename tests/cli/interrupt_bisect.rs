@@ -308,3 +308,35 @@ fn a_second_process_on_a_running_session_is_refused() {
     assert!(!session.join("session.owner").exists());
     install.assert_nothing_left();
 }
+
+/// The session folder removed while the bisect runs: the bisect stops with one line saying
+/// so (exit 3), not a hint to free disk space or to resume what is gone, and leaves no
+/// ComfyUI behind.
+#[test]
+fn a_session_folder_removed_mid_run_is_said_plainly() {
+    let wf = fixture("workflows/sd15_txt2img.json");
+    let install = FakeComfy::new("0.38.1", scenario());
+    let tmp = tempfile::tempdir().unwrap();
+    let session = tmp.path().join("session");
+    let session_str = session.to_str().unwrap();
+    let child = support::vrambisect()
+        .args(bisect_args(&install, wf.to_str().unwrap(), session_str))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !session.join("runs/002/comfyui.log").exists() {
+        assert!(started.elapsed().as_secs() < 60, "no second run started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::remove_dir_all(&session).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let doc: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(output.status.code(), Some(3), "{doc:#}");
+    assert_eq!(
+        doc["error"]["message"],
+        format!("the session folder {session_str} was removed or moved while the bisect ran")
+    );
+    install.assert_nothing_left();
+}

@@ -940,3 +940,27 @@ fn workflows_in_the_encodings_windows_editors_write_run() {
         assert_eq!(doc["outcome"], "pass", "{name}");
     }
 }
+
+/// Flags that argparse accumulates (`--extra-model-paths-config` appends) start the stand-in
+/// as they start ComfyUI (its flag probe once failed on them, ending every run
+/// `startup_failed`).
+#[test]
+fn an_appending_flag_starts_the_stand_in() {
+    let install = FakeComfy::new("0.38.1", Value::Null);
+    let tmp = tempfile::tempdir().unwrap();
+    let yaml = tmp.path().join("extra_model_paths.yaml");
+    std::fs::write(&yaml, "comfyui:\n  base_path: /tmp\n").unwrap();
+    let (code, doc, _) = run(
+        &install,
+        SD15,
+        &[
+            "--",
+            "--extra-model-paths-config",
+            yaml.to_str().unwrap(),
+            "--extra-model-paths-config",
+            yaml.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["outcome"], "pass");
+}
