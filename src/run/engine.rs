@@ -27,8 +27,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// Below this much available RAM when ComfyUI dies, the kernel's OOM killer is the suspect.
 const RAM_EXHAUSTED: i64 = 256 << 20;
-/// A turn of the watch loop (a fraction of a second) that took longer than this, not counting
-/// requests to ComfyUI, means vrambisect itself was stopped or the machine slept.
+/// A gap this long between two wakes of a thread that wakes every tenth of a second means
+/// vrambisect itself was stopped or the machine slept.
 const PAUSED: Duration = Duration::from_secs(2);
 
 /// Runs the workflow once (N prompts) and returns the record, also written to the run folder.
@@ -545,15 +545,14 @@ impl Prompt<'_> {
             stall: self.opts.limits.stall_timeout,
             ram_floor: ram_threshold(self.opts, self.sampler),
         };
+        // Time vrambisect itself did not run (stopped, a machine asleep) is not ComfyUI's
+        // silence: a clock of its own sees a stop wherever the loop was then. Started before
+        // the watch's clock, so that no stop falls between the two.
+        let mut held = super::pause::PauseWatch::start(PAUSED);
         let mut watch = PromptWatch::new(prompt_id, limits, t0.elapsed(), *self.ws_open);
         let mut inputs: VecDeque<Input> = VecDeque::new();
         let mut alive = Instant::now();
         let mut signs = self.signs_of_life();
-        // When the clock was last read for the watch, and how long was spent since asking
-        // ComfyUI (which may itself be what hangs): the rest of a long gap between two ticks
-        // is time vrambisect did not run.
-        let mut last_tick = Instant::now();
-        let mut asking = Duration::ZERO;
         while !watch.is_done() {
             if alive.elapsed() >= Duration::from_secs(1) {
                 self.reporter.event(&RunEvent::Alive);
@@ -588,24 +587,25 @@ impl Prompt<'_> {
                     ram_exhausted,
                 });
             }
-            let away = last_tick.elapsed().saturating_sub(asking);
-            if away > PAUSED {
-                // Before what was heard meanwhile, and before the tick that would count it.
-                inputs.push_front(Input::Paused(away));
-            }
-            (last_tick, asking) = (Instant::now(), Duration::ZERO);
             inputs.push_back(Input::Tick {
                 stop: signals::requested(),
             });
             while let Some(input) = inputs.pop_front() {
+                let at = t0.elapsed();
+                if matches!(input, Input::Tick { .. }) {
+                    // Read after the clock: a stop before it is seen here, a stop after it
+                    // leaves the tick at a time before the stop.
+                    let stopped = held.take();
+                    if !stopped.is_zero() {
+                        watch.feed(at, Input::Paused(stopped));
+                    }
+                }
                 // The answers to this input's actions come next, in the order asked.
-                let actions = watch.feed(t0.elapsed(), input);
-                let asked = Instant::now();
-                let answers: Vec<Input> = actions
+                let answers: Vec<Input> = watch
+                    .feed(at, input)
                     .into_iter()
                     .filter_map(|action| self.act(action, prompt_id))
                     .collect();
-                asking += asked.elapsed();
                 for answer in answers.into_iter().rev() {
                     inputs.push_front(answer);
                 }

@@ -4,6 +4,7 @@
 pub mod engine;
 pub mod folder;
 pub mod launch;
+pub mod pause;
 pub mod record;
 pub mod render;
 pub mod watch;

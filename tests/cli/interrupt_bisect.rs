@@ -206,8 +206,21 @@ fn comfyui_killed_mid_prompt_once_does_not_change_the_verdict() {
     let session = tmp.path().join("session");
 
     // Kills the first ComfyUI started with --disable-dynamic-vram once it is well into its
-    // prompt (a start-up of 0.3 s, then 0.2 s per node).
+    // prompt: its run's log (the newest run folder) says `got prompt`, then 0.3 s more (0.2 s
+    // per node).
     let dir = install.path().to_path_buf();
+    let runs = session.join("runs");
+    let prompt_running = move || {
+        let newest = std::fs::read_dir(&runs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .max();
+        newest.is_some_and(|d| {
+            std::fs::read_to_string(d.join("comfyui.log")).is_ok_and(|l| l.contains("got prompt"))
+        })
+    };
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let killer = {
         let done = done.clone();
@@ -219,9 +232,9 @@ fn comfyui_killed_mid_prompt_once_does_not_change_the_verdict() {
                     let cmdline = String::from_utf8_lossy(&cmdline);
                     if cmdline.contains("main.py") && cmdline.contains("--disable-dynamic-vram") {
                         match seen {
-                            None => seen = Some((pid, Instant::now())),
+                            None if prompt_running() => seen = Some((pid, Instant::now())),
                             Some((p, since))
-                                if p == pid && since.elapsed() > Duration::from_millis(800) =>
+                                if p == pid && since.elapsed() > Duration::from_millis(300) =>
                             {
                                 unsafe { libc::kill(pid, libc::SIGKILL) };
                                 return true;

@@ -912,10 +912,9 @@ fn the_tool_stopped_past_the_stall_timeout_does_not_make_a_hang() {
         let output = child.wait_with_output().unwrap();
         let doc: Value = serde_json::from_slice(&output.stdout).unwrap();
         assert_eq!(
-            doc["outcome"],
-            "oom",
+            doc["outcome"], "oom",
             "attempt {attempt}: {}",
-            std::fs::read_to_string(out.join("comfyui.log")).unwrap_or_default()
+            doc["iterations"]
         );
         install.assert_nothing_left();
     }
