@@ -39,8 +39,9 @@ pub enum Command {
     /// Run a workflow once under the given flags and classify what happened.
     ///
     /// Starts ComfyUI on a free port (its own process group, no browser), submits the
-    /// API-format workflow, follows the websocket and the log, classifies the outcome (pass,
-    /// oom, hang, crash, ...), stops ComfyUI and keeps everything in a run folder. Exits 0 if
+    /// workflow (API or UI format, or the prompt inside an output of ComfyUI), follows the
+    /// websocket and the log, classifies the outcome (pass, oom, hang, crash, ...), stops
+    /// ComfyUI and keeps everything in a run folder. Exits 0 if
     /// the workflow passed, 1 if it failed, 125 if it could not be tested (as `git bisect run`
     /// expects).
     #[command(after_long_help = EXAMPLES_RUN)]
@@ -186,7 +187,8 @@ pub struct RunArgs {
     /// ComfyUI Desktop) and from the current folder.
     #[arg(help_heading = "Inputs", long, value_name = "DIR")]
     pub comfyui: Option<PathBuf>,
-    /// The workflow, in API format (Workflow → Export (API) in ComfyUI).
+    /// The workflow: the .json ComfyUI saved (UI format), its API export, or a PNG, WebP,
+    /// audio or video file ComfyUI made (the prompt inside it).
     #[arg(help_heading = "Inputs", long, value_name = "FILE")]
     pub workflow: PathBuf,
     /// The Python that runs ComfyUI (default: the one that ran `python -m vrambisect` when
@@ -264,7 +266,8 @@ pub struct BisectArgs {
         conflicts_with = "resume"
     )]
     pub comfyui: Option<PathBuf>,
-    /// The workflow, in API format (Workflow → Export (API) in ComfyUI).
+    /// The workflow: the .json ComfyUI saved (UI format), its API export, or a PNG, WebP,
+    /// audio or video file ComfyUI made (the prompt inside it).
     #[arg(
         help_heading = "Inputs",
         long,
@@ -360,7 +363,7 @@ pub struct RegressArgs {
     /// Your ComfyUI checkout (a git clone; it is only read). Default: found as for run.
     #[arg(long, value_name = "DIR", conflicts_with = "resume")]
     pub comfyui: Option<PathBuf>,
-    /// The workflow, in API format.
+    /// The workflow: the .json ComfyUI saved, its API export, or a file ComfyUI made with it.
     #[arg(long, value_name = "FILE", required_unless_present = "resume")]
     pub workflow: Option<PathBuf>,
     /// A commit or tag where the workflow worked, or a ComfyUI-Manager snapshot (.json) taken

@@ -43,6 +43,27 @@ pub fn read(path: &Path, what: &str, max: u64) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// The first `n` bytes of a plain file (fewer when it is shorter), to tell what it is.
+pub fn head(path: &Path, what: &str, n: usize) -> Result<Vec<u8>> {
+    let meta = std::fs::metadata(path).map_err(|e| io_error(&format!("read {what}"), path, &e))?;
+    plain(path, what, &meta, u64::MAX)?;
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = o
+        .open(path)
+        .map_err(|e| io_error(&format!("read {what}"), path, &e))?;
+    let mut out = Vec::with_capacity(n);
+    file.take(n as u64)
+        .read_to_end(&mut out)
+        .map_err(|e| io_error(&format!("read {what}"), path, &e))?;
+    Ok(out)
+}
+
 /// Refuses what is not a plain file of a sane size.
 fn plain(path: &Path, what: &str, meta: &std::fs::Metadata, max: u64) -> Result<()> {
     let kind = kind_of(&meta.file_type());

@@ -105,6 +105,27 @@ impl Client {
         self.get_json(&format!("/history/{prompt_id}"), Duration::from_secs(30))
     }
 
+    /// `GET /object_info`: every node class the server has (megabytes with many custom nodes).
+    pub fn object_info(&self) -> Result<Value, ApiError> {
+        let url = format!("{}/object_info", self.base);
+        let mut resp = self
+            .agent
+            .get(&url)
+            .config()
+            .timeout_global(Some(Duration::from_secs(120)))
+            .build()
+            .call()
+            .map_err(|e| ApiError(format!("GET /object_info: {e}")))?;
+        let text = resp
+            .body_mut()
+            .with_config()
+            .limit(512 << 20)
+            .read_to_string()
+            .map_err(|e| ApiError(format!("GET /object_info: {e}")))?;
+        serde_json::from_str(&text)
+            .map_err(|e| ApiError(format!("GET /object_info: bad JSON: {e}")))
+    }
+
     /// `GET /queue`.
     pub fn queue(&self) -> Result<Value, ApiError> {
         self.get_json("/queue", Duration::from_secs(10))

@@ -156,7 +156,7 @@ pub fn with_toggles(toggles: Vec<String>, setup: &Setup) -> Bisect {
         ));
     }
     notes.push(format!(
-        "{WORKFLOW}: the failing workflow in API format (Workflow → Export (API) in ComfyUI)"
+        "{WORKFLOW}: the failing workflow: the file ComfyUI saved, its API export, or an image or video ComfyUI made with it"
     ));
     match &setup.launch_args {
         Some(args) if !args.is_empty() => {

@@ -951,6 +951,9 @@ pub fn describe_file(name: &str) -> String {
             "OS, CPU, RAM, GPUs, driver, versions, custom nodes, launcher; each item with its source or why it is missing".into()
         }
         "workflow.json" => "the workflow in API format, as queued".into(),
+        "workflow-source.json" => {
+            "the workflow as it was given (UI format), from which the queued prompt was made as ComfyUI's frontend makes it".into()
+        }
         "result.json" => "the bisect's result: verdict, every configuration with its outcome".into(),
         "session.json" => "the bisect's settings".into(),
         "matrix.png" => "the run matrix as a picture".into(),

@@ -359,6 +359,11 @@ fn collect(src: &Source) -> Collected {
         let (files, skipped) = d.files();
         left_out.extend(skipped.into_iter().map(|(n, why)| (rel(&n), why)));
         for (name, path) in files {
+            // The same in every run: kept once, with the failing run.
+            if name.starts_with(folder::WORKFLOW_SOURCE) && primary_label.as_ref() != Some(&d.label)
+            {
+                continue;
+            }
             let zip_name = format!("runs/{}/{name}", d.label);
             let primary = name == folder::COMFYUI_LOG && primary_label.as_ref() == Some(&d.label);
             let text = match file_text(&src.dir, &path, &name, primary) {
@@ -405,6 +410,18 @@ fn collect(src: &Source) -> Collected {
                 Err(why) => left_out.push((rel(folder::WORKFLOW), why)),
             }
         }
+    }
+    // An image or video the workflow was given as holds the prompt unredacted: not attached.
+    if let Some(d) = src.primary()
+        && let Ok(entries) = std::fs::read_dir(&d.dir)
+        && entries.flatten().any(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with(folder::WORKFLOW_SOURCE) && !n.ends_with(".json")
+        })
+    {
+        warnings.push(
+            "the image or video the workflow was given as is not attached (its metadata cannot be redacted): workflow.json is the prompt read from it".into(),
+        );
     }
     for (name, why) in left_out {
         if why.worth_saying() {

@@ -50,6 +50,7 @@ impl RunDir {
                 || name == folder::SAMPLES_SUMMARY
                 || name == folder::SYSTEM_STATS
                 || (name.starts_with("comfyui") && name.ends_with(".log"))
+                || name == format!("{}.json", folder::WORKFLOW_SOURCE)
                 || ((name.starts_with("history-") || name.starts_with("rejected-"))
                     && name.ends_with(".json"));
             if !keep {

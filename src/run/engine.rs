@@ -19,6 +19,7 @@ use crate::outcome::Outcome;
 use crate::sampler::{Sampler, SamplerConfig, Summary, rss_at, series};
 use crate::signals::{self, Stop};
 use crate::workflow::CacheBust;
+use crate::workflow::Workflow;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -280,10 +281,7 @@ fn run(
     sampler: Option<&Sampler>,
     clock: Instant,
 ) -> Result<Parts> {
-    write_json(
-        &opts.run_dir.join(folder::WORKFLOW),
-        &serde_json::Value::Object(opts.target.workflow.prompt.clone()),
-    )?;
+    keep_workflow(opts)?;
     let mut server = match launch::launch(opts, reporter, sampler, clock)? {
         Ok(server) => server,
         Err(NotReady {
@@ -315,10 +313,23 @@ fn run(
     parts.startup_ms = Some(server.startup_ms);
     let mut process_exit: Option<ExitStatus> = None;
     let mut problems = Vec::new();
+    // A UI-format workflow becomes the prompt the frontend would queue, with the nodes this
+    // ComfyUI has; what cannot be converted ends the run as an invalid workflow.
+    let workflow = match convert_workflow(opts, &client) {
+        Ok(w) => Some(w),
+        Err(verdict) => {
+            parts.iterations.push(Iteration::from_verdict(1, &verdict));
+            None
+        }
+    };
     for n in 1..=opts.limits.iterations.max(1) {
+        let Some(workflow) = &workflow else {
+            break;
+        };
         let mut prompt = Prompt {
             n,
             opts,
+            workflow,
             client: &client,
             client_id: &client_id,
             server: &mut server,
@@ -379,6 +390,69 @@ fn run(
     Ok(parts)
 }
 
+/// Writes the workflow into the run folder: the API prompt as `workflow.json` (for a UI-format
+/// workflow, once it is converted), and the file it was given as beside it when that was not
+/// the API prompt itself.
+fn keep_workflow(opts: &RunOptions) -> Result<()> {
+    let workflow = &opts.target.workflow;
+    if workflow.ui.is_none() {
+        write_json(
+            &opts.run_dir.join(folder::WORKFLOW),
+            &serde_json::Value::Object(workflow.prompt.clone()),
+        )?;
+    }
+    if workflow.ui.is_some() || workflow.origin.is_some() {
+        let source = &opts.target.workflow_path;
+        let ext = source
+            .extension()
+            .map(|e| e.to_string_lossy().to_lowercase())
+            .unwrap_or_else(|| "json".into());
+        let kept = opts
+            .run_dir
+            .join(format!("{}.{ext}", folder::WORKFLOW_SOURCE));
+        std::fs::copy(source, &kept)
+            .map_err(|e| crate::error::io_error("copy the workflow to", &kept, &e))?;
+    }
+    Ok(())
+}
+
+/// The workflow to queue: the API prompt as given, or a UI-format workflow converted with the
+/// node definitions of the ComfyUI that runs (`GET /object_info`); the verdict of a run whose
+/// workflow cannot be converted with certainty.
+fn convert_workflow(opts: &RunOptions, client: &Client) -> Result<Workflow, Classification> {
+    let workflow = &opts.target.workflow;
+    if workflow.ui.is_none() {
+        return Ok(workflow.clone());
+    }
+    let invalid = |evidence: String, explanation: &str| Classification {
+        outcome: Outcome::InvalidWorkflow,
+        evidence: vec![evidence],
+        signatures: vec![],
+        explanation: Some(explanation.to_string()),
+    };
+    let defs = client
+        .object_info()
+        .ok()
+        .and_then(|body| crate::workflow::nodes::NodeDefs::parse(&body))
+        .ok_or_else(|| {
+            invalid(
+                "ComfyUI did not list its nodes (GET /object_info)".into(),
+                "the UI-format workflow could not be converted: give the API format (Workflow → Export (API))",
+            )
+        })?;
+    let converted = workflow.converted(&defs).map_err(|r| {
+        invalid(
+            format!("cannot convert the UI-format workflow: {r}"),
+            "the workflow could not be converted as the frontend would: open it in ComfyUI and use Workflow → Export (API), then pass that file",
+        )
+    })?;
+    let _ = write_json(
+        &opts.run_dir.join(folder::WORKFLOW),
+        &serde_json::Value::Object(converted.prompt.clone()),
+    );
+    Ok(converted)
+}
+
 /// Connects the websocket (retrying for a moment right after readiness) and starts the thread
 /// that pumps it into the feed. Without it, prompts are followed through `/history`.
 fn connect_ws(
@@ -419,6 +493,8 @@ enum Submission {
 struct Prompt<'a> {
     n: u32,
     opts: &'a RunOptions,
+    /// The API prompt (converted, when the workflow was given in the UI format).
+    workflow: &'a Workflow,
     client: &'a Client,
     client_id: &'a str,
     server: &'a mut Server,
@@ -450,7 +526,7 @@ impl Prompt<'_> {
     /// The iteration's record, ComfyUI's exit if it died, and whether the run must stop.
     fn run(&mut self) -> (Iteration, Option<ExitStatus>, bool) {
         let n = self.n;
-        let (prompt, bust) = self.opts.target.workflow.for_iteration(n);
+        let (prompt, bust) = self.workflow.for_iteration(n);
         if bust == CacheBust::Free {
             // No seed to change: empty ComfyUI's cache so the prompt really executes.
             let _ = self.client.free();
@@ -631,12 +707,7 @@ impl Prompt<'_> {
     fn act(&mut self, action: Action, prompt_id: &str) -> Option<Input> {
         match action {
             Action::NodeStarted { node, done } => {
-                let class = self
-                    .opts
-                    .target
-                    .workflow
-                    .class_of(&node)
-                    .map(str::to_string);
+                let class = self.workflow.class_of(&node).map(str::to_string);
                 self.mark(Mark::Node {
                     id: node.clone(),
                     class: class.clone().unwrap_or_else(|| "?".into()),
@@ -646,7 +717,7 @@ impl Prompt<'_> {
                     node,
                     class,
                     done,
-                    total: self.opts.target.workflow.node_count(),
+                    total: self.workflow.node_count(),
                 });
                 None
             }

@@ -592,3 +592,123 @@ fn a_disk_that_fills_mid_session_stops_it_without_a_verdict_and_resume_finishes_
     assert_eq!(done["verdict"]["kind"], "fixed_by");
     install.assert_nothing_left();
 }
+
+/// The API prompt of a run folder without `_meta`.
+fn queued(dir: &std::path::Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("workflow.json")).unwrap();
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    for node in v.as_object_mut().unwrap().values_mut() {
+        node.as_object_mut().unwrap().remove("_meta");
+    }
+    v
+}
+
+/// A bisect started from a PNG ComfyUI saved (the prompt inside it) and from a UI-format save
+/// reaches the verdict the API export reaches; each run folder keeps the API prompt that was
+/// queued (for the UI save: the frontend's own conversion, recorded) and the file given
+/// beside it.
+#[test]
+fn a_bisect_from_a_png_or_a_ui_save_reaches_the_api_verdict() {
+    let install = FakeComfy::new("0.38.1", when_dynamic("oom"));
+    let cases = [
+        ("media/comfyui_png_small.api.json", None, None),
+        (
+            "media/comfyui_png_small.png",
+            Some("media/comfyui_png_small.api.json"),
+            Some("workflow-source.png"),
+        ),
+        (
+            "ui-workflows/pairs/template_default.ui.json",
+            Some("ui-workflows/pairs/template_default.api.json"),
+            Some("workflow-source.json"),
+        ),
+    ];
+    for (workflow, api, source) in cases {
+        let (code, doc, tmp) = bisect(&install, workflow, &[]);
+        assert_eq!(code, 0, "{workflow}: {doc:#}");
+        assert_eq!(doc["verdict"]["kind"], "fixed_by", "{workflow}");
+        assert_eq!(
+            doc["verdict"]["fixing_flags"],
+            json!(["--disable-dynamic-vram"]),
+            "{workflow}"
+        );
+        let run = support::out_dir(tmp.path(), "session");
+        let run = std::path::Path::new(&run).join("runs/001");
+        if let Some(api) = api {
+            let mut expected: Value =
+                serde_json::from_str(&std::fs::read_to_string(fixture(api)).unwrap()).unwrap();
+            for node in expected.as_object_mut().unwrap().values_mut() {
+                node.as_object_mut().unwrap().remove("_meta");
+            }
+            let got = queued(&run);
+            // ComfyUI saves an fps of 4 as 4.0: compare as JSON text of the same numbers.
+            assert_eq!(got, expected, "{workflow}");
+        }
+        if let Some(source) = source {
+            assert_eq!(
+                std::fs::read(run.join(source)).unwrap(),
+                std::fs::read(fixture(workflow)).unwrap(),
+                "{workflow}: the file given is kept beside the prompt"
+            );
+        }
+    }
+    install.assert_nothing_left();
+}
+
+/// What cannot give a prompt is refused in one line before any run (an image without a
+/// prompt, a cut PNG, JSON of neither format); a UI workflow naming a node this ComfyUI lacks
+/// ends its run as an invalid workflow naming the node, with no ComfyUI left running.
+#[test]
+fn inputs_without_a_prompt_are_refused_and_unknown_nodes_named() {
+    let install = FakeComfy::new("0.38.1", Value::Null);
+    let tmp = tempfile::tempdir().unwrap();
+    let neither = tmp.path().join("neither.json");
+    std::fs::write(&neither, r#"{"name": "my workflow", "version": 3}"#).unwrap();
+    for (path, why) in [
+        (
+            fixture("media/plain_no_metadata.png"),
+            "holds no ComfyUI prompt",
+        ),
+        (
+            fixture("media/truncated_40pct_png_large_prompt.png"),
+            "the PNG image is cut short",
+        ),
+        (neither.clone(), "not an API-format workflow"),
+    ] {
+        let (code, doc, _) = support::json(&[
+            "bisect",
+            "--comfyui",
+            install.path_str(),
+            "--workflow",
+            path.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 2, "{path:?}: {doc:#}");
+        let message = doc["error"]["message"].as_str().unwrap();
+        assert!(message.contains(why), "{path:?}: {message}");
+    }
+    // A node class the install lacks: the run starts ComfyUI, cannot convert, and says which.
+    let mut ui: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("ui-workflows/pairs/template_default.ui.json")).unwrap(),
+    )
+    .unwrap();
+    ui["nodes"][0]["type"] = json!("SuperUpscaler");
+    let custom = tmp.path().join("custom.json");
+    std::fs::write(&custom, ui.to_string()).unwrap();
+    let (code, doc, _) = support::json(&[
+        "run",
+        "--comfyui",
+        install.path_str(),
+        "--workflow",
+        custom.to_str().unwrap(),
+        "--output",
+        tmp.path().join("run").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 125, "{doc:#}");
+    assert_eq!(doc["outcome"], "invalid_workflow");
+    let evidence = doc["evidence"].to_string();
+    assert!(
+        evidence.contains("this ComfyUI has no node class SuperUpscaler"),
+        "{evidence}"
+    );
+    install.assert_nothing_left();
+}

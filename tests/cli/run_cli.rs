@@ -324,23 +324,18 @@ fn bad(args: &[&str]) -> (i32, String) {
     )
 }
 
+/// A UI-format save runs: converted, once ComfyUI is up, as its frontend would queue it.
 #[test]
 fn ui_format_workflow() {
     let install = FakeComfy::new("0.38.1", Value::Null);
-    let wf = fixture("workflows/ui_default.json");
-    let (code, err) = bad(&[
-        "run",
-        "--comfyui",
-        install.path_str(),
-        "--workflow",
-        wf.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 2);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(
-        err.contains("UI-format") && err.contains("Export (API)"),
-        "{err}"
-    );
+    let (code, doc, tmp) = run(&install, "workflows/ui_default.json", &[]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["outcome"], "pass");
+    let dir = std::path::PathBuf::from(out_dir(tmp.path(), "run"));
+    let queued: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("workflow.json")).unwrap()).unwrap();
+    assert_eq!(queued["3"]["class_type"], "KSampler");
+    assert!(dir.join("workflow-source.json").is_file());
 }
 
 #[test]

@@ -1,14 +1,31 @@
-//! Loading the user's workflow: API format accepted, UI format explained, JSON errors located.
+//! Loading the user's workflow: the API format as it is; the UI format (what the browser
+//! saves) kept to be converted once ComfyUI says which nodes it has ([`ui`]); a PNG, WebP,
+//! audio or video file ComfyUI made read for the prompt inside it ([`embedded`]). JSON errors
+//! are located.
+
+pub mod embedded;
+pub mod nodes;
+pub mod ui;
 
 use crate::error::{Error, Result};
 use serde_json::{Map, Value};
 use std::path::Path;
 
-/// An API-format workflow: `{node_id: {class_type, inputs}}`.
-#[derive(Debug, Clone, PartialEq)]
+/// A workflow: the API prompt (`{node_id: {class_type, inputs}}`), or a UI-format one still
+/// to be converted.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Workflow {
     pub prompt: Map<String, Value>,
+    /// A UI-format workflow, to convert with the install's node definitions when ComfyUI is up
+    /// (`prompt` is empty until then).
+    pub ui: Option<Value>,
+    /// Where it was found when the file was not workflow JSON: "the prompt saved inside this
+    /// PNG image".
+    pub origin: Option<String>,
 }
+
+/// The largest media file searched for a prompt.
+const MAX_MEDIA: u64 = 512 << 20;
 
 /// How iterations are kept from being served out of ComfyUI's cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -25,8 +42,14 @@ pub enum CacheBust {
 const SEED_INPUTS: &[&str] = &["seed", "noise_seed"];
 
 impl Workflow {
-    /// Reads and checks a workflow file.
+    /// Reads and checks a workflow file: workflow JSON (API or UI format), or an output of
+    /// ComfyUI with the prompt inside.
     pub fn load(path: &Path) -> Result<Workflow> {
+        let head = crate::input_file::head(path, "workflow", 16)?;
+        if let Some(kind) = embedded::media_kind(&head) {
+            let bytes = crate::input_file::read(path, "workflow", MAX_MEDIA)?;
+            return Workflow::from_media(path, kind, &bytes);
+        }
         let bytes = crate::input_file::read(path, "workflow", crate::input_file::MAX_WORKFLOW)?;
         let text = crate::input_file::decode(&bytes);
         Workflow::parse(&text).map_err(|e| {
@@ -35,6 +58,56 @@ impl Workflow {
                     "give an API-format workflow (Workflow → Export (API))".into()
                 }),
             )
+        })
+    }
+
+    /// The prompt inside an image, audio or video file ComfyUI wrote.
+    fn from_media(path: &Path, kind: &str, bytes: &[u8]) -> Result<Workflow> {
+        let refuse = |what: String, hint: &str| {
+            Error::usage(format!("workflow {}: {what}", path.display())).hint(hint.to_string())
+        };
+        if kind == "PNG image" && embedded::png_cut_short(bytes) {
+            return Err(refuse(
+                "the PNG image is cut short (it ends before its last chunk)".into(),
+                "copy the whole file again, or give the workflow JSON (Workflow → Export (API))",
+            ));
+        }
+        match embedded::find(bytes) {
+            Some(embedded::Found::Api(v)) => {
+                let text = v.to_string();
+                let mut w = Workflow::parse(&text).map_err(|e| {
+                    refuse(
+                        format!("the prompt inside this {kind}: {}", e.message),
+                        "give the workflow JSON (Workflow → Export (API))",
+                    )
+                })?;
+                w.origin = Some(format!("the prompt saved inside this {kind}"));
+                Ok(w)
+            }
+            Some(embedded::Found::Ui(v)) => Ok(Workflow {
+                ui: Some(v),
+                origin: Some(format!(
+                    "the workflow saved inside this {kind} (it holds no API prompt)"
+                )),
+                ..Workflow::default()
+            }),
+            None => Err(refuse(
+                format!("this {kind} holds no ComfyUI prompt"),
+                "ComfyUI's save nodes keep the prompt in what they write; this file was made or saved again without it (by another program, or with --disable-metadata): give the workflow JSON (Workflow → Export (API))",
+            )),
+        }
+    }
+
+    /// The workflow as ComfyUI's frontend would queue it on an install with these nodes
+    /// (an API workflow as it is).
+    pub fn converted(&self, defs: &nodes::NodeDefs) -> std::result::Result<Workflow, ui::Refusal> {
+        let Some(doc) = &self.ui else {
+            return Ok(self.clone());
+        };
+        Ok(Workflow {
+            prompt: ui::convert(doc, defs)?,
+            ui: None,
+            origin: self.origin.clone(),
         })
     }
 
@@ -52,10 +125,16 @@ impl Workflow {
             return Err(Error::usage("not a workflow: the JSON is not an object"));
         };
         if top.contains_key("nodes") && top.contains_key("links") {
-            return Err(Error::usage(
-                "this is a UI-format workflow (the kind the browser saves), which ComfyUI's API does not accept",
-            )
-            .hint("in ComfyUI open it and use Workflow → Export (API), then pass that file"));
+            if !top.get("nodes").is_some_and(Value::is_array) {
+                return Err(Error::usage(
+                    "a UI-format workflow whose nodes are not a list",
+                ));
+            }
+            // Converted when ComfyUI is up and says which nodes it has.
+            return Ok(Workflow {
+                ui: Some(Value::Object(top)),
+                ..Workflow::default()
+            });
         }
         // The body of a POST /prompt: {"prompt": {...}, "client_id": ...}.
         if let Some(Value::Object(inner)) = top.get("prompt")
@@ -83,7 +162,10 @@ impl Workflow {
                 )));
             }
         }
-        Ok(Workflow { prompt: top })
+        Ok(Workflow {
+            prompt: top,
+            ..Workflow::default()
+        })
     }
 
     /// How many nodes the workflow has.
@@ -147,8 +229,9 @@ fn json_reason(e: &serde_json::Error) -> String {
 mod tests {
     use super::*;
 
-    const API: &str = include_str!("../fixtures/captures/workflows/api/ok_empty_invert_save.json");
-    const UI: &str = include_str!("../fixtures/captures/workflows/ui/default.json");
+    const API: &str =
+        include_str!("../../fixtures/captures/workflows/api/ok_empty_invert_save.json");
+    const UI: &str = include_str!("../../fixtures/captures/workflows/ui/default.json");
 
     #[test]
     fn api_format_loads() {
@@ -165,10 +248,10 @@ mod tests {
     }
 
     #[test]
-    fn ui_format_is_explained() {
-        let err = Workflow::parse(UI).unwrap_err();
-        assert!(err.message.contains("UI-format"), "{err}");
-        assert!(err.hint.unwrap().contains("Export (API)"));
+    fn ui_format_is_kept_to_convert() {
+        let w = Workflow::parse(UI).unwrap();
+        assert!(w.ui.is_some());
+        assert_eq!(w.node_count(), 0, "converted when ComfyUI is up");
     }
 
     #[test]

@@ -1,0 +1,233 @@
+//! The conversion against the frontend's own: every recorded pair of
+//! `fixtures/ui-workflows/` (a UI workflow and what ComfyUI's frontend queued for it) converts
+//! to the same prompt (node ids, class types and inputs; `_meta` and key order aside).
+
+use super::*;
+use serde_json::Value;
+use std::path::PathBuf;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/ui-workflows")
+}
+
+fn read(path: PathBuf) -> Value {
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn defs() -> NodeDefs {
+    NodeDefs::parse(&read(fixtures().join("object_info.json"))).unwrap()
+}
+
+/// The prompt without `_meta`, for comparing.
+fn bare(prompt: &Map<String, Value>) -> Value {
+    Value::Object(
+        prompt
+            .iter()
+            .map(|(id, e)| {
+                let mut e = e.clone();
+                if let Some(o) = e.as_object_mut() {
+                    o.remove("_meta");
+                }
+                (id.clone(), e)
+            })
+            .collect(),
+    )
+}
+
+/// Converts the pair `name` and compares it with the frontend's.
+fn pair(name: &str) {
+    let ui = read(fixtures().join(format!("pairs/{name}.ui.json")));
+    let expected = read(fixtures().join(format!("pairs/{name}.api.json")));
+    let got = convert(&ui, &defs()).unwrap_or_else(|r| panic!("{name}: refused: {r}"));
+    let expected = bare(expected.as_object().unwrap());
+    let got = bare(&got);
+    if got != expected {
+        let e = expected.as_object().unwrap();
+        let g = got.as_object().unwrap();
+        let mut diff = Vec::new();
+        for id in e
+            .keys()
+            .chain(g.keys())
+            .collect::<std::collections::BTreeSet<_>>()
+        {
+            if e.get(id) != g.get(id) {
+                diff.push(format!(
+                    "node {id}:\n  frontend: {}\n  here:     {}",
+                    e.get(id).map(Value::to_string).unwrap_or("-".into()),
+                    g.get(id).map(Value::to_string).unwrap_or("-".into())
+                ));
+            }
+        }
+        panic!("{name}: differs from the frontend's\n{}", diff.join("\n"));
+    }
+}
+
+/// The features of each pair, as `pairs.json` tags them.
+fn manifest() -> Vec<(String, Vec<String>)> {
+    let list = read(fixtures().join("pairs.json"));
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let features = p["features"]
+                .as_array()
+                .map(|f| {
+                    f.iter()
+                        .filter_map(|x| x.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default();
+            (p["name"].as_str().unwrap().to_string(), features)
+        })
+        .collect()
+}
+
+/// A legacy group node (frontend 1.27 still expands them) is refused, naming it: this tool
+/// does not convert them, and says how to get an API prompt instead.
+fn refused_group_node(name: &str) {
+    let ui = read(fixtures().join(format!("pairs/{name}.ui.json")));
+    let err = convert(&ui, &defs()).expect_err("a group node is refused");
+    assert!(err.reason.contains("legacy group node"), "{name}: {err}");
+    assert!(err.reason.contains("Export (API)"), "{name}: {err}");
+}
+
+/// One test per recorded pair.
+macro_rules! pairs {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            #[allow(non_snake_case)]
+            fn $name() {
+                let name = stringify!($name);
+                let group = manifest()
+                    .iter()
+                    .any(|(n, f)| n == name && f.iter().any(|x| x == "group_node"));
+                if group {
+                    refused_group_node(name);
+                } else {
+                    pair(name);
+                }
+            }
+        )*
+        const PAIRS: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+
+pairs!(
+    template_default,
+    template_image2image,
+    template_inpaint_example,
+    template_lora,
+    template_hunyuan_video_text_to_video,
+    template_hidream_e1_full,
+    template_hidream_e1_1,
+    template_sdxl_simple_example,
+    template_sdxl_refiner_prompt_example,
+    template_flux_redux_model_example,
+    template_image_qwen_image_instantx_controlnet,
+    template_flux1_dev_uso_reference_image_gen,
+    template_image_qwen_image_edit_2509,
+    template_area_composition,
+    template_hiresfix_latent_workflow,
+    template_audio_stable_audio_example,
+    template_esrgan_example,
+    template_video_wan_vace_flf2v,
+    template_video_wan2_2_14B_s2v,
+    frontend_legacy_group_node,
+    frontend_group_ksampler_external_latent,
+    built_empty_invert_save,
+    built_load_image_invert,
+    built_default_vaedecode_muted,
+    built_default_latent_muted,
+    built_chain_bypassed,
+    built_default_vaedecode_bypassed,
+    built_default_lora_bypassed,
+    built_default_reroute_nodes,
+    built_reroute_fanout,
+    built_native_reroute_single,
+    built_native_reroute_chain,
+    built_native_reroute_executable,
+    built_primitive_seed,
+    built_primitive_fanout,
+    built_primitive_text_dynamic,
+    built_widget_input_nodes,
+    built_default_notes,
+    built_subgraph_basic,
+    built_subgraph_nested,
+    built_subgraph_promoted_seed,
+    built_subgraph_modes,
+    built_subgraph_bypassed_node,
+    built_subgraph_widget_link,
+    built_group_node_default,
+    built_group_node_executable,
+    built_dynamic_prompts,
+    built_dynamic_prompts_sdxl,
+    built_seed_controls,
+    built_muted_bypassed_subgraph_template,
+);
+
+#[test]
+fn every_pair_of_the_manifest_has_its_test_and_every_feature_is_covered() {
+    let names: Vec<String> = manifest().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names, PAIRS,
+        "pairs.json and the tests list different pairs"
+    );
+    let mut count: std::collections::BTreeMap<String, usize> = Default::default();
+    for (_, features) in manifest() {
+        for f in features {
+            *count.entry(f).or_default() += 1;
+        }
+    }
+    for feature in [
+        "widgets",
+        "seed_control",
+        "links",
+        "reroute_node",
+        "native_reroute",
+        "primitive",
+        "widget_input",
+        "muted",
+        "bypassed",
+        "note",
+        "subgraph",
+        "group_node",
+        "image_upload",
+        "dynamic_prompts",
+    ] {
+        assert!(
+            count.get(feature).copied().unwrap_or(0) >= 3,
+            "{feature}: {count:?}"
+        );
+    }
+    assert!(names.len() >= 30);
+}
+
+#[test]
+fn dynamic_prompts_as_the_frontend_processes_them() {
+    assert_eq!(dynamic_prompt("a {red} cat // note").unwrap(), "a red cat ");
+    assert_eq!(dynamic_prompt("{a|a} /* x */b").unwrap(), "a b");
+    assert_eq!(
+        dynamic_prompt(r"\{kept\} and \| too").unwrap(),
+        "{kept} and | too"
+    );
+    assert_eq!(dynamic_prompt("https://example.com/x").unwrap(), "https:");
+    let err = dynamic_prompt("a {red|blue} cat").unwrap_err();
+    assert!(err.contains("at random"), "{err}");
+}
+
+#[test]
+fn a_widget_count_unlike_the_definition_is_refused_naming_the_node() {
+    let mut ui = read(fixtures().join("pairs/template_default.ui.json"));
+    let ksampler = ui["nodes"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|n| n["type"] == "KSampler")
+        .unwrap();
+    ksampler["widgets_values"].as_array_mut().unwrap().pop();
+    let err = convert(&ui, &defs()).unwrap_err();
+    assert!(err.node.ends_with("(KSampler)"), "{err}");
+    assert!(err.reason.contains("6 widget values"), "{err}");
+}
