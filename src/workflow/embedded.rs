@@ -27,7 +27,9 @@ pub fn media_kind(bytes: &[u8]) -> Option<&'static str> {
         Some("WebP image")
     } else if at(0, b"fLaC") {
         Some("FLAC audio")
-    } else if at(0, b"ID3") || (bytes.len() > 1 && bytes[0] == 0xFF && bytes[1] & 0xE0 == 0xE0) {
+    } else if at(0, b"ID3") {
+        // ComfyUI's MP3s start with their ID3 tag (a bare frame sync would also match a
+        // UTF-16 byte-order mark).
         Some("MP3 audio")
     } else if at(0, b"OggS") {
         Some("Ogg (Opus) audio")

@@ -98,6 +98,15 @@ impl NodeDefs {
         Ok(out)
     }
 
+    /// How many outputs `class` has.
+    pub fn output_count(&self, class: &str) -> usize {
+        self.classes
+            .get(class)
+            .and_then(|d| d.get("output"))
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len)
+    }
+
     /// The type of output `slot` of `class`, when known.
     pub fn output_type(&self, class: &str, slot: usize) -> Option<&str> {
         self.classes.get(class)?.get("output")?.get(slot)?.as_str()

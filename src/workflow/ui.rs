@@ -10,7 +10,8 @@
 //!   (mode 4) passes its input of the type asked for through; Note and MarkdownNote are the
 //!   frontend's own and never sent;
 //! * a subgraph's nodes are sent as `instance:inner` (nested: `a:b:c`), its inputs and outputs
-//!   followed across its edges.
+//!   followed across its edges; a legacy group node's as `group:index`, its widget values
+//!   being its inner nodes' one after the other.
 //!
 //! What cannot be converted with certainty (a class this install lacks, a widget count that
 //! does not match the definition, a random choice in a dynamic prompt) is refused, naming the
@@ -68,6 +69,9 @@ struct Graph<'a> {
     /// not always in the same order).
     inputs: Vec<String>,
     outputs: Vec<String>,
+    /// A legacy group node's inside: its slots are the group node's by position, and its
+    /// nodes' widget values are the group node's own, in order.
+    group: bool,
 }
 
 /// A graph where it is used: the root, or inside a subgraph node (whose id prefixes the ids
@@ -92,7 +96,16 @@ pub fn convert(doc: &Value, defs: &NodeDefs) -> Result<Map<String, Value>, Refus
         reason,
     };
     let root = graph(doc).map_err(whole)?;
+    let groups = group_graphs(doc, defs).map_err(whole)?;
     let mut subgraphs: HashMap<String, Graph> = HashMap::new();
+    for (name, inside) in &groups {
+        for sep in ['>', '/'] {
+            subgraphs.insert(
+                format!("workflow{sep}{name}"),
+                graph(inside).map_err(whole)?,
+            );
+        }
+    }
     if let Some(defs_list) = doc
         .pointer("/definitions/subgraphs")
         .and_then(Value::as_array)
@@ -186,12 +199,6 @@ impl<'a> Converter<'a> {
         {
             return Ok(None);
         }
-        if class.starts_with("workflow>") || class.starts_with("workflow/") {
-            return Err(refusal(
-                node,
-                "it is a legacy group node, which this tool does not convert: in ComfyUI convert it to a subgraph, or use Export (API)",
-            ));
-        }
         if !self.defs.has(class) {
             return Err(refusal(
                 node,
@@ -202,6 +209,9 @@ impl<'a> Converter<'a> {
         }
         let widgets = self.defs.widgets(class).map_err(|r| refusal(node, &r))?;
         let mut inputs = self.widget_inputs(scope, node, &widgets)?;
+        if self.scopes[scope].graph.group {
+            inputs = self.group_widget_inputs(scope, node, &widgets)?;
+        }
         let slots = node.get("inputs").and_then(Value::as_array);
         for (slot, input) in slots.into_iter().flatten().enumerate() {
             let Some(name) = input.get("name").and_then(Value::as_str) else {
@@ -231,6 +241,51 @@ impl<'a> Converter<'a> {
             id,
             json!({"inputs": inputs, "class_type": class, "_meta": {"title": title}}),
         )))
+    }
+
+    /// The widget values of a node inside a legacy group node: the group node's own values,
+    /// which are its inner nodes' widgets one after the other.
+    fn group_widget_inputs(
+        &self,
+        scope: usize,
+        node: &Value,
+        widgets: &[Widget],
+    ) -> Result<Map<String, Value>, Refusal> {
+        let Some((_, instance)) = self.scopes[scope].parent else {
+            return Ok(Map::new());
+        };
+        let graph = self.scopes[scope].graph;
+        let index = node.get("id").and_then(Value::as_i64).unwrap_or(0);
+        let mut offset = 0;
+        let mut total = 0;
+        for inner in &graph.nodes {
+            let n = self
+                .defs
+                .widgets(kind_of(inner))
+                .map(|w| w.len())
+                .unwrap_or(0);
+            if inner.get("id").and_then(Value::as_i64).unwrap_or(0) < index {
+                offset += n;
+            }
+            total += n;
+        }
+        let values = instance
+            .get("widgets_values")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if values.len() != total {
+            return Err(refusal(
+                instance,
+                &format!(
+                    "this group node has {} widget values where its nodes make {total} widgets",
+                    values.len()
+                ),
+            ));
+        }
+        let mut own = node.clone();
+        own["widgets_values"] = Value::Array(values[offset..offset + widgets.len()].to_vec());
+        self.widget_inputs(scope, &own, widgets)
     }
 
     /// The values of a node's widgets that are sent, by input name.
@@ -326,11 +381,14 @@ impl<'a> Converter<'a> {
             let Some((parent, instance)) = self.scopes[scope].parent else {
                 return Ok(None);
             };
-            let Some(outer) = graph
-                .inputs
-                .get(link.origin_slot)
-                .and_then(|name| slot_named(instance, "inputs", name))
-            else {
+            let outer = match graph.group {
+                true => Some(link.origin_slot),
+                false => graph
+                    .inputs
+                    .get(link.origin_slot)
+                    .and_then(|name| slot_named(instance, "inputs", name)),
+            };
+            let Some(outer) = outer else {
                 return Ok(None);
             };
             return match instance
@@ -392,7 +450,10 @@ impl<'a> Converter<'a> {
                 .and_then(|o| o.get("name"))
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            let inner_slot = graph.outputs.iter().position(|n| n == name).unwrap_or(slot);
+            let inner_slot = match graph.group {
+                true => slot,
+                false => graph.outputs.iter().position(|n| n == name).unwrap_or(slot),
+            };
             let Some(link) = graph
                 .links
                 .values()
@@ -401,11 +462,14 @@ impl<'a> Converter<'a> {
                 return Ok(None);
             };
             if link.origin == SUBGRAPH_INPUT {
-                let Some(outer) = graph
-                    .inputs
-                    .get(link.origin_slot)
-                    .and_then(|n| slot_named(node, "inputs", n))
-                else {
+                let outer = match graph.group {
+                    true => Some(link.origin_slot),
+                    false => graph
+                        .inputs
+                        .get(link.origin_slot)
+                        .and_then(|n| slot_named(node, "inputs", n)),
+                };
+                let Some(outer) = outer else {
                     return Ok(None);
                 };
                 return match node
@@ -652,6 +716,126 @@ fn drop_links_to_left_out(out: &mut Map<String, Value>) {
     }
 }
 
+/// The insides of the legacy group nodes in `extra.groupNodes`, as graphs of their own: the
+/// inner nodes numbered by their `index` (the frontend sends them as `group:index`), links
+/// between them, and the group node's inputs and outputs by position. Its inputs are the inner
+/// inputs no inner link feeds (widgets aside), in order; its outputs the inner outputs no inner
+/// link takes, and those listed as `external`.
+fn group_graphs(doc: &Value, defs: &NodeDefs) -> Result<Vec<(String, Value)>, String> {
+    let Some(groups) = doc.pointer("/extra/groupNodes").and_then(Value::as_object) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (name, def) in groups {
+        let nodes: Vec<Value> = def
+            .get("nodes")
+            .and_then(Value::as_array)
+            .ok_or_else(|| format!("the group node {name} has no nodes"))?
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let mut n = n.clone();
+                let index = n.get("index").and_then(Value::as_i64).unwrap_or(i as i64);
+                n["id"] = json!(index);
+                n
+            })
+            .collect();
+        let links: Vec<&Value> = def
+            .get("links")
+            .and_then(Value::as_array)
+            .map(|l| l.iter().collect())
+            .unwrap_or_default();
+        let field = |l: &Value, i: usize| l.get(i).and_then(Value::as_i64);
+        let internal = |target: i64, slot: i64| {
+            links.iter().any(|l| {
+                field(l, 0).is_some() && field(l, 2) == Some(target) && field(l, 3) == Some(slot)
+            })
+        };
+        let taken = |origin: i64, slot: i64| {
+            links
+                .iter()
+                .any(|l| field(l, 0) == Some(origin) && field(l, 1) == Some(slot))
+        };
+        let external: Vec<(i64, i64)> = def
+            .get("external")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| Some((field(e, 0)?, field(e, 1)?)))
+            .collect();
+        let mut all_links = Vec::new();
+        let mut next_id = 1_000_000i64;
+        let mut add = |origin: i64, oslot: i64, target: i64, tslot: i64, kind: &str| {
+            next_id += 1;
+            json!({"id": next_id, "origin_id": origin, "origin_slot": oslot,
+                   "target_id": target, "target_slot": tslot, "type": kind})
+        };
+        for l in &links {
+            if let (Some(o), Some(os), Some(t), Some(ts)) =
+                (field(l, 0), field(l, 1), field(l, 2), field(l, 3))
+            {
+                let kind = l.get(5).and_then(Value::as_str).unwrap_or("");
+                all_links.push(add(o, os, t, ts, kind));
+            }
+        }
+        let (mut input_k, mut output_k) = (0i64, 0i64);
+        let mut nodes = nodes;
+        for n in nodes.iter_mut() {
+            let index = n["id"].as_i64().unwrap_or(0);
+            let class = kind_of(n).to_string();
+            let slots = n
+                .get("inputs")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            for (slot, input) in slots.iter().enumerate() {
+                if input.get("widget").is_some() || internal(index, slot as i64) {
+                    continue;
+                }
+                let kind = input
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
+                let link = add(SUBGRAPH_INPUT, input_k, index, slot as i64, &kind);
+                n["inputs"][slot]["link"] = link["id"].clone();
+                all_links.push(link);
+                input_k += 1;
+            }
+            // Links inside the group, on the inputs they feed.
+            for l in &all_links {
+                if l["target_id"].as_i64() == Some(index)
+                    && l["origin_id"].as_i64() != Some(SUBGRAPH_INPUT)
+                    && let Some(slot) = l["target_slot"].as_u64()
+                    && n["inputs"].get(slot as usize).is_some()
+                {
+                    n["inputs"][slot as usize]["link"] = l["id"].clone();
+                }
+            }
+            let outputs = match n.get("outputs").and_then(Value::as_array) {
+                Some(o) => o.len(),
+                None => defs.output_count(&class),
+            };
+            for slot in 0..outputs as i64 {
+                if !taken(index, slot) || external.contains(&(index, slot)) {
+                    let kind = n
+                        .pointer(&format!("/outputs/{slot}/type"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string();
+                    all_links.push(add(index, slot, SUBGRAPH_OUTPUT, output_k, &kind));
+                    output_k += 1;
+                }
+            }
+        }
+        out.push((
+            name.clone(),
+            json!({"nodes": nodes, "links": all_links, "group": true}),
+        ));
+    }
+    Ok(out)
+}
+
 /// Reads one graph's nodes and links (links as arrays, or as objects in subgraphs and the
 /// newer format).
 fn graph(doc: &Value) -> Result<Graph<'_>, String> {
@@ -726,6 +910,7 @@ fn graph(doc: &Value) -> Result<Graph<'_>, String> {
         links,
         inputs: names("inputs"),
         outputs: names("outputs"),
+        group: doc.get("group").and_then(Value::as_bool).unwrap_or(false),
     })
 }
 

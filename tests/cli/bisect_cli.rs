@@ -368,7 +368,7 @@ fn resume_after_an_interruption_repeats_no_finished_run() {
 #[test]
 fn bad_input_before_any_run() {
     let install = FakeComfy::new("0.38.1", Value::Null);
-    let wf = fixture("workflows/ui_default.json");
+    let wf = fixture("workflows/malformed.json");
     let tmp = tempfile::tempdir().unwrap();
     let out = support::vrambisect()
         .args([

@@ -83,15 +83,6 @@ fn manifest() -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
-/// A legacy group node (frontend 1.27 still expands them) is refused, naming it: this tool
-/// does not convert them, and says how to get an API prompt instead.
-fn refused_group_node(name: &str) {
-    let ui = read(fixtures().join(format!("pairs/{name}.ui.json")));
-    let err = convert(&ui, &defs()).expect_err("a group node is refused");
-    assert!(err.reason.contains("legacy group node"), "{name}: {err}");
-    assert!(err.reason.contains("Export (API)"), "{name}: {err}");
-}
-
 /// One test per recorded pair.
 macro_rules! pairs {
     ($($name:ident),* $(,)?) => {
@@ -99,15 +90,7 @@ macro_rules! pairs {
             #[test]
             #[allow(non_snake_case)]
             fn $name() {
-                let name = stringify!($name);
-                let group = manifest()
-                    .iter()
-                    .any(|(n, f)| n == name && f.iter().any(|x| x == "group_node"));
-                if group {
-                    refused_group_node(name);
-                } else {
-                    pair(name);
-                }
+                pair(stringify!($name));
             }
         )*
         const PAIRS: &[&str] = &[$(stringify!($name)),*];
