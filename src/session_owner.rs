@@ -45,16 +45,25 @@ pub fn take(dir: &Path) -> Result<Owner> {
         }
     }
     let owner = dir.join(OWNER_FILE);
-    crate::private::write(&owner, format!("{}\n", std::process::id()))
+    // Made new (a link or anything planted under the name is removed, not followed).
+    let _ = std::fs::remove_file(&owner);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&owner)
+        .and_then(|mut f| {
+            use std::io::Write;
+            writeln!(f, "{}", std::process::id())
+        })
         .map_err(|e| io_error("write", &owner, &e))?;
     Ok(Owner { _file: file, owner })
 }
 
 /// The refusal for a folder another process holds, naming it.
 fn in_use(dir: &Path) -> Error {
-    let pid = std::fs::read_to_string(dir.join(OWNER_FILE))
+    let pid = crate::input_file::read(&dir.join(OWNER_FILE), "session owner", 64)
         .ok()
-        .and_then(|t| t.trim().parse::<u32>().ok());
+        .and_then(|t| String::from_utf8_lossy(&t).trim().parse::<u32>().ok());
     let who = match pid {
         Some(pid) => format!("process {pid}"),
         None => "another process".to_string(),

@@ -146,7 +146,11 @@ pub fn read_log(root: &Path, path: &Path, head: usize, tail: usize) -> Result<Lo
     let len = file.metadata().map_err(unreadable)?.len();
     if len <= (head + tail + 4096) as u64 {
         let mut all = Vec::new();
-        file.read_to_end(&mut all).map_err(unreadable)?;
+        // As long as it was: a log still being written is not followed.
+        (&mut file)
+            .take(len)
+            .read_to_end(&mut all)
+            .map_err(unreadable)?;
         return Ok(LogEnds {
             head: all,
             tail: Vec::new(),

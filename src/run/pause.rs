@@ -67,6 +67,10 @@ impl PauseWatch {
     /// The time the process was held since the last call: what the thread counted, or, when
     /// it has not woken for longer than a pause, the time since it last did.
     pub fn take(&mut self) -> Duration {
+        // Without its thread (it could not start) it sees nothing, and says nothing.
+        if self.thread.is_none() {
+            return Duration::ZERO;
+        }
         let now = self.held_ms.load(Ordering::Relaxed);
         let new = Duration::from_millis(now.saturating_sub(self.taken_ms));
         self.taken_ms = now;

@@ -65,13 +65,22 @@ pub fn png_cut_short(bytes: &[u8]) -> bool {
 
 /// The prompt in a media file: the API prompt when there is one, else the UI workflow.
 pub fn find(bytes: &[u8]) -> Option<Found> {
-    let joined;
-    let bytes = if bytes.starts_with(b"OggS") {
-        joined = ogg_payload(bytes);
-        &joined[..]
-    } else {
-        bytes
-    };
+    if bytes.starts_with(b"OggS") {
+        // Pages joined; the raw bytes too, should the pages not join up.
+        let found = scan(&ogg_payload(bytes));
+        if matches!(found, Some(Found::Api(_))) {
+            return found;
+        }
+        return scan(bytes).or(found);
+    }
+    scan(bytes)
+}
+
+/// The JSON objects of `bytes`, searched for a prompt. The parser's work is bounded: a cut or
+/// hostile file whose every `{"` starts an object that never ends would otherwise be read to
+/// its end once per start.
+fn scan(bytes: &[u8]) -> Option<Found> {
+    let mut budget = bytes.len().saturating_mul(2).saturating_add(8 << 20);
     let mut ui = None;
     let mut i = 0;
     while i + 1 < bytes.len() {
@@ -84,6 +93,7 @@ pub fn find(bytes: &[u8]) -> Option<Found> {
         match stream.next() {
             Some(Ok(v)) => {
                 let used = stream.byte_offset();
+                budget = budget.saturating_sub(used);
                 match classify(&v, 0) {
                     Some(Found::Api(p)) => return Some(Found::Api(p)),
                     Some(Found::Ui(w)) if ui.is_none() => ui = Some(w),
@@ -91,10 +101,29 @@ pub fn find(bytes: &[u8]) -> Option<Found> {
                 }
                 i += used.max(1);
             }
-            _ => i += 1,
+            Some(Err(e)) => {
+                budget = budget.saturating_sub(error_offset(&bytes[i..], e.line(), e.column()));
+                i += 1;
+            }
+            None => i += 1,
+        }
+        if budget == 0 {
+            break;
         }
     }
     ui.map(Found::Ui)
+}
+
+/// How far into `bytes` the parser got before its error at `line`, `column` (1-based).
+fn error_offset(bytes: &[u8], line: usize, column: usize) -> usize {
+    let mut at = 0;
+    for _ in 1..line {
+        match bytes[at..].iter().position(|&b| b == b'\n') {
+            Some(n) => at += n + 1,
+            None => return bytes.len(),
+        }
+    }
+    (at + column).min(bytes.len())
 }
 
 /// What a JSON value found in a file is.
@@ -212,6 +241,17 @@ mod tests {
             seen += 1;
         }
         assert!(seen >= 15, "{seen} files");
+    }
+
+    #[test]
+    fn a_hostile_or_cut_file_is_searched_in_bounded_work() {
+        // Every start of an object or string that never ends, a quarter megabyte of them.
+        let mut hostile = b"RIFF\0\0\0\0WEBP".to_vec();
+        hostile.extend(b"\"{\\\"".repeat(90_000));
+        assert_eq!(find(&hostile), None);
+        let mut cut = b"fLaC".to_vec();
+        cut.extend(b"{\"a\": ".repeat(40_000));
+        assert_eq!(find(&cut), None);
     }
 
     #[test]

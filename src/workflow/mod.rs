@@ -138,7 +138,7 @@ impl Workflow {
         }
         // The body of a POST /prompt: {"prompt": {...}, "client_id": ...}.
         if let Some(Value::Object(inner)) = top.get("prompt")
-            && !top.contains_key("class_type")
+            && !inner.contains_key("class_type")
         {
             top = inner.clone();
         }
@@ -239,6 +239,15 @@ mod tests {
         assert_eq!(w.node_count(), 3);
         assert_eq!(w.class_of("3"), Some("SaveImage"));
         assert!(!w.has_seed());
+    }
+
+    #[test]
+    fn a_node_named_prompt_is_not_taken_for_a_request_body() {
+        let text = r#"{"prompt": {"class_type": "EmptyImage", "inputs": {}}}"#;
+        assert_eq!(
+            Workflow::parse(text).unwrap().class_of("prompt"),
+            Some("EmptyImage")
+        );
     }
 
     #[test]

@@ -49,6 +49,10 @@ const SUBGRAPH_INPUT: i64 = -10;
 const SUBGRAPH_OUTPUT: i64 = -20;
 /// Subgraphs inside subgraphs deeper than this are refused (a definition that contains itself).
 const MAX_DEPTH: usize = 32;
+/// Subgraph uses in all (definitions that each use the next twice would open 2^depth).
+const MAX_SCOPES: usize = 10_000;
+/// `{...}` blocks of a dynamic prompt nested deeper than this are refused.
+const MAX_BRACES: usize = 64;
 
 /// A link: from `origin`'s output `origin_slot` to `target`'s input `target_slot`.
 #[derive(Debug, Clone)]
@@ -159,6 +163,12 @@ fn open_subgraphs<'a>(
                 "its subgraphs nest too deep (one contains itself?)",
             ));
         }
+        if scopes.len() >= MAX_SCOPES {
+            return Err(refusal(
+                node,
+                &format!("its subgraphs open more than {MAX_SCOPES} subgraphs in all"),
+            ));
+        }
         let prefix = format!("{}{}:", scopes[at].prefix, id_text(node));
         scopes.push(Scope {
             graph: sg,
@@ -208,10 +218,10 @@ impl<'a> Converter<'a> {
             ));
         }
         let widgets = self.defs.widgets(class).map_err(|r| refusal(node, &r))?;
-        let mut inputs = self.widget_inputs(scope, node, &widgets)?;
-        if self.scopes[scope].graph.group {
-            inputs = self.group_widget_inputs(scope, node, &widgets)?;
-        }
+        let mut inputs = match self.scopes[scope].graph.group {
+            true => self.group_widget_inputs(scope, node, &widgets)?,
+            false => self.widget_inputs(scope, node, &widgets)?,
+        };
         let slots = node.get("inputs").and_then(Value::as_array);
         for (slot, input) in slots.into_iter().flatten().enumerate() {
             let Some(name) = input.get("name").and_then(Value::as_str) else {
@@ -456,8 +466,10 @@ impl<'a> Converter<'a> {
             };
             let Some(link) = graph
                 .links
-                .values()
-                .find(|l| l.target == SUBGRAPH_OUTPUT && l.target_slot == inner_slot)
+                .iter()
+                .filter(|(_, l)| l.target == SUBGRAPH_OUTPUT && l.target_slot == inner_slot)
+                .min_by_key(|(id, _)| **id)
+                .map(|(_, l)| l)
             else {
                 return Ok(None);
             };
@@ -569,6 +581,15 @@ fn promoted_value(instance: &Value, slot: usize) -> Option<Value> {
 /// several different choices (`{a|b}`) is chosen at random when queueing, which no
 /// conversion can repeat: refused.
 fn dynamic_prompt(text: &str) -> Result<String, String> {
+    dynamic_prompt_at(text, 0)
+}
+
+fn dynamic_prompt_at(text: &str, depth: usize) -> Result<String, String> {
+    if depth > MAX_BRACES {
+        return Err(format!(
+            "its text nests {{...}} more than {MAX_BRACES} deep"
+        ));
+    }
     let input: Vec<char> = strip_comments(text).chars().collect();
     let mut i = 0;
     let mut out = String::new();
@@ -577,7 +598,7 @@ fn dynamic_prompt(text: &str) -> Result<String, String> {
         i += 1;
         match c {
             '\\' => escape(&input, &mut i, &mut out),
-            '{' => out.push_str(&choice_block(&input, &mut i)?),
+            '{' => out.push_str(&choice_block(&input, &mut i, depth)?),
             c => out.push(c),
         }
     }
@@ -596,10 +617,15 @@ fn escape(input: &[char], i: &mut usize, out: &mut String) {
 }
 
 /// One `{...}` block, after its `{`.
-fn choice_block(input: &[char], i: &mut usize) -> Result<String, String> {
+fn choice_block(input: &[char], i: &mut usize, depth: usize) -> Result<String, String> {
     let mut options = Vec::new();
     let mut choice = String::new();
-    let mut depth = 0usize;
+    let mut nested = 0usize;
+    if depth >= MAX_BRACES {
+        return Err(format!(
+            "its text nests {{...}} more than {MAX_BRACES} deep"
+        ));
+    }
     while *i < input.len() {
         let c = input[*i];
         *i += 1;
@@ -608,10 +634,10 @@ fn choice_block(input: &[char], i: &mut usize) -> Result<String, String> {
                 escape(input, i, &mut choice);
                 continue;
             }
-            '{' => depth += 1,
-            '}' if depth == 0 => break,
-            '}' => depth -= 1,
-            '|' if depth == 0 => {
+            '{' => nested += 1,
+            '}' if nested == 0 => break,
+            '}' => nested -= 1,
+            '|' if nested == 0 => {
                 options.push(std::mem::take(&mut choice));
                 continue;
             }
@@ -627,7 +653,7 @@ fn choice_block(input: &[char], i: &mut usize) -> Result<String, String> {
             options.join("|")
         ));
     }
-    dynamic_prompt(&options[0])
+    dynamic_prompt_at(&options[0], depth + 1)
 }
 
 /// `\{`, `\}` and `\|` as the characters themselves.
@@ -667,7 +693,9 @@ fn strip_comments(text: &str) -> String {
                             Some(l) => {
                                 out.push_str(&rest[b..b + l]);
                                 rest = &rest[b + l..];
-                                let end = rest.find('\n').unwrap_or(rest.len());
+                                let end = rest
+                                    .find(['\n', '\r', '\u{2028}', '\u{2029}'])
+                                    .unwrap_or(rest.len());
                                 rest = &rest[end..];
                             }
                             None => {
@@ -736,10 +764,18 @@ fn group_graphs(doc: &Value, defs: &NodeDefs) -> Result<Vec<(String, Value)>, St
             .map(|(i, n)| {
                 let mut n = n.clone();
                 let index = n.get("index").and_then(Value::as_i64).unwrap_or(i as i64);
-                n["id"] = json!(index);
-                n
+                let inputs_ok = n
+                    .get("inputs")
+                    .is_none_or(|i| i.as_array().is_some_and(|a| a.iter().all(Value::is_object)));
+                match n.as_object_mut() {
+                    Some(o) if inputs_ok => {
+                        o.insert("id".into(), json!(index));
+                        Ok(n)
+                    }
+                    _ => Err(format!("a node inside the group node {name} is not a node")),
+                }
             })
-            .collect();
+            .collect::<Result<_, String>>()?;
         let links: Vec<&Value> = def
             .get("links")
             .and_then(Value::as_array)

@@ -214,3 +214,38 @@ fn a_widget_count_unlike_the_definition_is_refused_naming_the_node() {
     assert!(err.node.ends_with("(KSampler)"), "{err}");
     assert!(err.reason.contains("6 widget values"), "{err}");
 }
+
+#[test]
+fn malformed_or_exploding_graphs_are_refused_not_panicked_on() {
+    let d = defs();
+    // A group node whose inside holds something that is not a node.
+    for bad in [
+        json!({"nodes": [], "links": [], "extra": {"groupNodes": {"g": {"nodes": [1]}}}}),
+        json!({"nodes": [], "links": [], "extra": {"groupNodes": {"g": {"nodes": [{"type": "X", "inputs": [0]}]}}}}),
+    ] {
+        let err = convert(&bad, &d).unwrap_err();
+        assert!(err.reason.contains("is not a node"), "{err}");
+    }
+    // Definitions that each use the next twice: 2^20 uses, refused early.
+    let mut subgraphs = Vec::new();
+    for i in 0..20 {
+        let inner: Vec<Value> = (1..=2)
+            .map(|n| json!({"id": n, "type": format!("sg{}", i + 1), "mode": 0}))
+            .collect();
+        subgraphs.push(json!({"id": format!("sg{i}"), "nodes": inner, "links": []}));
+    }
+    subgraphs.push(json!({"id": "sg20", "nodes": [], "links": []}));
+    let doc = json!({
+        "nodes": [{"id": 1, "type": "sg0", "mode": 0}],
+        "links": [],
+        "definitions": {"subgraphs": subgraphs}
+    });
+    let err = convert(&doc, &d).unwrap_err();
+    assert!(err.reason.contains("more than 10000"), "{err}");
+}
+
+#[test]
+fn braces_nested_without_end_are_refused() {
+    let err = dynamic_prompt(&"{".repeat(200_000)).unwrap_err();
+    assert!(err.contains("more than 64 deep"), "{err}");
+}
