@@ -289,11 +289,7 @@ fn a_second_process_on_a_running_session_is_refused() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while !session.join("runs/001/comfyui.log").exists() {
-        assert!(started.elapsed().as_secs() < 60, "no run started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    support::wait_for_text(&session.join("runs/001/comfyui.log"), "Starting server");
     let (code, doc, _) = support::json(&["bisect", "--resume", session_str]);
     assert_eq!(code, 2, "{doc:#}");
     assert_eq!(
@@ -338,11 +334,7 @@ fn a_session_folder_removed_mid_run_is_said_plainly() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while !session.join("runs/002/comfyui.log").exists() {
-        assert!(started.elapsed().as_secs() < 60, "no second run started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    support::wait_for_text(&session.join("runs/002/comfyui.log"), "Starting server");
     std::fs::remove_dir_all(&session).unwrap();
     let output = child.wait_with_output().unwrap();
     let doc: Value = serde_json::from_slice(&output.stdout).unwrap();

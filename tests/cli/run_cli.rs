@@ -890,15 +890,7 @@ fn the_tool_stopped_past_the_stall_timeout_does_not_make_a_hang() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        let started = std::time::Instant::now();
-        let prompt_running = || {
-            std::fs::read_to_string(out.join("comfyui.log"))
-                .is_ok_and(|log| log.contains("got prompt"))
-        };
-        while !prompt_running() {
-            assert!(started.elapsed().as_secs() < 60, "no prompt started");
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        support::wait_for_text(&out.join("comfyui.log"), "got prompt");
         let pid = child.id() as i32;
         unsafe { libc::kill(pid, libc::SIGSTOP) };
         // The OOM comes (about 1.5 s in) and ComfyUI falls silent while the tool is stopped.
