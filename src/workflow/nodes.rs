@@ -106,11 +106,6 @@ impl NodeDefs {
             .and_then(Value::as_array)
             .map_or(0, Vec::len)
     }
-
-    /// The type of output `slot` of `class`, when known.
-    pub fn output_type(&self, class: &str, slot: usize) -> Option<&str> {
-        self.classes.get(class)?.get("output")?.get(slot)?.as_str()
-    }
 }
 
 /// The input names of `group` in the order the server declared them (`input_order`, which

@@ -220,7 +220,7 @@ impl<'a> Converter<'a> {
         let widgets = self.defs.widgets(class).map_err(|r| refusal(node, &r))?;
         let mut inputs = match self.scopes[scope].graph.group {
             true => self.group_widget_inputs(scope, node, &widgets)?,
-            false => self.widget_inputs(scope, node, &widgets)?,
+            false => self.widget_inputs(node, &widgets)?,
         };
         let slots = node.get("inputs").and_then(Value::as_array);
         for (slot, input) in slots.into_iter().flatten().enumerate() {
@@ -295,13 +295,12 @@ impl<'a> Converter<'a> {
         }
         let mut own = node.clone();
         own["widgets_values"] = Value::Array(values[offset..offset + widgets.len()].to_vec());
-        self.widget_inputs(scope, &own, widgets)
+        self.widget_inputs(&own, widgets)
     }
 
     /// The values of a node's widgets that are sent, by input name.
     fn widget_inputs(
         &self,
-        _scope: usize,
         node: &Value,
         widgets: &[Widget],
     ) -> Result<Map<String, Value>, Refusal> {
@@ -377,13 +376,7 @@ impl<'a> Converter<'a> {
             return Err(refusal(node, "its links go round in a loop"));
         }
         let graph = self.scopes[scope].graph;
-        let Some(link) = node
-            .get("inputs")
-            .and_then(|i| i.get(slot))
-            .and_then(|i| i.get("link"))
-            .and_then(Value::as_i64)
-            .and_then(|l| graph.links.get(&l))
-        else {
+        let Some(link) = input_link(node, slot).and_then(|l| graph.links.get(&l)) else {
             return Ok(None);
         };
         if link.origin == SUBGRAPH_INPUT {
@@ -391,22 +384,10 @@ impl<'a> Converter<'a> {
             let Some((parent, instance)) = self.scopes[scope].parent else {
                 return Ok(None);
             };
-            let outer = match graph.group {
-                true => Some(link.origin_slot),
-                false => graph
-                    .inputs
-                    .get(link.origin_slot)
-                    .and_then(|name| slot_named(instance, "inputs", name)),
-            };
-            let Some(outer) = outer else {
+            let Some(outer) = outer_slot(graph, instance, link.origin_slot) else {
                 return Ok(None);
             };
-            return match instance
-                .get("inputs")
-                .and_then(|i| i.get(outer))
-                .and_then(|i| i.get("link"))
-                .and_then(Value::as_i64)
-            {
+            return match input_link(instance, outer) {
                 Some(_) => self.resolve_input(parent, instance, outer, depth + 1),
                 None => Ok(promoted_value(instance, outer).map(Source::Value)),
             };
@@ -474,22 +455,10 @@ impl<'a> Converter<'a> {
                 return Ok(None);
             };
             if link.origin == SUBGRAPH_INPUT {
-                let outer = match graph.group {
-                    true => Some(link.origin_slot),
-                    false => graph
-                        .inputs
-                        .get(link.origin_slot)
-                        .and_then(|n| slot_named(node, "inputs", n)),
-                };
-                let Some(outer) = outer else {
+                let Some(outer) = outer_slot(graph, node, link.origin_slot) else {
                     return Ok(None);
                 };
-                return match node
-                    .get("inputs")
-                    .and_then(|i| i.get(outer))
-                    .and_then(|i| i.get("link"))
-                    .and_then(Value::as_i64)
-                {
+                return match input_link(node, outer) {
                     Some(_) => self.resolve_input(scope, node, outer, depth + 1),
                     None => Ok(None),
                 };
@@ -553,6 +522,23 @@ fn valid_connection(a: &str, b: &str) -> bool {
     }
     a.split(',')
         .any(|x| b.split(',').any(|y| valid_connection(x, y)))
+}
+
+/// The link feeding input `slot` of `node`, if any.
+fn input_link(node: &Value, slot: usize) -> Option<i64> {
+    node.get("inputs")?.get(slot)?.get("link")?.as_i64()
+}
+
+/// The input of subgraph (or group) node `instance` that a subgraph's own input `inner`
+/// stands for: the one of the same name (a group node's by position).
+fn outer_slot(graph: &Graph, instance: &Value, inner: usize) -> Option<usize> {
+    match graph.group {
+        true => Some(inner),
+        false => graph
+            .inputs
+            .get(inner)
+            .and_then(|name| slot_named(instance, "inputs", name)),
+    }
 }
 
 /// The index of the slot named `name` among a node's `inputs` or `outputs`.
