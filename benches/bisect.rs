@@ -8,6 +8,8 @@ use vrambisect::bisect::search::{Search, Settings, Strategy, VerdictKind};
 use vrambisect::bisect::space::Space;
 use vrambisect::flags::decide::{Context, Platform};
 use vrambisect::flags::profile;
+use vrambisect::regress::bisect_flaky;
+use vrambisect::regress::search::FlakyHistory;
 
 struct Case {
     name: String,
@@ -38,7 +40,31 @@ fn measure(
     repeat: u32,
     seeds: u64,
 ) -> (f64, u32, f64) {
+    let m = measure_all(case, strategy, p_fail, repeat, seeds, None);
+    (m.mean_runs, m.worst, m.correct)
+}
+
+/// What a set of seeded searches came to.
+struct Measured {
+    mean_runs: f64,
+    worst: u32,
+    correct: f64,
+    /// Share that reached a verdict (not `incomplete`).
+    decided: f64,
+    /// Mean stated confidence of the verdicts.
+    confidence: f64,
+}
+
+fn measure_all(
+    case: &Case,
+    strategy: Strategy,
+    p_fail: f64,
+    repeat: u32,
+    seeds: u64,
+    max_runs: Option<u32>,
+) -> Measured {
     let (mut runs, mut worst, mut correct, mut n) = (0u64, 0u32, 0u64, 0u64);
+    let (mut decided, mut confidence) = (0u64, 0.0f64);
     let placements = placements(case.toggles.len(), case.answer.len());
     for seed in 0..seeds {
         // Deterministic: every placement of the answer among the toggles in turn; flaky:
@@ -58,7 +84,8 @@ fn measure(
             Settings {
                 strategy,
                 repeat,
-                max_runs: 4096,
+                max_runs: max_runs.unwrap_or(4096),
+                budget_given: max_runs.is_some() || p_fail >= 1.0,
                 ..Settings::default()
             },
             Vec::new(),
@@ -68,11 +95,21 @@ fn measure(
         if found.kind == VerdictKind::FixedBy && got == answer {
             correct += 1;
         }
+        if found.kind != VerdictKind::Incomplete {
+            decided += 1;
+            confidence += found.confidence.unwrap_or(0.0);
+        }
         runs += search.runs as u64;
         worst = worst.max(search.runs);
         n += 1;
     }
-    (runs as f64 / n as f64, worst, correct as f64 / n as f64)
+    Measured {
+        mean_runs: runs as f64 / n as f64,
+        worst,
+        correct: correct as f64 / n as f64,
+        decided: decided as f64 / n as f64,
+        confidence: confidence / decided.max(1) as f64,
+    }
 }
 
 /// Every set of `size` positions among `k`, in order.
@@ -135,14 +172,63 @@ fn main() {
     }
     println!();
     println!(
-        "Flaky oracle (failing configurations fail with probability p), 1 culprit among 8, 400 seeds:"
+        "Flaky oracle (failing configurations fail with probability p), 400 seeds, the answer at every position in turn, the default budget:"
     );
     println!();
-    println!("| p | --repeat | adaptive correct | mean runs |");
-    println!("|---|---|---|---|");
-    for (p, repeat) in [(0.9, 1), (0.7, 1), (0.7, 2), (0.7, 3), (0.5, 3)] {
-        let case = &cases[2];
-        let (mean, _, ok) = measure(case, Strategy::Adaptive, p, repeat, 400);
-        println!("| {p} | {repeat} | {:.1}% | {mean:.1} |", ok * 100.0);
+    println!(
+        "| case | p | --repeat | correct | verdict reached | mean runs | worst | stated confidence |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let rows: [(usize, f64, u32); 9] = [
+        (2, 0.9, 1),
+        (2, 0.7, 1),
+        (2, 0.7, 2),
+        (2, 0.7, 3),
+        (2, 0.5, 3),
+        (2, 0.3, 3),
+        (4, 0.7, 3),
+        (4, 0.5, 3),
+        (5, 0.7, 3),
+    ];
+    for (c, p, repeat) in rows {
+        let case = &cases[c];
+        let m = measure_all(case, Strategy::Adaptive, p, repeat, 400, None);
+        println!(
+            "| {} | {p} | {repeat} | {:.1}% | {:.1}% | {:.1} | {} | {:.1}% |",
+            case.name,
+            m.correct * 100.0,
+            m.decided * 100.0,
+            m.mean_runs,
+            m.worst,
+            m.confidence * 100.0
+        );
+    }
+    println!();
+    println!(
+        "Flaky regression (commits from the first bad one fail with probability p), 64 commits, 400 seeds, the first bad commit at every position in turn:"
+    );
+    println!();
+    println!("| p | correct | mean runs | worst | stated confidence |");
+    println!("|---|---|---|---|---|");
+    let line: Vec<String> = (1..=64).map(|i| format!("c{i}")).collect();
+    for p in [0.9, 0.7, 0.5] {
+        let (mut right, mut runs, mut worst, mut conf) = (0, 0usize, 0usize, 0.0);
+        for seed in 0..400u64 {
+            let first_bad = 1 + (seed as usize) % 64;
+            let mut h = FlakyHistory::new(first_bad, p, seed + 1);
+            let b = bisect_flaky(&mut h, "good", "c64", &line, None, 0.99).unwrap();
+            if b.first_bad.as_deref() == Some(format!("c{first_bad}").as_str()) {
+                right += 1;
+            }
+            conf += b.confidence.unwrap_or(0.0);
+            runs += h.runs;
+            worst = worst.max(h.runs);
+        }
+        println!(
+            "| {p} | {:.1}% | {:.1} | {worst} | {:.1}% |",
+            right as f64 / 4.0,
+            runs as f64 / 400.0,
+            conf / 4.0
+        );
     }
 }

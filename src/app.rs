@@ -261,6 +261,7 @@ fn bisect_request(args: BisectArgs) -> Result<crate::bisect::command::Request, F
     Ok(Request {
         session,
         max_runs: args.max_runs,
+        confidence: args.confidence,
         min_available_ram: args.min_available_ram,
         nvml_lib: args.nvml_lib,
     })
@@ -307,6 +308,7 @@ fn run_regress(
                 repeat: args.repeat,
                 limits: args.limits.limits(None),
                 max_runs: args.max_runs.unwrap_or(64),
+                confidence: args.confidence,
                 output: args.output,
             }
         }

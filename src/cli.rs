@@ -332,10 +332,14 @@ pub struct BisectArgs {
         conflicts_with = "resume"
     )]
     pub python: Option<PathBuf>,
-    /// The most ComfyUI runs the bisect may take (default 64; with --resume, raises the
-    /// budget of a session that ran out of it).
+    /// The most ComfyUI runs the bisect may take (default 64, or for flaky failures what
+    /// --confidence calls for at the failure rate seen; with --resume, a new budget).
     #[arg(help_heading = "Search", long, value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub max_runs: Option<u32>,
+    /// For flaky failures: stop when one answer is this probable given the runs (0.5 to
+    /// 0.9999).
+    #[arg(help_heading = "Search", long, value_name = "P", default_value_t = crate::bayes::DEFAULT_CONFIDENCE, value_parser = parse_confidence, conflicts_with = "resume")]
+    pub confidence: f64,
     /// Stop ComfyUI when available system RAM falls below this (e.g. 1G; 0: never), before
     /// the kernel's OOM killer picks a process. Default: 2% of RAM, 256 MiB to 1 GiB.
     #[arg(help_heading = "Limits", long, value_name = "SIZE", value_parser = crate::size::parse_size, allow_hyphen_values = true)]
@@ -376,7 +380,8 @@ pub struct RegressArgs {
     /// What counts as bad (default: the bad end's own failure, e.g. oom).
     #[arg(long, value_name = "KIND", value_parser = parse_outcome, conflicts_with = "resume")]
     pub regress: Option<crate::outcome::Outcome>,
-    /// Runs per commit: bad if any shows the failure, good only if all pass.
+    /// For a flaky failure, 2 or more: each commit's runs are then chosen one at a time by
+    /// what they tell (see --confidence); 1: bad if the run fails, good if it passes.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100), conflicts_with = "resume")]
     pub repeat: u32,
     #[command(flatten)]
@@ -396,6 +401,10 @@ pub struct RegressArgs {
     /// The most ComfyUI runs (default 64; with --resume, a new budget).
     #[arg(help_heading = "Limits", long, value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub max_runs: Option<u32>,
+    /// With --repeat 2 or more (a flaky failure): call a commit first bad only when it is
+    /// this probable given the runs (0.5 to 0.9999).
+    #[arg(long, value_name = "P", default_value_t = crate::bayes::DEFAULT_CONFIDENCE, value_parser = parse_confidence, conflicts_with = "resume")]
+    pub confidence: f64,
     /// Your ComfyUI flags, used at every commit.
     #[arg(
         last = true,
@@ -404,6 +413,15 @@ pub struct RegressArgs {
         conflicts_with = "resume"
     )]
     pub flags: Vec<String>,
+}
+
+/// `--confidence`: a probability from 0.5 to 0.9999.
+fn parse_confidence(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(p) if (0.5..=0.9999).contains(&p) => Ok(p),
+        Ok(_) => Err(format!("{s} is not between 0.5 and 0.9999 (e.g. 0.99)")),
+        Err(_) => Err(format!("{s} is not a probability (e.g. 0.99)")),
+    }
 }
 
 fn parse_outcome(s: &str) -> Result<crate::outcome::Outcome, String> {

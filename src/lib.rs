@@ -7,6 +7,7 @@
 #![cfg_attr(not(test), warn(clippy::too_many_lines))]
 
 pub mod app;
+pub mod bayes;
 pub mod bisect;
 pub mod classify;
 pub mod cli;

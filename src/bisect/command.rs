@@ -31,6 +31,8 @@ pub struct Request {
     pub session: Session,
     /// A run budget (`--max-runs`); for a resumed session, a new one.
     pub max_runs: Option<u32>,
+    /// `--confidence` for a new session.
+    pub confidence: f64,
     /// Overrides the session's RAM guard (it is the machine's, not the session's).
     pub min_available_ram: Option<u64>,
     pub nvml_lib: Option<PathBuf>,
@@ -69,7 +71,7 @@ pub struct NewSession {
 
 impl NewSession {
     /// The session's settings as its folder keeps them.
-    fn spec(&self, max_runs: Option<u32>) -> SessionSpec {
+    fn spec(&self, max_runs: Option<u32>, confidence: f64) -> SessionSpec {
         SessionSpec {
             comfyui: canonical(&self.comfyui.path),
             python: self.python.clone(),
@@ -81,7 +83,8 @@ impl NewSession {
             default_toggles: self.toggles.is_empty(),
             strategy: self.strategy,
             repeat: self.repeat,
-            max_runs: max_runs.unwrap_or(64),
+            max_runs,
+            confidence,
             limits: self.limits,
             env: self.env.clone(),
             custom_nodes_check: self.custom_nodes_check,
@@ -218,7 +221,7 @@ pub fn run(
     result.toggle_set = toggle_set;
     result.defaults = defaults;
     if spec.custom_nodes_check
-        && runs < spec.max_runs
+        && spec.max_runs.is_none_or(|max| runs < max)
         && let Some(target) = found.target
         && found.kind != VerdictKind::Incomplete
     {
@@ -234,7 +237,7 @@ pub fn run(
         }
     }
     if found.kind == VerdictKind::Incomplete {
-        result.continue_with = Some(continue_line(&dir, &spec, runs));
+        result.continue_with = Some(continue_line(&dir, &spec, runs, found.flaky));
     }
     run::folder::write_json(&dir.join(session::RESULT_FILE), &result)?;
     let code = exit_code(found.kind);
@@ -278,7 +281,7 @@ fn resume(dir: &Path, req: &Request, err: &mut dyn std::io::Write) -> Result<Ope
         let _ = writeln!(err, "warning: {warning}");
     }
     if let Some(max) = req.max_runs {
-        spec.max_runs = max;
+        spec.max_runs = Some(max);
     }
     let kept = format!("kept by the session in {}", dir.display());
     let comfyui = Chosen {
@@ -305,7 +308,7 @@ fn resume(dir: &Path, req: &Request, err: &mut dyn std::io::Write) -> Result<Ope
 
 /// Checks a new session's inputs and flags, then makes its folder.
 fn start(new: &NewSession, req: &Request, err: &mut dyn std::io::Write) -> Result<Box<Opened>> {
-    let mut spec = new.spec(req.max_runs);
+    let mut spec = new.spec(req.max_runs, req.confidence);
     // The inputs and the flags are checked before a session folder is made.
     let target = Target::load(&new.comfyui, spec.python.as_deref(), &spec.workflow)?;
     say_defaults(&target.defaults, err);
@@ -374,13 +377,18 @@ fn stopped_by(e: Error, dir: &Path) -> Error {
 }
 
 /// The command that continues a session stopped before its verdict (with a larger budget when
-/// the budget, not Ctrl-C, stopped it).
-fn continue_line(dir: &Path, spec: &SessionSpec, runs: u32) -> String {
+/// a fixed budget, not Ctrl-C, stopped it; a flaky search without `--max-runs` takes a new
+/// budget from its posterior when resumed).
+fn continue_line(dir: &Path, spec: &SessionSpec, runs: u32, flaky: bool) -> String {
     let mut line = resume_line(dir);
-    if runs >= spec.max_runs {
+    let max = match spec.max_runs {
+        None if flaky => return line,
+        max => max.unwrap_or(session::DEFAULT_MAX_RUNS),
+    };
+    if runs >= max {
         line.push_str(&format!(
             " --max-runs {}",
-            spec.max_runs.saturating_mul(2).max(runs + 16)
+            max.saturating_mul(2).max(runs + 16)
         ));
     }
     line

@@ -33,6 +33,20 @@ pub struct Verdict {
     pub launcher_line: Option<String>,
     pub reason: Option<String>,
     pub flaky: bool,
+    /// How sure the verdict is given the runs that happened: the posterior of the answer for
+    /// flaky failures, 1.0 when every run agreed; null without a verdict about flags.
+    #[serde(default)]
+    pub confidence: Option<f64>,
+    /// For flaky failures: how often configurations without the fix failed (90% interval).
+    #[serde(default)]
+    pub failure_rate: Option<FailureRate>,
+}
+
+/// A failure rate's interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FailureRate {
+    pub low: f64,
+    pub high: f64,
 }
 
 impl Verdict {
@@ -238,6 +252,7 @@ pub fn build(
         verdict_tally,
         ran.len() - untestable,
         untestable,
+        runs_total,
     );
     // RAM that is not given back is a finding whatever the verdict.
     if let Some(g) = base.and_then(|t| t.trials.iter().filter_map(|r| r.ram_growth_bytes).max()) {
@@ -257,6 +272,10 @@ pub fn build(
             launcher_line: found.config.as_ref().map(|c| launcher(&c.flags)),
             reason: found.reason.clone(),
             flaky: found.flaky,
+            confidence: found.confidence,
+            failure_rate: found
+                .failure_rate
+                .map(|(low, high)| FailureRate { low, high }),
         },
         configs,
         runs_total,
@@ -279,6 +298,7 @@ pub fn statement(
     verdict: Option<&Tally>,
     configs_tried: usize,
     untestable: usize,
+    runs: u32,
 ) -> String {
     let apart = match untestable {
         0 => String::new(),
@@ -299,9 +319,17 @@ pub fn statement(
         .cloned()
         .chain(found.culprit_flags.iter().map(|c| format!("without {c}")))
         .collect();
+    // A flaky search says how sure it is, from the runs that happened.
+    let sure = match (found.confidence, found.failure_rate) {
+        (Some(p), Some((lo, hi))) => format!(
+            ": {} given {runs} runs; failure rate without it {lo:.2}-{hi:.2}",
+            crate::bayes::percent(p)
+        ),
+        _ => String::new(),
+    };
     match found.kind {
         VerdictKind::FixedBy => format!(
-            "{}; passes {passes} with {}.",
+            "{}; passes {passes} with {}{sure}.",
             capitalise(&fails),
             with.join(" and ")
         ),
@@ -319,6 +347,9 @@ pub fn statement(
             baseline.runs
         ),
         VerdictKind::NoFixFound => match (&found.reason, configs_tried.saturating_sub(1)) {
+            (Some(reason), _) if found.failure_rate.is_some() => {
+                format!("{}; {reason}.", capitalise(&fails))
+            }
             (Some(reason), _)
                 if reason.contains("confirmation")
                     || reason.contains("reliably")

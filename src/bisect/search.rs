@@ -6,8 +6,10 @@
 //! agree, more where they disagree.
 
 use super::hypotheses;
+mod flaky;
 use super::space::{Choice, Config, Space};
 use crate::outcome::Outcome;
+pub use flaky::Belief;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -57,6 +59,11 @@ const STARTS_TO_GIVE_UP: usize = 2;
 /// may be chance, and is neither a pass nor the failure: the configuration runs again.
 const OTHERS_TO_GIVE_UP: usize = 2;
 
+/// The least runs of a passing baseline before a flaky bisect (`--repeat` 2 or more) calls
+/// the failure not reproduced: a failure that shows one run in three stays hidden through 13
+/// runs less than 1% of the time.
+const FLAKY_BASELINE_TRIES: usize = 13;
+
 /// Runs ComfyUI with a configuration.
 pub trait Oracle {
     fn run(&mut self, config: &Config) -> Result<Trial, Stopped>;
@@ -80,8 +87,13 @@ pub struct Settings {
     /// The most runs the whole bisect may take.
     pub max_runs: u32,
     /// The chance of calling a failing configuration "fixed" that the adaptive search accepts
-    /// once it knows failures are flaky.
+    /// once it knows failures are flaky (for the values of a flag with several).
     pub alpha: f64,
+    /// The posterior an answer needs before a flaky search calls it (`--confidence`).
+    pub confidence: f64,
+    /// Whether `max_runs` was given (`--max-runs`); if not, a flaky search takes the budget
+    /// its posterior calls for.
+    pub budget_given: bool,
 }
 
 impl Default for Settings {
@@ -91,6 +103,8 @@ impl Default for Settings {
             repeat: 1,
             max_runs: 64,
             alpha: 0.01,
+            confidence: crate::bayes::DEFAULT_CONFIDENCE,
+            budget_given: false,
         }
     }
 }
@@ -197,6 +211,12 @@ pub struct Found {
     pub flaky: bool,
     /// What the baseline runs ended in first (also when untestable).
     pub baseline_outcome: Option<Outcome>,
+    /// How sure the verdict is, given the runs that happened: the posterior of the answer for
+    /// a flaky search, 1.0 for a deterministic one (every run agreed); null without a verdict
+    /// about flags.
+    pub confidence: Option<f64>,
+    /// A flaky search's failure rate of configurations without the fix (90% interval).
+    pub failure_rate: Option<(f64, f64)>,
 }
 
 /// The state of one search.
@@ -209,6 +229,10 @@ pub struct Search<'a> {
     pub flaky: bool,
     pub runs: u32,
     last_run_key: Option<String>,
+    /// The run budget as it stands (`max_runs`, or what a flaky search's posterior set).
+    budget: u32,
+    /// What a flaky search believed when it last chose a run (for a verdict cut short).
+    last_belief: Option<Belief>,
 }
 
 /// How a configuration did, as far as the search is concerned.
@@ -238,6 +262,8 @@ impl<'a> Search<'a> {
             flaky: false,
             runs,
             last_run_key: None,
+            budget: settings.max_runs,
+            last_belief: None,
         };
         s.refresh_flaky();
         s
@@ -258,7 +284,7 @@ impl<'a> Search<'a> {
 
     /// Runs `config` once more.
     fn run_once(&mut self, config: &Config) -> Result<Outcome, Stopped> {
-        if self.runs >= self.settings.max_runs {
+        if self.runs >= self.budget {
             return Err(Stopped::Budget);
         }
         let trial = self.oracle.run(config)?;
@@ -347,7 +373,11 @@ impl<'a> Search<'a> {
         // A passing baseline gets a few tries: flaky failures need a chance to show. With
         // --repeat the user says failures are flaky: 2·repeat + 1 tries (a failure that
         // shows half the time stays hidden through 7 of them less than 1% of the time).
-        let tries = if repeat > 1 { 2 * repeat + 1 } else { 3 };
+        let tries = if repeat > 1 {
+            (2 * repeat + 1).max(FLAKY_BASELINE_TRIES)
+        } else {
+            3
+        };
         loop {
             let i = self.tally_index(&base);
             let t = self.tallies[i].clone();
@@ -374,7 +404,12 @@ impl<'a> Search<'a> {
                     )));
                 }
                 self.target = Some(first);
-                if t.runs() >= repeat {
+                // The flaky search runs the baseline again only when that tells it more than
+                // any other run would.
+                let flaky_search = repeat > 1
+                    && self.settings.strategy == Strategy::Adaptive
+                    && self.space.dims.len() <= hypotheses::MAX_DIMS;
+                if t.runs() >= repeat || flaky_search {
                     self.refresh_flaky();
                     return Ok(None);
                 }
@@ -428,6 +463,12 @@ impl<'a> Search<'a> {
             reason,
             flaky: self.flaky,
             baseline_outcome,
+            confidence: matches!(
+                kind,
+                VerdictKind::FixedBy | VerdictKind::CausedBy | VerdictKind::NoFixFound
+            )
+            .then_some(1.0),
+            failure_rate: None,
         }
     }
 
@@ -438,14 +479,20 @@ impl<'a> Search<'a> {
             Ok(v) => Ok(v),
             Err(Stopped::Failed(e)) => Err(e),
             Err(stop) => {
-                let why = match stop {
+                let mut why = match stop {
                     Stopped::Budget => format!(
                         "the run budget ({} runs) was spent before a verdict",
-                        self.settings.max_runs
+                        self.budget
                     ),
                     _ => "interrupted: continue with --resume".to_string(),
                 };
-                Ok(self.verdict(VerdictKind::Incomplete, None, Some(why)))
+                let mut found = self.verdict(VerdictKind::Incomplete, None, None);
+                if let Some(belief) = self.last_belief.take() {
+                    why.push_str(&format!("; so far: {belief}"));
+                    found.failure_rate = belief.failure_rate;
+                }
+                found.reason = Some(why);
+                Ok(found)
             }
         }
     }
@@ -457,8 +504,20 @@ impl<'a> Search<'a> {
         if self.space.dims.is_empty() {
             return Ok(self.verdict(VerdictKind::NoFixFound, None, Some("there was nothing to try: no toggles this install supports and no memory flags of your own".into())));
         }
+        let flaky_search = self.settings.strategy == Strategy::Adaptive
+            && self.space.dims.len() <= hypotheses::MAX_DIMS;
+        if flaky_search && (self.flaky || self.settings.repeat > 1) {
+            return self.flaky_search();
+        }
         let found = match self.settings.strategy {
-            Strategy::Adaptive => self.adaptive()?,
+            Strategy::Adaptive => {
+                let found = self.adaptive()?;
+                // Failures turned out flaky on the way: the runs so far go into the posterior.
+                if flaky_search && self.flaky {
+                    return self.flaky_search();
+                }
+                found
+            }
             Strategy::Each => self.each()?,
             Strategy::Matrix => self.matrix()?,
         };
@@ -600,6 +659,10 @@ impl<'a> Search<'a> {
         let mut asked: Vec<u32> = Vec::new();
         let mut rechecked = false;
         loop {
+            // Failures turned out flaky: the flaky search takes over from the runs so far.
+            if self.flaky {
+                return Ok(None);
+            }
             let (known, dead) = self.known_masks(&asked);
             let valid = |m: u32| self.mask_config(m).is_some();
             let next = hypotheses::next(k, &answers, &known, &dead, &valid);

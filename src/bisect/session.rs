@@ -28,7 +28,12 @@ pub struct SessionSpec {
     pub default_toggles: bool,
     pub strategy: Strategy,
     pub repeat: u32,
-    pub max_runs: u32,
+    /// `--max-runs`; null: 64 for a deterministic search, what the posterior calls for in a
+    /// flaky one. (Sessions made before it could be null hold a number.)
+    pub max_runs: Option<u32>,
+    /// `--confidence`: the posterior a flaky search stops at.
+    #[serde(default = "default_confidence")]
+    pub confidence: f64,
     /// Kept as `iterations`, `timeout_ms`, `stall_timeout_ms` and `startup_timeout_ms`.
     #[serde(flatten)]
     pub limits: crate::run::Limits,
@@ -205,12 +210,21 @@ impl Oracle for LiveOracle<'_> {
     }
 }
 
+/// The run budget of a deterministic search when none is given.
+pub const DEFAULT_MAX_RUNS: u32 = 64;
+
+fn default_confidence() -> f64 {
+    crate::bayes::DEFAULT_CONFIDENCE
+}
+
 impl SessionSpec {
     pub fn settings(&self) -> Settings {
         Settings {
             strategy: self.strategy,
             repeat: self.repeat,
-            max_runs: self.max_runs,
+            max_runs: self.max_runs.unwrap_or(DEFAULT_MAX_RUNS),
+            budget_given: self.max_runs.is_some(),
+            confidence: self.confidence,
             ..Settings::default()
         }
     }

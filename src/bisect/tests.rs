@@ -564,3 +564,166 @@ fn one_run_killed_from_outside_does_not_change_the_verdict() {
         );
     }
 }
+
+/// Stops a search after `left` more runs, as Ctrl-C would; runs `inner` until then. Keeps
+/// the configuration of every run, in order.
+struct StopAfter<'a> {
+    inner: &'a mut Scripted,
+    left: u32,
+    ran: Vec<String>,
+}
+
+impl super::search::Oracle for StopAfter<'_> {
+    fn run(
+        &mut self,
+        config: &super::space::Config,
+    ) -> Result<super::search::Trial, super::search::Stopped> {
+        if self.left == 0 {
+            return Err(super::search::Stopped::Interrupted);
+        }
+        self.left -= 1;
+        self.ran.push(config.key.clone());
+        self.inner.run(config)
+    }
+}
+
+fn flaky_settings() -> Settings {
+    Settings {
+        repeat: 3,
+        ..Settings::default()
+    }
+}
+
+#[test]
+fn a_flaky_search_stops_at_its_confidence_and_not_before() {
+    let toggles = &SWITCHES[..8];
+    for seed in 0..12u64 {
+        let culprit = toggles[seed as usize % 8].to_string();
+        let c = culprit.clone();
+        let sp = space(&[], toggles);
+        let mut inner = Scripted::new(Box::new(move |s| has(s, &c)), 0.7, seed + 1);
+        let mut oracle = StopAfter {
+            inner: &mut inner,
+            left: u32::MAX,
+            ran: Vec::new(),
+        };
+        let mut search = Search::new(&sp, &mut oracle, flaky_settings(), Vec::new());
+        let found = search.run().unwrap();
+        let tallies = search.tallies.clone();
+        drop(search);
+        let last_key = oracle.ran.last().unwrap().clone();
+        assert_eq!(found.kind, VerdictKind::FixedBy, "seed {seed}: {found:?}");
+        let p = found.confidence.unwrap();
+        assert!((0.99..1.0).contains(&p), "seed {seed}: {p}");
+        let (lo, hi) = found.failure_rate.unwrap();
+        assert!(lo <= 0.7 && 0.7 <= hi + 0.02, "seed {seed}: {lo}-{hi}");
+
+        // With every run kept, the session is done: resumed, it runs nothing more.
+        let mut none = StopAfter {
+            inner: &mut Scripted::deterministic(Box::new(|_| true)),
+            left: 0,
+            ran: Vec::new(),
+        };
+        let again = Search::new(&sp, &mut none, flaky_settings(), tallies.clone()).run();
+        assert_eq!(again.unwrap().kind, VerdictKind::FixedBy, "seed {seed}");
+
+        // Without its last run it had not stopped yet: it needs a run.
+        let mut fewer = tallies.clone();
+        let last = fewer.iter().position(|t| t.config.key == last_key).unwrap();
+        fewer[last].trials.pop();
+        let mut none = StopAfter {
+            inner: &mut Scripted::deterministic(Box::new(|_| true)),
+            left: 0,
+            ran: Vec::new(),
+        };
+        let before = Search::new(&sp, &mut none, flaky_settings(), fewer).run();
+        assert_eq!(
+            before.unwrap().kind,
+            VerdictKind::Incomplete,
+            "seed {seed}: stopped later than it could have"
+        );
+    }
+}
+
+#[test]
+fn a_resumed_flaky_search_goes_on_as_if_never_stopped() {
+    let toggles = &SWITCHES[..8];
+    for (seed, stop_at) in [(3u64, 2u32), (5, 6), (9, 11), (11, 15)] {
+        let fix = |s: &BTreeSet<String>| has(s, "--disable-mmap") && has(s, "--fast-disk");
+        let sp = space(&[], toggles);
+        let mut whole = Scripted::new(Box::new(fix), 0.7, seed);
+        let mut search = Search::new(&sp, &mut whole, flaky_settings(), Vec::new());
+        let found = search.run().unwrap();
+        let runs = search.runs;
+        drop(search);
+
+        let mut oracle = Scripted::new(Box::new(fix), 0.7, seed);
+        let mut stopping = StopAfter {
+            inner: &mut oracle,
+            left: stop_at,
+            ran: Vec::new(),
+        };
+        let mut first = Search::new(&sp, &mut stopping, flaky_settings(), Vec::new());
+        let cut = first.run().unwrap();
+        assert_eq!(cut.kind, VerdictKind::Incomplete);
+        assert!(cut.reason.unwrap().contains("interrupted"));
+        let kept = first.tallies.clone();
+        drop(first);
+        // The journal holds only the finished runs; the posterior is rebuilt from them.
+        let mut resumed = Search::new(&sp, &mut oracle, flaky_settings(), kept);
+        let again = resumed.run().unwrap();
+        assert_eq!(again.fixing_flags, found.fixing_flags, "seed {seed}");
+        assert_eq!(again.confidence, found.confidence, "seed {seed}");
+        assert_eq!(resumed.runs, runs, "seed {seed}: the same runs in all");
+    }
+}
+
+#[test]
+fn a_flaky_baseline_gets_runs_enough_for_a_rare_failure() {
+    let sp = space(&[], &SWITCHES[..4]);
+    let mut oracle = Scripted::deterministic(Box::new(|_| true));
+    let (found, runs) = bisect(&sp, &mut oracle, flaky_settings());
+    assert_eq!(found.kind, VerdictKind::NotReproduced);
+    assert_eq!(runs, 13);
+}
+
+#[test]
+fn a_rare_flaky_failure_gets_the_budget_its_rate_needs() {
+    // Fails one run in three: the posterior's budget goes past the 64 of a deterministic
+    // search, and the verdicts it gives say how sure they are.
+    let toggles = &SWITCHES[..8];
+    let (mut decided, mut past_64) = (0, 0);
+    for seed in 0..16u64 {
+        let culprit = toggles[seed as usize % 8].to_string();
+        let c = culprit.clone();
+        let sp = space(&[], toggles);
+        let mut oracle = Scripted::new(Box::new(move |s| has(s, &c)), 0.3, seed + 100);
+        let (found, runs) = bisect(&sp, &mut oracle, flaky_settings());
+        if found.kind == VerdictKind::FixedBy {
+            decided += 1;
+            assert_eq!(found.fixing_flags, [culprit], "seed {seed}");
+        }
+        past_64 += usize::from(runs > 64);
+    }
+    assert!(decided >= 14, "{decided} of 16 reached a verdict");
+    assert!(
+        past_64 >= 1,
+        "no search needed more than 64 runs at a 30% rate"
+    );
+
+    // A budget that is given is kept, and what the posterior says then is in the reason.
+    let sp = space(&[], toggles);
+    let mut oracle = Scripted::new(Box::new(|s| has(s, "--fast-disk")), 0.3, 7);
+    let settings = Settings {
+        max_runs: 10,
+        budget_given: true,
+        ..flaky_settings()
+    };
+    let (found, runs) = bisect(&sp, &mut oracle, settings);
+    assert_eq!((found.kind, runs), (VerdictKind::Incomplete, 10));
+    let reason = found.reason.unwrap();
+    assert!(
+        reason.contains("the run budget (10 runs)") && reason.contains("% given 10 runs"),
+        "{reason}"
+    );
+}

@@ -8,7 +8,9 @@
 //! some other way) is skipped, never called bad. Every tested commit is journaled, so
 //! `--resume` repeats nothing.
 
+mod flaky;
 pub mod git;
+pub use flaky::bisect as bisect_flaky;
 pub mod search;
 pub mod tree;
 
@@ -40,9 +42,24 @@ pub struct Spec {
     pub regress: Option<Outcome>,
     pub repeat: u32,
     pub max_runs: u32,
+    /// `--confidence`: with `--repeat` 2 or more, the posterior a commit needs to be called
+    /// first bad.
+    #[serde(default = "default_confidence")]
+    pub confidence: f64,
     /// Kept as `iterations`, `timeout_ms`, `stall_timeout_ms` and `startup_timeout_ms`.
     #[serde(flatten)]
     pub limits: Limits,
+}
+
+fn default_confidence() -> f64 {
+    crate::bayes::DEFAULT_CONFIDENCE
+}
+
+impl Spec {
+    /// A flaky failure: each test is one run, and the posterior decides (see [`flaky`]).
+    fn flaky(&self) -> bool {
+        self.repeat > 1
+    }
 }
 
 pub const SPEC_FILE: &str = "regress.json";
@@ -65,6 +82,7 @@ pub enum Request {
         repeat: u32,
         limits: Limits,
         max_runs: u32,
+        confidence: f64,
         output: Option<PathBuf>,
     },
     Resume {
@@ -135,6 +153,13 @@ pub struct Verdict {
     /// What counted as bad.
     pub regress: Option<Outcome>,
     pub statement: String,
+    /// How sure the answer is given the runs that happened: the posterior of the first bad
+    /// commit with `--repeat` 2 or more, 1.0 when every run agreed; null without an answer.
+    #[serde(default)]
+    pub confidence: Option<f64>,
+    /// With `--repeat` 2 or more: how often bad commits failed (90% interval).
+    #[serde(default)]
+    pub failure_rate: Option<crate::bisect::result::FailureRate>,
 }
 
 /// The session in progress.
@@ -146,17 +171,37 @@ struct Session<'a> {
     runs: u32,
     progress: &'a mut dyn FnMut(&str),
     stopped: bool,
+    /// How often each commit was asked about in this process (a flaky search asks again).
+    asked: std::collections::HashMap<String, usize>,
 }
 
 impl Session<'_> {
-    fn known(&self, commit: &str) -> Option<&Tested> {
-        self.journal.iter().rev().find(|t| t.commit == commit)
+    /// What the journal says of `commit`: its last test; in a flaky search, the test that
+    /// answered the same ask before (the n-th ask of a commit is its n-th test), so a resumed
+    /// session replays its journal in order and runs only what it had not.
+    fn known(&mut self, commit: &str) -> Option<Tested> {
+        if !self.spec.flaky() {
+            return self
+                .journal
+                .iter()
+                .rev()
+                .find(|t| t.commit == commit)
+                .cloned();
+        }
+        let asked = self.asked.entry(commit.to_string()).or_insert(0);
+        let n = *asked;
+        *asked += 1;
+        self.journal
+            .iter()
+            .filter(|t| t.commit == commit)
+            .nth(n)
+            .cloned()
     }
 
     /// Tests `commit` (or recalls it from the journal).
     fn test(&mut self, commit: &str, kind: Option<Outcome>) -> Result<Tested> {
         if let Some(t) = self.known(commit) {
-            return Ok(t.clone());
+            return Ok(t);
         }
         let info = self.repo.info(commit)?;
         let mut tested = Tested {
@@ -242,7 +287,13 @@ impl Session<'_> {
         }
         let limits = self.spec.limits;
         let mut passes = 0;
-        for _ in 0..self.spec.repeat.max(1) {
+        // A flaky search runs a commit once per test; the posterior asks for more.
+        let repeat = if self.spec.flaky() {
+            1
+        } else {
+            self.spec.repeat.max(1)
+        };
+        for _ in 0..repeat {
             if signals::requested() != Stop::No || self.runs >= self.spec.max_runs {
                 self.stopped = true;
                 return Err(Error {
@@ -308,7 +359,7 @@ impl Session<'_> {
                 }
             }
         }
-        if passes == self.spec.repeat.max(1) {
+        if passes == repeat {
             tested.mark = Mark::Good;
         }
         Ok(())
@@ -412,6 +463,7 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
             repeat,
             limits,
             max_runs,
+            confidence,
             output,
         } => {
             let repo = Repo::open(&comfyui.path)?;
@@ -472,6 +524,7 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
                 regress,
                 repeat,
                 max_runs,
+                confidence,
                 limits,
             };
             run::folder::write_json(&dir.join(SPEC_FILE), &spec)?;
@@ -491,6 +544,7 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
         runs,
         progress,
         stopped: false,
+        asked: Default::default(),
     };
     let result = search(&mut s, &commits);
     let _ = std::fs::remove_dir_all(s.dir.join("trees"));
@@ -524,7 +578,12 @@ impl search::CommitTester for Session<'_> {
 /// Confirms the ends, then bisects first-parent history.
 fn search(s: &mut Session<'_>, commits: &[String]) -> Result<RegressResult> {
     let (good, bad, regress) = (s.spec.good.clone(), s.spec.bad.clone(), s.spec.regress);
-    let found = search::bisect(s, &good, &bad, commits, regress)?;
+    let found = if s.spec.flaky() {
+        let confidence = s.spec.confidence;
+        flaky::bisect(s, &good, &bad, commits, regress, confidence)?
+    } else {
+        search::bisect(s, &good, &bad, commits, regress)?
+    };
     finish(s, commits, found)
 }
 
@@ -540,7 +599,12 @@ fn finish(
         first_bad,
         last_good,
         between,
+        confidence,
+        failure_rate,
+        runs: _,
+        best_so_far,
     } = found;
+    let found_flaky = (confidence, failure_rate, best_so_far);
     let kind_name = answer.as_str();
     let info = |c: &Option<String>| c.as_ref().and_then(|c| s.repo.info(c).ok());
     let first_bad = info(&first_bad);
@@ -623,6 +687,7 @@ fn finish(
         }
         _ => None,
     };
+    let statement = how_sure(statement, kind_name, &found_flaky, s.runs);
     let continue_with = (kind_name == "incomplete").then(|| {
         format!(
             "{}{}",
@@ -644,6 +709,9 @@ fn finish(
             kind: kind_name.to_string(),
             regress: kind,
             statement,
+            confidence: confidence.filter(|_| kind_name == "first_bad_found"),
+            failure_rate: failure_rate
+                .map(|(low, high)| crate::bisect::result::FailureRate { low, high }),
         },
         url: url
             .zip(first_bad.as_ref())
@@ -672,6 +740,25 @@ fn finish(
         reproduce,
         continue_with,
     })
+}
+
+/// The statement with what a flaky search says of how sure it is, from the runs that
+/// happened (`flaky`: its confidence, failure rate and best answer so far).
+fn how_sure(
+    statement: String,
+    kind_name: &str,
+    flaky: &(Option<f64>, Option<(f64, f64)>, Option<String>),
+    runs: u32,
+) -> String {
+    match (flaky, kind_name) {
+        ((Some(p), Some((lo, hi)), _), "first_bad_found") => format!(
+            "{}: {} given {runs} runs; bad commits failed at a rate of {lo:.2}-{hi:.2}.",
+            statement.trim_end_matches('.'),
+            crate::bayes::percent(*p),
+        ),
+        ((_, _, Some(best)), "incomplete") => format!("{statement} Best so far: {best}."),
+        _ => statement,
+    }
 }
 
 /// Prints the tested commits and the answer.

@@ -53,7 +53,7 @@ pub trait CommitTester {
 }
 
 /// The search's result: the answer, what counted as bad, and the boundary.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Bisection {
     pub answer: Answer,
     /// What counted as bad: `--regress`, else the bad end's own failure.
@@ -62,16 +62,28 @@ pub struct Bisection {
     pub last_good: Option<String>,
     /// Skipped commits between the last good and the first bad one.
     pub between: Vec<String>,
+    /// A flaky search's posterior of its answer (of the best answer, when stopped early).
+    pub confidence: Option<f64>,
+    /// A flaky search's failure rate of bad commits (90% interval).
+    pub failure_rate: Option<(f64, f64)>,
+    /// A flaky search's runs.
+    pub runs: Option<usize>,
+    /// A flaky search stopped early: its best answer so far, in words.
+    pub best_so_far: Option<String>,
 }
 
 impl Bisection {
-    fn ended(answer: Answer, regress: Option<Outcome>) -> Bisection {
+    pub(super) fn ended(answer: Answer, regress: Option<Outcome>) -> Bisection {
         Bisection {
             answer,
             regress,
             first_bad: None,
             last_good: None,
             between: Vec::new(),
+            confidence: None,
+            failure_rate: None,
+            runs: None,
+            best_so_far: None,
         }
     }
 }
@@ -133,6 +145,10 @@ pub fn bisect(
         between: ((lo + 1)..hi)
             .map(|i| commits[i as usize].clone())
             .collect(),
+        confidence: Some(1.0),
+        failure_rate: None,
+        runs: None,
+        best_so_far: None,
     })
 }
 
@@ -140,6 +156,48 @@ fn stopped(stop: Stop, regress: Option<Outcome>) -> Result<Bisection, Error> {
     match stop {
         Stop::Incomplete => Ok(Bisection::ended(Answer::Incomplete, regress)),
         Stop::Failed(e) => Err(e),
+    }
+}
+
+/// A made-up history for the tests and the benchmark: commits `c1`, `c2`, … after `good`;
+/// those from `first_bad` on fail (out of memory) with chance `rate`.
+pub struct FlakyHistory {
+    pub first_bad: usize,
+    pub rate: f64,
+    rng: u64,
+    pub runs: usize,
+}
+
+impl FlakyHistory {
+    pub fn new(first_bad: usize, rate: f64, seed: u64) -> FlakyHistory {
+        FlakyHistory {
+            first_bad,
+            rate,
+            rng: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            runs: 0,
+        }
+    }
+    fn next(&mut self) -> f64 {
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        (self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+impl CommitTester for FlakyHistory {
+    fn test(&mut self, commit: &str, _: Option<Outcome>) -> Result<Tested, Stop> {
+        self.runs += 1;
+        let i: usize = commit.trim_start_matches('c').parse().unwrap_or(0);
+        let fails = i >= self.first_bad && self.next() < self.rate;
+        Ok(Tested {
+            commit: commit.to_string(),
+            version: None,
+            outcome: Some(if fails { Outcome::Oom } else { Outcome::Pass }),
+            mark: if fails { Mark::Bad } else { Mark::Good },
+            reason: None,
+            runs: Vec::new(),
+        })
     }
 }
 

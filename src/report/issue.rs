@@ -857,6 +857,25 @@ fn verdict_and_matrix(o: &mut String, res: &crate::bisect::result::BisectResult)
             "Outcomes were flaky: some configurations both passed and failed."
         );
     }
+    if let (Some(p), Some(_)) = (res.verdict.confidence, res.verdict.failure_rate) {
+        {
+            let rate = res
+                .verdict
+                .failure_rate
+                .map(|r| {
+                    format!(
+                        "; configurations without it failed at a rate of {:.2}-{:.2} (90% interval)",
+                        r.low, r.high
+                    )
+                })
+                .unwrap_or_default();
+            let _ = writeln!(
+                o,
+                "Confidence in the verdict given the runs that happened: {}{rate}.",
+                crate::bayes::percent(p)
+            );
+        }
+    }
     let _ = writeln!(o);
     let _ = writeln!(o, "**Run matrix**\n");
     let _ = writeln!(
