@@ -330,7 +330,11 @@ pub const SIGNATURES: &[Signature] = &[
         // What is left when ComfyUI dies without a word: the portable build's `.bat` runs
         // `pause` after python returns (its echo `…>pause` and the localized prompt), and the
         // Desktop app logs the exit code (`fixtures/logs/real/01-*`, `02-*`, `24-*`).
-        pattern: r">pause$|^Press any key to continue \. \. \.|^[Pp]ress a key to continue|^请按任意键继续|Python process exited with code -?\d+",
+        // Also whoever else reports the exit: supervisord (`exited: comfyui (exit status 139;
+        // not expected)`), docker compose (`comfyui-1 exited with code 1`), systemd
+        // (`Main process exited, code=dumped, status=11/SEGV`), the Desktop app
+        // (`Process exited with code 3221225477`).
+        pattern: r">pause$|^Press any key to continue \. \. \.|^[Pp]ress a key to continue|^请按任意键继续|[Pp]rocess exited with code -?[1-9]\d*|exited: \S+ \(exit status [1-9]\d*; not expected\)|exited with code [1-9]\d*$|Main process exited, code=(?:dumped|killed|exited), status=[1-9]",
         title: "ComfyUI exited without a message",
         meaning: "the Python process ended while this prompt ran and printed nothing: a native crash (Windows access violation, 3221225477 = 0xC0000005) or the system ending it for memory",
         flags_to_try: &[
@@ -344,7 +348,8 @@ pub const SIGNATURES: &[Signature] = &[
         id: "fatal_python_error",
         outcome: Outcome::Crash,
         phase: Phase::Prompt,
-        pattern: r"^Fatal Python error: |^Segmentation fault|^Windows fatal exception: access violation",
+        // Anywhere in a line: a progress bar or a shell's `line 12: 4242 ` may come first.
+        pattern: r"Fatal Python error: |Segmentation fault|^Windows fatal exception: access violation",
         title: "ComfyUI crashed",
         meaning: "the Python process died in native code (abort, segfault, access violation)",
         flags_to_try: &[

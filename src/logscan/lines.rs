@@ -37,6 +37,9 @@ pub enum Kind {
     Loaded,
     /// `Traceback (most recent call last):`.
     Traceback,
+    /// A traceback frame of code run at import (`File "…", line 239, in <module>`): in an
+    /// excerpt with no start and no prompt before it, ComfyUI was starting.
+    ModuleFrame,
     /// `!!! Exception during processing !!! …`.
     ExceptionDuring,
     /// `Processing interrupted`.
@@ -201,6 +204,7 @@ pub const MARKERS: &[Marker] = &[
         true,
         r"Traceback \(most recent call last\)",
     ),
+    m(Kind::ModuleFrame, ", in <module>", false, r", in <module>"),
     m(
         Kind::ExceptionDuring,
         "!!! Exception during processing !!!",

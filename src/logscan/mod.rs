@@ -19,6 +19,7 @@ pub mod joins;
 pub mod lines;
 pub mod prefilter;
 pub mod reader;
+pub mod relay;
 pub mod render;
 pub mod report;
 pub mod state;
@@ -30,7 +31,7 @@ pub use reader::Mode;
 pub use report::LogReport;
 
 use crate::error::{Error, Result};
-use std::io::{IsTerminal, Write};
+use std::io::{IsTerminal, Read, Write};
 
 /// Scans an opened log.
 pub fn scan(input: input::Input, mode: Mode) -> Result<LogReport> {
@@ -45,6 +46,19 @@ pub fn scan(input: input::Input, mode: Mode) -> Result<LogReport> {
         "standard input".to_string()
     } else {
         name.clone()
+    };
+    // A log relayed by something else: its per-line prefix, found from its head, goes first.
+    let mut head = Vec::with_capacity(relay::HEAD);
+    (&mut reader)
+        .take(relay::HEAD as u64)
+        .read_to_end(&mut head)
+        .map_err(|e| Error::usage(format!("cannot read {shown}: {e}")))?;
+    let prefix = relay::detect(&head);
+    let joined = std::io::Cursor::new(head).chain(reader);
+    let mut reader: Box<dyn Read> = if prefix.is_empty() {
+        Box::new(joined)
+    } else {
+        Box::new(relay::Stripper::new(joined, prefix))
     };
     let mut state = state::State::default();
     let (stats, tail) = reader::scan(&mut reader, prefilter::prefilter(), mode, &mut state)

@@ -652,6 +652,15 @@ impl State {
                     }
                 }
             }
+            Kind::ModuleFrame => {
+                if self.current.is_none() && self.open.is_none() && self.prompts_total == 0 {
+                    self.new_start(number, 0, before);
+                    if let Some(s) = self.current.as_mut() {
+                        s.traceback = true;
+                        s.matched.push(clip(text));
+                    }
+                }
+            }
             Kind::ExceptionDuring => self.exception_during(text, number),
             Kind::Interrupted => {
                 let p = self.prompt_for_line(number);
