@@ -564,9 +564,12 @@ impl<'a> Search<'a> {
             self.split_search()?
         };
         let Some(dims) = found else { return Ok(None) };
-        let mut choice = self.space.strong(&dims);
-        // For flags with several values, find the least that still fixes it (values are
-        // ordered, so bisect them).
+        self.least_values(self.space.strong(&dims)).map(Some)
+    }
+
+    /// For flags with several values, the least that still fixes it (values are ordered, so
+    /// they are bisected).
+    fn least_values(&mut self, mut choice: Choice) -> Result<Choice, Stopped> {
         for i in 0..choice.len() {
             let (d, strongest) = choice[i];
             if strongest == 0 {
@@ -585,7 +588,7 @@ impl<'a> Search<'a> {
             }
             choice[i] = (d, hi);
         }
-        Ok(Some(choice))
+        Ok(choice)
     }
 
     /// The configuration of a set of dimensions (bit d: dimension d at its strongest).

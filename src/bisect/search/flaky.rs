@@ -12,8 +12,8 @@
 //! The journal holds only finished runs and the posterior is rebuilt from them before every
 //! choice, so a resumed session goes on exactly where it stopped.
 
-use super::{Eval, OTHERS_TO_GIVE_UP, STARTS_TO_GIVE_UP, Search, Stopped, Tally, VerdictKind};
 use super::{Found, bits};
+use super::{OTHERS_TO_GIVE_UP, STARTS_TO_GIVE_UP, Search, Stopped, Tally, VerdictKind};
 use crate::bayes::{self, Posterior, percent};
 use crate::bisect::hypotheses;
 use crate::outcome::Outcome;
@@ -240,22 +240,7 @@ impl Search<'_> {
     /// The verdict of a flaky search that found its answer: the least value of each flag with
     /// several (as the deterministic search does), then the posterior's figures.
     fn flaky_fix(&mut self, mask: u32, belief: &Belief) -> Result<Found, Stopped> {
-        let mut choice = self.space.strong(&bits(mask));
-        for i in 0..choice.len() {
-            let (d, strongest) = choice[i];
-            let (mut lo, mut hi) = (0usize, strongest);
-            while lo < hi {
-                let mid = (lo + hi) / 2;
-                let mut trial = choice.clone();
-                trial[i] = (d, mid);
-                if self.evaluate(&trial)? == Eval::Pass {
-                    hi = mid;
-                } else {
-                    lo = mid + 1;
-                }
-            }
-            choice[i] = (d, hi);
-        }
+        let choice = self.least_values(self.space.strong(&bits(mask)))?;
         Ok(self.flaky_verdict(VerdictKind::FixedBy, Some(&choice), belief))
     }
 
