@@ -40,6 +40,15 @@ pub struct Signature {
     pub issues: &'static [u32],
 }
 
+impl Signature {
+    /// Whether the signature's line alone says how a prompt ended: a memory failure, or a node
+    /// error a memory flag is known to change (a CUDA error that a memory feature causes).
+    pub fn ends_a_prompt(&self) -> bool {
+        self.outcome.is_memory()
+            || (self.outcome == Outcome::NodeError && !self.flags_to_try.is_empty())
+    }
+}
+
 /// The catalogue, most specific first within each outcome.
 pub const SIGNATURES: &[Signature] = &[
     // --- startup -------------------------------------------------------------------------
@@ -249,7 +258,7 @@ pub const SIGNATURES: &[Signature] = &[
         id: "cpu_allocator",
         outcome: Outcome::HostOom,
         phase: Phase::Prompt,
-        pattern: r"DefaultCPUAllocator: (can't allocate memory|not enough memory)|unable to mmap .*Cannot allocate memory|Unable to allocate [0-9.]+ [KMGTP]i?B for an array|^MemoryError\s*$",
+        pattern: r"DefaultCPUAllocator: (can't allocate memory|not enough memory)|unable to mmap .*Cannot allocate memory|Unable to allocate [0-9.]+ [KMGTP]i?B for an array|^MemoryError\s*$|MemoryError: (?:Unable to allocate|cannot allocate memory)",
         title: "out of system RAM",
         meaning: "a node could not allocate system RAM; ComfyUI does not treat this as an OOM",
         flags_to_try: &["--disable-pinned-memory", "--cache-none", "--cache-ram=4"],
@@ -273,6 +282,47 @@ pub const SIGNATURES: &[Signature] = &[
         issues: &[],
     },
     // --- prompt: not memory -----------------------------------------------------------------
+    // CUDA errors that memory features cause and memory flags fix, which are not "out of
+    // memory": ComfyUI treats them as an ordinary node error; they are named with the flags
+    // that test them.
+    Signature {
+        id: "cuda_invalid_argument",
+        outcome: Outcome::NodeError,
+        phase: Phase::Prompt,
+        pattern: r"CUDA error: invalid argument|cudaErrorInvalidValue|CUDA_ERROR_INVALID_VALUE",
+        title: "CUDA error: invalid argument",
+        meaning: "CUDA refused a call; since pinned memory became the default this is most often the pinned host buffers (cudaHostRegister) on laptops, WSL and some drivers, and sometimes async offload's streams",
+        flags_to_try: &[
+            "--disable-pinned-memory",
+            "--disable-async-offload",
+            "--disable-dynamic-vram",
+        ],
+        issues: &[10781],
+    },
+    Signature {
+        id: "cuda_not_supported",
+        outcome: Outcome::NodeError,
+        phase: Phase::Prompt,
+        pattern: r"CUDA error: operation not supported|cudaErrorNotSupported|CUDA_ERROR_NOT_SUPPORTED",
+        title: "CUDA error: operation not supported",
+        meaning: "the driver does not support what was asked: most often the cudaMallocAsync allocator ComfyUI picks by default (older GPUs such as Maxwell, WSL, some containers and drivers), sometimes pinned memory",
+        flags_to_try: &["--disable-cuda-malloc", "--disable-pinned-memory"],
+        issues: &[2935],
+    },
+    Signature {
+        id: "cuda_illegal_address",
+        outcome: Outcome::NodeError,
+        phase: Phase::Prompt,
+        pattern: r"CUDA error: an illegal memory access was encountered|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS",
+        title: "CUDA error: an illegal memory access",
+        meaning: "a GPU kernel read or wrote memory it should not have; with weights moved asynchronously or faulted in by Dynamic VRAM, turning those off is the first test (a broken CUDA context fails every later call too: restart ComfyUI)",
+        flags_to_try: &[
+            "--disable-async-offload",
+            "--disable-dynamic-vram",
+            "--disable-pinned-memory",
+        ],
+        issues: &[],
+    },
     Signature {
         id: "disk_full",
         outcome: Outcome::NodeError,
@@ -349,7 +399,7 @@ pub const SIGNATURES: &[Signature] = &[
         outcome: Outcome::Crash,
         phase: Phase::Prompt,
         // Anywhere in a line: a progress bar or a shell's `line 12: 4242 ` may come first.
-        pattern: r"Fatal Python error: |Segmentation fault|^Windows fatal exception: access violation",
+        pattern: r"Fatal Python error: |Segmentation fault|^Windows fatal exception: (access violation|stack overflow|code 0x)",
         title: "ComfyUI crashed",
         meaning: "the Python process died in native code (abort, segfault, access violation)",
         flags_to_try: &[

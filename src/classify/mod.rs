@@ -172,7 +172,18 @@ pub fn classify_prompt(obs: &PromptObservation) -> Classification {
                     let sig = catalogue::by_id(id).expect("catalogue id");
                     Classification::new(sig.outcome)
                 }
-                None => Classification::new(Outcome::NodeError),
+                // Not a memory failure: a node error, named when it is one the catalogue
+                // knows (a CUDA error a memory feature causes, a full disk).
+                None => {
+                    let mut v = Classification::new(Outcome::NodeError);
+                    let named = std::iter::once(exception.as_str())
+                        .chain(exception_message.lines())
+                        .find_map(|l| first_match(l, Phase::Prompt))
+                        .map(|sig| sig.id)
+                        .or_else(|| hits.first().map(|(id, _, _)| *id));
+                    v.signatures.extend(named);
+                    v
+                }
             },
         };
         v.evidence.push(format!("{exception}{node}"));

@@ -91,6 +91,9 @@ pub fn normalize(raw: &str) -> Line {
         .rsplit('\r')
         .find(|s| !s.trim().is_empty())
         .unwrap_or("");
+    // A bar that ended without a newline, the next record glued to it (`… 0/30 [00:00<?,
+    // ?it/s][INFO] got prompt`): the record is what is read.
+    let visible = after_progress_bar(visible).unwrap_or(visible);
     let plain = strip_ansi(visible);
     let mut text = plain.as_str();
     text = strip_compose(text);
@@ -122,6 +125,16 @@ pub fn normalize(raw: &str) -> Line {
         level,
         text: text.to_string(),
     }
+}
+
+/// What follows a tqdm bar's closing `it/s]` / `s/it]` on the same line, when anything does.
+fn after_progress_bar(text: &str) -> Option<&str> {
+    let end = ["it/s]", "s/it]"]
+        .iter()
+        .filter_map(|m| text.rfind(m).map(|i| i + m.len()))
+        .max()?;
+    let rest = &text[end..];
+    (!rest.trim().is_empty()).then_some(rest)
 }
 
 /// Removes `ESC [ … m` (and other CSI) sequences.
@@ -316,6 +329,16 @@ mod tests {
                 "  5%|▌         | 1/20 [00:01<00:19]\r 10%|█         | 2/20 [00:02<00:18]",
                 None,
                 " 10%|█         | 2/20 [00:02<00:18]",
+            ),
+            (
+                "  0%|          | 0/30 [00:00<?, ?it/s][INFO] got prompt",
+                Some(Level::Info),
+                "got prompt",
+            ),
+            (
+                " 40%|████      | 8/20 [00:08<00:12,  1.02s/it]",
+                None,
+                " 40%|████      | 8/20 [00:08<00:12,  1.02s/it]",
             ),
             (
                 "** ComfyUI startup time: 2026-05-22 10:00:00.123",

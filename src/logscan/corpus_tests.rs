@@ -154,7 +154,7 @@ fn every_file_of_the_corpus_has_an_entry() {
 fn unseen_batches_are_read_no_worse_than_recorded() {
     // (batch, read right now, excerpts)
     const RECORDED: [(&str, usize, usize); 3] = [
-        ("batch-1", 13, 34),
+        ("batch-1", 17, 34),
         ("batch-2", 19, 31),
         ("batch-3", 22, 35),
     ];

@@ -135,6 +135,25 @@ pub const MARKERS: &[Marker] = &[
         true,
         r"pytorch version: ",
     ),
+    // Lines only a start prints, which an excerpt may hold without the markers above.
+    m(
+        Kind::Announce,
+        "Adding extra search path ",
+        true,
+        r"Adding extra search path ",
+    ),
+    m(
+        Kind::Announce,
+        "Import times for custom nodes:",
+        true,
+        r"Import times for custom nodes:",
+    ),
+    m(
+        Kind::Announce,
+        "Starting ComfyUI",
+        true,
+        r"Starting ComfyUI",
+    ),
     m(
         Kind::Announce,
         "Unsupported Pytorch detected",

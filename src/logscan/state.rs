@@ -215,6 +215,8 @@ struct PromptState {
     implicit: bool,
     matched: Vec<(u64, String)>,
     hits: Vec<&'static str>,
+    /// The first line of a signature that ends a prompt (a memory failure, or a CUDA error a
+    /// memory feature causes): it stands for the exception when the log lost that.
     memory_hit: Option<String>,
     models: Vec<String>,
     /// The last `Requested to load` with nothing loaded after it: line, text, model, and the
@@ -267,6 +269,11 @@ pub struct State {
     awaiting_exception: Option<u32>,
     tallies: Vec<SignatureHits>,
     recognized: u64,
+    /// An exit reported before anything else of the log (the Desktop app's panel puts the
+    /// exit code above the log it explains): it belongs to whatever the log then shows, a
+    /// start or a prompt.
+    exit_first: Option<(&'static Signature, String, u64)>,
+    exit_first_seen: bool,
     opened: u64,
     /// The time stamped on the last line that had one (seconds, on the log's own clock).
     now: Option<f64>,
@@ -595,12 +602,14 @@ impl State {
             Kind::Start { rank } => {
                 self.recognized += 1;
                 self.start_marker(rank, number, before);
+                self.exit_explains_the_start(before);
             }
             Kind::Announce => {
                 self.recognized += 1;
                 if self.current.as_ref().is_none_or(|s| !s.starting()) {
                     self.new_start(number, 0, before);
                 }
+                self.exit_explains_the_start(before);
             }
             Kind::Ready => {
                 self.recognized += 1;
@@ -821,6 +830,16 @@ impl State {
         // prompt's end. In a fragment with neither a start nor a prompt before it, the lines
         // before it were a node at work (a custom node building a TensorRT engine).
         let fragment = self.current.is_none() && self.prompts_total == 0;
+        if fragment
+            && self.open.is_none()
+            && self.recognized == 0
+            && !self.exit_first_seen
+            && matches!(sig.id, "process_exited" | "killed" | "fatal_python_error")
+        {
+            self.exit_first = Some((sig, text.to_string(), number));
+            self.exit_first_seen = true;
+            return;
+        }
         // The same for a kill while ComfyUI was idle (`docker compose stop` ends a Python
         // that ignores SIGTERM with `exited with code 137`): no prompt died.
         if matches!(sig.id, "process_exited" | "killed")
@@ -853,7 +872,7 @@ impl State {
         if !p.hits.contains(&sig.id) {
             p.hits.push(sig.id);
         }
-        if sig.outcome.is_memory() && p.memory_hit.is_none() {
+        if sig.ends_a_prompt() && p.memory_hit.is_none() {
             p.memory_hit = Some(clip(text));
         }
         match sig.id {
@@ -1288,10 +1307,24 @@ impl State {
     }
 
     /// The end of the log.
+    /// An exit reported above the log, followed by a start: the start is what died.
+    fn exit_explains_the_start(&mut self, before: &Before<'_>) {
+        if self.current.as_ref().is_some_and(|s| s.starting())
+            && let Some((sig, text, number)) = self.exit_first.take()
+        {
+            self.signature(sig, &text, number, before);
+        }
+    }
+
     pub fn finish(mut self, tail: &[String], lines: u64) -> Scanned {
         let carry: VecDeque<Vec<u8>> = tail.iter().map(|t| t.as_bytes().to_vec()).collect();
         let before = Before::from_carry(&carry);
         let last = lines;
+        // An exit above the log that no start followed: as if it came last (the prompt it
+        // ended, or the node at work before it).
+        if let Some((sig, text, _)) = self.exit_first.take() {
+            self.signature(sig, &text, last, &before);
+        }
         if self.current.is_some() {
             self.end_start(End::Eof, last, &before);
         } else {

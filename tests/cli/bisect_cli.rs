@@ -723,3 +723,19 @@ fn inputs_without_a_prompt_are_refused_and_unknown_nodes_named() {
     );
     install.assert_nothing_left();
 }
+
+#[test]
+fn a_cuda_error_of_pinned_memory_is_bisected_to_its_flag() {
+    // Not an OOM: a node error ComfyUI reports like any other, which pinned memory causes.
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"rules": [{"when": {"state": {"pinned_memory": true}}, "effect": "cuda_invalid_argument"}]}),
+    );
+    let (code, doc, _) = bisect(&install, SD15, &[]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["baseline"]["outcome"], "node_error");
+    assert_eq!(
+        doc["verdict"]["fixing_flags"],
+        json!(["--disable-pinned-memory"])
+    );
+}

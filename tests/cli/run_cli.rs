@@ -950,3 +950,28 @@ fn an_appending_flag_starts_the_stand_in() {
     assert_eq!(code, 0, "{doc:#}");
     assert_eq!(doc["outcome"], "pass");
 }
+
+#[test]
+fn cuda_errors_that_memory_features_cause_are_named_node_errors() {
+    let cases = [
+        ("cuda_invalid_argument", "CUDA error: invalid argument"),
+        ("cuda_not_supported", "CUDA error: operation not supported"),
+        (
+            "cuda_illegal_address",
+            "CUDA error: an illegal memory access was encountered",
+        ),
+    ];
+    for (effect, needle) in cases {
+        let install = FakeComfy::new("0.38.1", rule(effect));
+        let (code, doc, _) = run(&install, SD15, &[]);
+        assert_eq!(code, 1, "{effect}");
+        assert_eq!(doc["outcome"], "node_error", "{effect}: {doc:#}");
+        assert!(
+            evidence(&doc).contains(needle),
+            "{effect}: {}",
+            evidence(&doc)
+        );
+        let named = doc["iterations"][0]["signatures"].to_string();
+        assert!(named.contains(effect), "{effect}: {doc:#}");
+    }
+}
