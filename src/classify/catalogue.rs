@@ -42,10 +42,9 @@ pub struct Signature {
 
 impl Signature {
     /// Whether the signature's line alone says how a prompt ended: a memory failure, or a node
-    /// error a memory flag is known to change (a CUDA error that a memory feature causes).
+    /// error the catalogue knows (a CUDA error, a full disk).
     pub fn ends_a_prompt(&self) -> bool {
-        self.outcome.is_memory()
-            || (self.outcome == Outcome::NodeError && !self.flags_to_try.is_empty())
+        self.outcome.is_memory() || self.outcome == Outcome::NodeError
     }
 }
 
@@ -310,6 +309,16 @@ pub const SIGNATURES: &[Signature] = &[
         issues: &[2935],
     },
     Signature {
+        id: "cuda_no_kernel_image",
+        outcome: Outcome::NodeError,
+        phase: Phase::Prompt,
+        pattern: r"CUDA error: no kernel image is available for execution on the device|cudaErrorNoKernelImageForDevice",
+        title: "CUDA error: no kernel image for this GPU",
+        meaning: "PyTorch or a node's library was built without this GPU's architecture (new cards such as the RTX 50 series need a build with sm_120): update it; no memory flag changes this",
+        flags_to_try: &[],
+        issues: &[],
+    },
+    Signature {
         id: "cuda_illegal_address",
         outcome: Outcome::NodeError,
         phase: Phase::Prompt,
@@ -384,7 +393,7 @@ pub const SIGNATURES: &[Signature] = &[
         // not expected)`), docker compose (`comfyui-1 exited with code 1`), systemd
         // (`Main process exited, code=dumped, status=11/SEGV`), the Desktop app
         // (`Process exited with code 3221225477`).
-        pattern: r">pause$|^Press any key to continue \. \. \.|^[Pp]ress a key to continue|^请按任意键继续|[Pp]rocess exited with code -?[1-9]\d*|exited: \S+ \(exit status [1-9]\d*; not expected\)|exited with code [1-9]\d*$|Main process exited, code=(?:dumped|killed|exited), status=[1-9]",
+        pattern: r">pause$|^Press any key to continue \. \. \.|^[Pp]ress a key to continue|^请按任意键继续|[Pp]rocess exited with code -?[1-9]\d*|process exited \(exit code -?[1-9]\d*\)|进程已退出（退出代码 -?[1-9]\d*）|^ComfyUI has exited\.|exited: \S+ \(exit status [1-9]\d*; not expected\)|exited with code [1-9]\d*$|Main process exited, code=(?:dumped|killed|exited), status=[1-9]",
         title: "ComfyUI exited without a message",
         meaning: "the Python process ended while this prompt ran and printed nothing: a native crash (Windows access violation, 3221225477 = 0xC0000005) or the system ending it for memory",
         flags_to_try: &[
@@ -399,7 +408,8 @@ pub const SIGNATURES: &[Signature] = &[
         outcome: Outcome::Crash,
         phase: Phase::Prompt,
         // Anywhere in a line: a progress bar or a shell's `line 12: 4242 ` may come first.
-        pattern: r"Fatal Python error: |Segmentation fault|^Windows fatal exception: (access violation|stack overflow|code 0x)",
+        // Also a faulthandler dump whose header the excerpt lost: its stacks' own headings.
+        pattern: r"Fatal Python error: |Segmentation fault|^Windows fatal exception: (access violation|stack overflow|code 0x)|^Stack \(most recent call first\):|^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):",
         title: "ComfyUI crashed",
         meaning: "the Python process died in native code (abort, segfault, access violation)",
         flags_to_try: &[

@@ -78,7 +78,12 @@ impl Classification {
 
     fn with_hits(mut self, hits: &[(&'static str, String)]) -> Classification {
         for (id, line) in hits {
-            if !self.signatures.contains(id) {
+            // A faulthandler stack's heading says nothing more once its header is shown.
+            let shown = self.signatures.contains(id);
+            if shown && line.ends_with("(most recent call first):") {
+                continue;
+            }
+            if !shown {
                 self.signatures.push(id);
             }
             // The exception line and the log's copy of it say the same thing once.

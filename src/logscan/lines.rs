@@ -223,7 +223,8 @@ pub const MARKERS: &[Marker] = &[
         true,
         r"Traceback \(most recent call last\)",
     ),
-    m(Kind::ModuleFrame, ", in <module>", false, r", in <module>"),
+    // `, in <module>` in a traceback, ` in <module>` in a faulthandler dump.
+    m(Kind::ModuleFrame, " in <module>", false, r" in <module>"),
     m(
         Kind::ExceptionDuring,
         "!!! Exception during processing !!!",
