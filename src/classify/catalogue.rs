@@ -309,6 +309,16 @@ pub const SIGNATURES: &[Signature] = &[
         issues: &[2935],
     },
     Signature {
+        id: "outputs_ignored",
+        outcome: Outcome::InvalidWorkflow,
+        phase: Phase::Prompt,
+        pattern: r"^Output will be ignored",
+        title: "outputs of the workflow failed validation",
+        meaning: "ComfyUI refused some outputs of the prompt (a missing model or input, a value not in the list) and ran only the rest, often nothing: the lines before it name each problem; no memory flag changes this",
+        flags_to_try: &[],
+        issues: &[],
+    },
+    Signature {
         id: "cuda_no_kernel_image",
         outcome: Outcome::NodeError,
         phase: Phase::Prompt,

@@ -274,6 +274,9 @@ pub struct State {
     /// start or a prompt.
     exit_first: Option<(&'static Signature, String, u64)>,
     exit_first_seen: bool,
+    /// Outputs failed validation: a finding once the prompt runs what is left (or the log
+    /// ends), nothing more when ComfyUI then refuses the whole prompt (`invalid prompt`).
+    ignored_outputs: Option<(&'static Signature, String, u64)>,
     opened: u64,
     /// The time stamped on the last line that had one (seconds, on the log's own clock).
     now: Option<f64>,
@@ -602,6 +605,13 @@ impl State {
             Kind::Start { rank } => {
                 self.recognized += 1;
                 self.start_marker(rank, number, before);
+                // argparse prints its usage only when it refuses the flags (or for --help):
+                // the start ends there, even when the `error:` line is cut off.
+                if rank == 0
+                    && let Some(s) = self.current.as_mut()
+                {
+                    s.dead = true;
+                }
                 self.exit_explains_the_start(before);
             }
             Kind::Announce => {
@@ -624,7 +634,10 @@ impl State {
                 }
             }
             Kind::GotPrompt => self.got_prompt(number),
-            Kind::Executed => self.executed(text, number, before),
+            Kind::Executed => {
+                self.outputs_were_ignored();
+                self.executed(text, number, before)
+            }
             Kind::InvalidPrompt | Kind::RequestError => {
                 if kind == Kind::InvalidPrompt {
                     self.recognized += 1;
@@ -824,6 +837,12 @@ impl State {
         // A startup error with no start before it (a pasted excerpt): it is one.
         if sig.phase == Phase::Startup && self.current.is_none() && self.open.is_none() {
             self.new_start(number, 0, before);
+        }
+        // Outputs that failed validation are the session's finding, not a prompt's end: the
+        // prompt runs what is left (or is refused by an `invalid prompt` line of its own).
+        if sig.id == "outputs_ignored" {
+            self.ignored_outputs = Some((sig, clip(text), number));
+            return;
         }
         let starting = self.current.as_ref().is_some_and(|s| s.starting());
         // The launcher's pause or exit line after a clean stop, or between prompts, is no
@@ -1057,6 +1076,7 @@ impl State {
         lines.push(clip(text));
         self.validation.clear();
         self.collecting_validation = false;
+        self.ignored_outputs = None;
         let obs = PromptObservation {
             rejected: Some(lines),
             ..Default::default()
@@ -1307,6 +1327,12 @@ impl State {
     }
 
     /// The end of the log.
+    fn outputs_were_ignored(&mut self) {
+        if let Some((sig, text, number)) = self.ignored_outputs.take() {
+            self.tally(sig, &text, number, None);
+        }
+    }
+
     /// An exit reported above the log, followed by a start: the start is what died.
     fn exit_explains_the_start(&mut self, before: &Before<'_>) {
         if self.current.as_ref().is_some_and(|s| s.starting())
@@ -1325,6 +1351,7 @@ impl State {
         if let Some((sig, text, _)) = self.exit_first.take() {
             self.signature(sig, &text, last, &before);
         }
+        self.outputs_were_ignored();
         if self.current.is_some() {
             self.end_start(End::Eof, last, &before);
         } else {
