@@ -37,9 +37,9 @@ pub enum Kind {
     Loaded,
     /// `Traceback (most recent call last):`.
     Traceback,
-    /// A traceback frame of code run at import (`File "…", line 239, in <module>`): in an
-    /// excerpt with no start and no prompt before it, ComfyUI was starting.
-    ModuleFrame,
+    /// A traceback frame (`File "…", line 239, in f`, or faulthandler's `… line 239 in f`):
+    /// an exception was raised, even when the excerpt lost its header and its last line.
+    Frame,
     /// `!!! Exception during processing !!! …`.
     ExceptionDuring,
     /// `Processing interrupted`.
@@ -150,6 +150,12 @@ pub const MARKERS: &[Marker] = &[
     ),
     m(
         Kind::Announce,
+        "Context impl SQLiteImpl.",
+        true,
+        r"Context impl SQLiteImpl\.",
+    ),
+    m(
+        Kind::Announce,
         "Starting ComfyUI",
         true,
         r"Starting ComfyUI",
@@ -223,8 +229,7 @@ pub const MARKERS: &[Marker] = &[
         true,
         r"Traceback \(most recent call last\)",
     ),
-    // `, in <module>` in a traceback, ` in <module>` in a faulthandler dump.
-    m(Kind::ModuleFrame, " in <module>", false, r" in <module>"),
+    m(Kind::Frame, "\", line ", false, r#"", line "#),
     m(
         Kind::ExceptionDuring,
         "!!! Exception during processing !!!",

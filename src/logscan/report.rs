@@ -91,6 +91,9 @@ pub struct LogReport {
     pub known_issues: Vec<KnownIssue>,
     /// Set when two starts in the log already compare flags.
     pub comparison: Option<Comparison>,
+    /// The log shows a traceback outside a server start (an exception was raised), whether or
+    /// not the excerpt shows where it ended.
+    pub exception_raised: bool,
 }
 
 /// Where the answer comes from.
@@ -118,6 +121,7 @@ impl LogReport {
             prompt_counts,
             tallies,
             dynamic_loads,
+            frames_outside_startup,
             ..
         } = scanned;
         let startup = starts.last().map_or_else(Startup::default, |s| Startup {
@@ -155,6 +159,7 @@ impl LogReport {
             prompt_counts,
             known_issues: Vec::new(),
             comparison: None,
+            exception_raised: frames_outside_startup,
         };
         let (outcome, summary, decisive) = {
             let basis = report.basis();
@@ -290,7 +295,7 @@ impl LogReport {
                 )
         });
         let failed_start = self.starts.iter().any(|s| s.outcome.is_some());
-        if failed_prompt || failed_start || !self.known_issues.is_empty() {
+        if failed_prompt || failed_start || !self.known_issues.is_empty() || self.exception_raised {
             exit::FAILED
         } else {
             exit::OK

@@ -136,6 +136,9 @@ pub struct Scanned {
     pub recognized: u64,
     /// A model was `prepared for dynamic VRAM loading` somewhere in the log.
     pub dynamic_loads: bool,
+    /// Traceback frames outside a start: an exception was raised, even if the excerpt does
+    /// not show which.
+    pub frames_outside_startup: bool,
 }
 
 struct StartState {
@@ -277,6 +280,9 @@ pub struct State {
     /// Outputs failed validation: a finding once the prompt runs what is left (or the log
     /// ends), nothing more when ComfyUI then refuses the whole prompt (`invalid prompt`).
     ignored_outputs: Option<(&'static Signature, String, u64)>,
+    /// A traceback's frames outside a start (where custom nodes that fail to import print
+    /// theirs and ComfyUI goes on): an exception was raised.
+    frames_outside_startup: bool,
     opened: u64,
     /// The time stamped on the last line that had one (seconds, on the log's own clock).
     now: Option<f64>,
@@ -674,8 +680,19 @@ impl State {
                     }
                 }
             }
-            Kind::ModuleFrame => {
-                if self.current.is_none() && self.open.is_none() && self.prompts_total == 0 {
+            Kind::Frame => {
+                let starting = self.current.as_ref().is_some_and(|s| s.starting());
+                if !starting {
+                    self.frames_outside_startup = true;
+                }
+                // Code run at import (`in <module>`, `,` before `in` in a traceback, none in
+                // a faulthandler dump) with no start and no prompt before it: ComfyUI was
+                // starting.
+                if text.trim_end().ends_with(" in <module>")
+                    && self.current.is_none()
+                    && self.open.is_none()
+                    && self.prompts_total == 0
+                {
                     self.new_start(number, 0, before);
                     if let Some(s) = self.current.as_mut() {
                         s.traceback = true;
@@ -1373,6 +1390,7 @@ impl State {
             tallies: self.tallies,
             recognized: self.recognized,
             dynamic_loads: self.dynamic_loads,
+            frames_outside_startup: self.frames_outside_startup,
         }
     }
 }
