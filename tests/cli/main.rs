@@ -11,6 +11,7 @@ mod doctor_cli;
 mod explain_cli;
 mod fake_comfyui;
 mod fake_gpu;
+mod gpu_check;
 mod interrupt_bisect;
 mod logscan_cli;
 mod parsers_prop;
