@@ -165,8 +165,10 @@ PY
 alloc_check() {
     local before after
     if ! before=$(nvml_used_now baseline 2>&1); then
-        py "NVML: $before" <<'PY'
-fail("allocation", sys.argv[1])
+        py "$before" <<'PY'
+line("FAIL", "allocation", sys.argv[1])
+skip("release", "nothing was allocated")
+sys.exit(1)
 PY
         return 1
     fi
@@ -175,17 +177,21 @@ PY
     local rc=$?
     after=$(nvml_used_now after 2>&1) || after=
     py "$work/alloc.json" "$size_bytes" "$before" "$rc" "$max_context_bytes" "$tolerance_bytes" "$after" "$(first_error "$work/alloc.err")" <<'PY'
+def fail_alloc(text):
+    line("FAIL", "allocation", text)
+    skip("release", "the allocation check failed")
+    sys.exit(1)
 doc = load(sys.argv[1])
 size, before, rc, max_ctx, tol = (int(a) for a in sys.argv[2:7])
 after = int(sys.argv[7]) if sys.argv[7] else None
 err = sys.argv[8]
 cmd = doc.get("command") or {}
 if rc != 0 or cmd.get("exit_code") != 0:
-    fail("allocation", err or f"cuda_alloc exited with {cmd.get('exit_code')}")
+    fail_alloc(err or f"cuda_alloc exited with {cmd.get('exit_code')}")
 peak = series(doc, "gpu0.nvml.used", "max")
 tree = series(doc, "gpu0.tree.used", "max")
 if peak is None:
-    fail("allocation", unavailable(doc) or "no NVML reading while the memory was held")
+    fail_alloc(unavailable(doc) or "no NVML reading while the memory was held")
 rise = peak - before
 context = rise - size
 put("allocation", {"size_bytes": size, "nvml_used_before_bytes": before, "nvml_used_peak_bytes": peak,
@@ -193,11 +199,11 @@ put("allocation", {"size_bytes": size, "nvml_used_before_bytes": before, "nvml_u
                    "child_peak_bytes": tree, "nvml_used_after_bytes": after,
                    "samples": doc["samples"], "missed_ticks": doc["missed_ticks"]})
 if rise < size:
-    fail("allocation", f"NVML used rose by {rise} bytes, less than the {size} allocated")
+    fail_alloc(f"NVML used rose by {rise} bytes, less than the {size} allocated")
 if context > max_ctx:
-    fail("allocation", f"NVML used rose by {rise} bytes: {context} more than the {size} allocated")
+    fail_alloc(f"NVML used rose by {rise} bytes: {context} more than the {size} allocated")
 if tree is None or tree < size:
-    fail("allocation", f"the child (pid {cmd.get('pid')}) held {tree} bytes by NVML per process, not the {size} allocated")
+    fail_alloc(f"the child (pid {cmd.get('pid')}) held {tree} bytes by NVML per process, not the {size} allocated")
 ok("allocation", f"NVML used rose by {rise / MiB:.0f} MiB for {size / MiB:.0f} MiB: a CUDA context of {context / MiB:.0f} MiB; "
    f"the child (pid {cmd['pid']}) held {tree / MiB:.0f} MiB")
 if after is None:
@@ -289,14 +295,14 @@ comfy_check() {
     rc=$?
     "$bin" report "$dir" --output "$work/$kind.zip" >"$work/$kind-report.out" 2>"$work/$kind-report.err"
     local rrc=$?
-    py "$kind" "$dir" "$rc" "$rrc" "$(grep -v '^note:' "$work/$kind.err" | grep -v '^ *$' | head -n 1)" "$work/$kind.zip" "$work/$kind.json" "$(first_error "$work/$kind-report.err")" <<'PY'
+    py "$kind" "$dir" "$rc" "$rrc" "$(grep -v '^ *$' "$work/$kind.err")" "$work/$kind.zip" "$work/$kind.json" "$(first_error "$work/$kind-report.err")" <<'PY'
 import csv, glob, zipfile
 kind, dir, rc, rrc = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 err, zpath = sys.argv[5], sys.argv[6]
 try:
     doc = load(sys.argv[7])
 except ValueError:
-    fail(kind, err or f"no JSON (exit {rc})")
+    fail(kind, err.splitlines()[-1] if err else f"no JSON (exit {rc})")
 if rc not in (0, 1):
     fail(kind, err or f"exit {rc}")
 series_seen = set()
@@ -307,12 +313,13 @@ want = ["gpu0.nvml.used"] + (["gpu0.cuda.used"] if kind == "run" else [])
 missing = [s for s in want if s not in series_seen]
 what = doc.get("outcome") or (doc.get("verdict") or {}).get("kind")
 fig = {"exit": rc, "result": what, "series": sorted(s for s in series_seen if s.startswith("gpu")),
-       "notes": [l for l in err.splitlines() if l.startswith("note:")]}
+       "notes": list(dict.fromkeys(l for l in err.splitlines() if l.startswith("note:")))}
 if kind == "run":
     fig["cuda_context_bytes"] = (doc.get("sampling_summary") or {}).get("cuda_context_bytes")
 put(kind, fig)
 if missing:
-    fail(kind, f"{what}, but no {', '.join(missing)} in its samples ({err.splitlines()[0] if err else 'no note'})")
+    why = "; ".join(doc.get("sampling") or fig["notes"]) or (err.splitlines() or ["no note"])[0]
+    fail(kind, f"{what}, but no {', '.join(missing)} in its samples: {why}")
 if rrc != 0:
     fail(kind + "_report", f"report failed: {sys.argv[8]}")
 names = zipfile.ZipFile(zpath).namelist()
