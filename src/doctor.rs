@@ -11,6 +11,7 @@ use crate::install::Install;
 use crate::locate::{Chosen, Defaults};
 use crate::machine::{self as environment, NvmlNow, PyFacts};
 use crate::output::Style;
+use crate::sampler::cuda::CudaStart;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -155,12 +156,11 @@ pub fn free_disk(_: &Path) -> Option<u64> {
     None
 }
 
-/// Whether the CUDA driver library can be loaded: a presence check only (cudarc's
-/// `is_culib_present`, which dlopens it and does not panic; guarded all the same, since
-/// cudarc panics elsewhere when the library is missing or broken). No context is created.
-pub fn libcuda_present() -> Result<bool, String> {
-    std::panic::catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() })
-        .map_err(|_| "looking for libcuda panicked".to_string())
+/// Whether CUDA starts: libcuda loads (cudarc's `is_culib_present`, which does not panic),
+/// `cuInit` succeeds and devices are counted; guarded, since cudarc panics when the library
+/// is broken. No context is created, so no VRAM is taken.
+pub fn cuda_start() -> Result<crate::sampler::cuda::CudaStart, String> {
+    crate::sampler::cuda::start()
 }
 
 fn nvml_check(now: &Result<NvmlNow, String>) -> Check {
@@ -177,6 +177,13 @@ fn nvml_check(now: &Result<NvmlNow, String>) -> Check {
                 if n.gpus.len() == 1 { "" } else { "s" }
             ),
         ),
+        Err(e) if e.contains(environment::NVML_VERSION_MISMATCH) => {
+            Check::new("nvml", "NVIDIA driver (NVML)", Status::Fail, e.clone()).hint(
+                "the usual state after a driver update: reboot, or reload the nvidia kernel module, after a driver update \
+                 (stop what uses the GPU, then: sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia); \
+                 until then neither ComfyUI nor vrambisect can use the GPU",
+            )
+        }
         Err(e) => Check::new("nvml", "NVIDIA driver (NVML)", Status::Warn, e.clone()).hint(
             "without NVML vrambisect cannot record GPU memory (it still records RAM and ComfyUI's own CUDA view); \
              install the NVIDIA driver, or pass --nvml-lib PATH where libnvidia-ml lives elsewhere (WSL: /usr/lib/wsl/lib)",
@@ -258,18 +265,39 @@ fn commit_check(commit: Option<(u64, u64)>) -> Check {
     }
 }
 
-fn cuda_check(present: Result<bool, String>, nvml_ok: bool) -> Check {
+fn cuda_check(start: Result<CudaStart, String>, nvml_ok: bool) -> Check {
     const TITLE: &str = "CUDA driver library";
-    match present {
-        Ok(true) => Check::new(
+    match start {
+        Ok(CudaStart::Devices(n)) if n > 0 => Check::new(
             "cuda",
             TITLE,
             Status::Ok,
-            "libcuda is loadable (presence only: doctor creates no CUDA context, which would take 300-500 MB of VRAM)",
+            format!(
+                "libcuda starts and sees {n} GPU{} (cuInit and a count only: doctor creates no CUDA context, which would take 300-500 MB of VRAM)",
+                if n == 1 { "" } else { "s" }
+            ),
         ),
-        Ok(false) if nvml_ok => Check::new("cuda", TITLE, Status::Fail, "libcuda not found, although NVML works")
+        Ok(CudaStart::Devices(_)) => Check::new(
+            "cuda",
+            TITLE,
+            if nvml_ok { Status::Fail } else { Status::Warn },
+            "CUDA: no GPU is visible",
+        )
+        .hint("check CUDA_VISIBLE_DEVICES, and that the GPU is visible to this machine or container"),
+        Ok(CudaStart::Failed(why)) => Check::new(
+            "cuda",
+            TITLE,
+            if nvml_ok { Status::Fail } else { Status::Warn },
+            format!("CUDA: {why}"),
+        )
+        .hint(if nvml_ok {
+            "NVML works but CUDA does not start: torch will not see the GPU either; check CUDA_VISIBLE_DEVICES, and reinstall the NVIDIA driver if it persists"
+        } else {
+            "ComfyUI cannot use the GPU until the NVIDIA driver is loaded (see the NVML check); it can only run with --cpu meanwhile"
+        }),
+        Ok(CudaStart::Missing) if nvml_ok => Check::new("cuda", TITLE, Status::Fail, "libcuda not found, although NVML works")
             .hint("the driver install is incomplete: torch cannot use the GPU without libcuda.so.1 (nvcuda.dll on Windows); reinstall the NVIDIA driver"),
-        Ok(false) => Check::new("cuda", TITLE, Status::Warn, "libcuda not found: no NVIDIA driver here")
+        Ok(CudaStart::Missing) => Check::new("cuda", TITLE, Status::Warn, "libcuda not found: no NVIDIA driver here")
             .hint("ComfyUI can only run with --cpu (or on another vendor's GPU) on this machine"),
         Err(e) => Check::new("cuda", TITLE, Status::Fail, e)
             .hint("the CUDA driver library is broken: reinstall the NVIDIA driver"),
@@ -765,7 +793,7 @@ pub fn run(req: &Request) -> Checkup {
         }
         _ => vec![
             nvml_check(&now),
-            cuda_check(libcuda_present(), now.is_ok()),
+            cuda_check(cuda_start(), now.is_ok()),
             gpus_check(&now),
             processes_check(&now),
         ],
@@ -835,6 +863,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_driver_library_version_mismatch_says_to_reboot() {
+        let e = environment::nvml_init_error(
+            None,
+            &nvml_wrapper::error::NvmlError::LibRmVersionMismatch,
+        );
+        assert_eq!(
+            e,
+            "the NVIDIA kernel module and its libraries are different versions (NVML: Driver/library version mismatch)"
+        );
+        let c = nvml_check(&Err(e));
+        assert_eq!(c.status, Status::Fail);
+        assert!(
+            c.hint
+                .unwrap()
+                .contains("reboot, or reload the nvidia kernel module")
+        );
+        let c = nvml_check(&Err(environment::nvml_init_error(
+            None,
+            &nvml_wrapper::error::NvmlError::DriverNotLoaded,
+        )));
+        assert_eq!(c.status, Status::Warn);
+        assert_eq!(
+            c.summary,
+            "the NVIDIA driver is not loaded (NVML: Driver Not Loaded)"
+        );
+    }
+
+    #[test]
     fn cuda_versions_compare() {
         assert!(newer_than("13.0", "12.8"));
         assert!(newer_than("12.8", "12.4"));
@@ -847,8 +903,34 @@ mod tests {
     fn no_nvidia_is_a_warning_not_a_failure() {
         let now = Err("the NVIDIA management library is not installed".to_string());
         assert_eq!(nvml_check(&now).status, Status::Warn);
-        assert_eq!(cuda_check(Ok(false), false).status, Status::Warn);
-        assert_eq!(cuda_check(Ok(false), true).status, Status::Fail);
+        assert_eq!(
+            cuda_check(Ok(CudaStart::Missing), false).status,
+            Status::Warn
+        );
+        assert_eq!(
+            cuda_check(Ok(CudaStart::Missing), true).status,
+            Status::Fail
+        );
+        let no_device = || {
+            Ok(CudaStart::Failed(
+                "no CUDA-capable device is detected (CUDA_ERROR_NO_DEVICE)".into(),
+            ))
+        };
+        let c = cuda_check(no_device(), false);
+        assert_eq!(c.status, Status::Warn);
+        assert_eq!(
+            c.summary,
+            "CUDA: no CUDA-capable device is detected (CUDA_ERROR_NO_DEVICE)"
+        );
+        assert_eq!(cuda_check(no_device(), true).status, Status::Fail);
+        assert_eq!(
+            cuda_check(Ok(CudaStart::Devices(0)), true).status,
+            Status::Fail
+        );
+        assert_eq!(
+            cuda_check(Ok(CudaStart::Devices(2)), true).status,
+            Status::Ok
+        );
         assert_eq!(gpus_check(&now).status, Status::Warn);
         assert_eq!(processes_check(&now).status, Status::Warn);
     }

@@ -91,6 +91,33 @@ pub fn windows_nvml(
     exists(&nvsmi).then_some(nvsmi)
 }
 
+/// What NVML's `nvmlErrorString` says for `NVML_ERROR_LIB_RM_VERSION_MISMATCH` (18): the
+/// driver's kernel module and its libraries are different versions, the usual state on
+/// Linux after a driver update until the next reboot.
+pub const NVML_VERSION_MISMATCH: &str = "Driver/library version mismatch";
+
+/// A failed `nvmlInit` in one line for people, with NVML's own words in brackets where
+/// they say more than nvml-wrapper's (which never asks NVML for its text).
+pub fn nvml_init_error(lib: Option<&Path>, e: &nvml_wrapper::error::NvmlError) -> String {
+    use nvml_wrapper::error::NvmlError;
+    match (e, lib) {
+        (NvmlError::LibloadingError(err), Some(p)) => format!("cannot load {}: {err}", p.display()),
+        (NvmlError::LibloadingError(_), None) => {
+            "the NVIDIA management library (libnvidia-ml.so.1 / nvml.dll) is not installed: no NVIDIA driver here".to_string()
+        }
+        (NvmlError::DriverNotLoaded, _) => {
+            "the NVIDIA driver is not loaded (NVML: Driver Not Loaded)".to_string()
+        }
+        (NvmlError::LibRmVersionMismatch, _) => format!(
+            "the NVIDIA kernel module and its libraries are different versions (NVML: {NVML_VERSION_MISMATCH})"
+        ),
+        (NvmlError::NoPermission, _) => {
+            "no permission to talk to the NVIDIA driver (NVML: Insufficient Permissions)".to_string()
+        }
+        (e, _) => format!("NVML failed to start: {e}"),
+    }
+}
+
 /// Loads NVML and reads every GPU once. The error is one line for people.
 pub fn nvml_now(lib: Option<&Path>) -> Result<NvmlNow, String> {
     use nvml_wrapper::Nvml;
@@ -103,15 +130,7 @@ pub fn nvml_now(lib: Option<&Path>) -> Result<NvmlNow, String> {
     if let Some(p) = lib {
         builder.lib_path(p.as_os_str());
     }
-    let nvml = builder.init().map_err(|e| match (&e, lib) {
-        (NvmlError::LibloadingError(err), Some(p)) => format!("cannot load {}: {err}", p.display()),
-        (NvmlError::LibloadingError(_), None) => {
-            "the NVIDIA management library (libnvidia-ml.so.1 / nvml.dll) is not installed: no NVIDIA driver here".to_string()
-        }
-        (NvmlError::DriverNotLoaded, _) => "the NVIDIA driver is not loaded".to_string(),
-        (NvmlError::NoPermission, _) => "no permission to talk to the NVIDIA driver".to_string(),
-        (e, _) => format!("NVML failed to start: {e}"),
-    })?;
+    let nvml = builder.init().map_err(|e| nvml_init_error(lib, &e))?;
     let count = nvml
         .device_count()
         .map_err(|e| format!("cannot count GPUs: {e}"))?;

@@ -142,6 +142,11 @@ pub fn summary(rec: &RunRecord, style: &Style, out: &mut dyn Write) -> io::Resul
             style.warn(&g.statement)
         )?;
     }
+    // A probe that could not sample (no driver, no CUDA device, ...): one line each, in the
+    // probe's own words, so a missing VRAM timeline is explained where it is missed.
+    for s in &rec.sampling {
+        writeln!(out, "{:<14} {s}", style.bold("Not sampled"))?;
+    }
     for w in &rec.warnings {
         writeln!(out, "{} {w}", style.warn("warning:"))?;
     }

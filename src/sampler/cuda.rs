@@ -3,7 +3,7 @@
 
 use super::DeviceInfo;
 use super::probe::{Context, Probe, SeriesDef, Unavailable, to_i64};
-use cudarc::driver::CudaContext;
+use cudarc::driver::{CudaContext, DriverError};
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Once};
@@ -15,7 +15,7 @@ thread_local! {
 /// Runs `f`, turning a panic into an error line. cudarc panics instead of returning an error
 /// when libcuda or one of its symbols is missing; the default panic message would be a
 /// second, noisier line, so it is held back while `f` runs on this thread.
-fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+pub fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, String> {
     static HOOK: Once = Once::new();
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
@@ -33,6 +33,55 @@ fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, String> {
             .cloned()
             .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
             .unwrap_or_else(|| "the CUDA library panicked".into())
+    })
+}
+
+/// A CUDA error in one line for people: CUDA's own text and the constant's name, e.g.
+/// `no CUDA-capable device is detected (CUDA_ERROR_NO_DEVICE)`. (cudarc's `Display` of a
+/// `DriverError` is its debug form.)
+pub fn driver_error_text(e: &DriverError) -> String {
+    let text = e.error_string().ok().and_then(|s| s.to_str().ok());
+    let name = e.error_name().ok().and_then(|s| s.to_str().ok());
+    let code = e.0 as i32;
+    match (text, name) {
+        (Some(t), Some(n)) => format!("{t} ({n})"),
+        (None, Some(n)) => n.to_string(),
+        (Some(t), None) => format!("{t} (CUDA error {code})"),
+        (None, None) => format!("CUDA error {code}"),
+    }
+}
+
+/// What starting CUDA (`cuInit` and a device count; no context) finds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CudaStart {
+    /// No libcuda on this machine.
+    Missing,
+    /// CUDA started and sees this many devices.
+    Devices(usize),
+    /// libcuda is there but CUDA does not start: why, in one line.
+    Failed(String),
+}
+
+/// Starts CUDA without creating a context (no VRAM is taken). `Err` when the library is
+/// broken (a missing symbol: cudarc panics).
+pub fn start() -> Result<CudaStart, String> {
+    if crate::machine::NVIDIA_NOT_ON_THIS_OS.is_some() {
+        return Ok(CudaStart::Missing);
+    }
+    // SAFETY: only dlopen/dlclose of the candidate names.
+    let present = guarded(|| unsafe { cudarc::driver::sys::is_culib_present() })
+        .map_err(|e| format!("cannot look for libcuda: {e}"))?;
+    if !present {
+        return Ok(CudaStart::Missing);
+    }
+    let count = guarded(|| {
+        cudarc::driver::result::init()?;
+        cudarc::driver::result::device::get_count()
+    })
+    .map_err(|e| format!("the CUDA library is broken: {e}"))?;
+    Ok(match count {
+        Ok(n) => CudaStart::Devices(n.max(0) as usize),
+        Err(e) => CudaStart::Failed(driver_error_text(&e)),
     })
 }
 
@@ -89,7 +138,7 @@ impl CudaProbe {
         }
         let count = guarded(CudaContext::device_count)
             .map_err(|e| unavailable(format!("the CUDA library is broken: {e}")))?
-            .map_err(|e| unavailable(format!("CUDA failed to start: {e}")))?;
+            .map_err(|e| unavailable(format!("CUDA failed to start: {}", driver_error_text(&e))))?;
         if count <= 0 {
             return Err(unavailable("CUDA sees no GPU".to_string()));
         }
@@ -101,12 +150,15 @@ impl CudaProbe {
                 let ctx = CudaContext::new(ordinal)?;
                 let uuid = ctx.uuid()?;
                 let total = ctx.total_mem()?;
-                Ok::<_, cudarc::driver::DriverError>((ctx, uuid, total))
+                Ok::<_, DriverError>((ctx, uuid, total))
             });
             let (ctx, uuid, total) = match opened {
                 Ok(Ok(v)) => v,
                 Ok(Err(e)) => {
-                    notes.push(unavailable(format!("cuda:{ordinal}: no context: {e}")));
+                    notes.push(unavailable(format!(
+                        "cuda:{ordinal}: no context: {}",
+                        driver_error_text(&e)
+                    )));
                     continue;
                 }
                 Err(e) => {
@@ -179,7 +231,11 @@ impl Probe for CudaProbe {
                     d.failed = true;
                     self.pending.push(Unavailable::new(
                         "cuda",
-                        format!("gpu{}: cuMemGetInfo failed: {e}", d.index),
+                        format!(
+                            "gpu{}: cuMemGetInfo failed: {}",
+                            d.index,
+                            driver_error_text(&e)
+                        ),
                     ));
                 }
                 Err(e) if !d.failed => {

@@ -82,18 +82,14 @@ const SYSTEM_LIB: &str = "libnvidia-ml.so.1";
 /// One line for a failed `nvmlInit`.
 fn init_reason(lib: Option<&Path>, e: &NvmlError) -> String {
     match (e, lib) {
-        (NvmlError::LibloadingError(err), Some(p)) => {
-            format!("cannot load {}: {err}", p.display())
-        }
         (NvmlError::LibloadingError(_), None) => format!(
             "{SYSTEM_LIB} not found: no NVIDIA driver here (pass --nvml-lib PATH if it lives elsewhere)"
         ),
-        (NvmlError::DriverNotLoaded, _) => {
-            "the NVIDIA driver is not loaded (is the GPU visible to this machine or container?)"
-                .to_string()
-        }
-        (NvmlError::NoPermission, _) => "no permission to talk to the NVIDIA driver".to_string(),
-        (e, _) => format!("NVML failed to start: {e}"),
+        (NvmlError::DriverNotLoaded, _) => format!(
+            "{}; is the GPU visible to this machine or container?",
+            crate::machine::nvml_init_error(lib, e)
+        ),
+        _ => crate::machine::nvml_init_error(lib, e),
     }
 }
 

@@ -151,3 +151,31 @@ fn a_folder_that_is_not_comfyui_fails_its_check() {
     assert!(c["summary"].as_str().unwrap().contains("has no main.py"));
     assert!(c["hint"].is_string());
 }
+
+#[test]
+fn a_driver_update_before_the_reboot_is_named_with_its_remedy() {
+    // NVML_ERROR_LIB_RM_VERSION_MISMATCH: the kernel module is still the old driver's.
+    let gpu = support::sampling::fake_gpu();
+    gpu.write_state("nvml_init=lib_rm_version_mismatch\n");
+    let out = vrambisect()
+        .args(["doctor", "--json"])
+        .env("VRAMBISECT_NVML_LIB", gpu.nvml_path())
+        .env_remove("VRAMBISECT_FAKE_GPU_STATE")
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{doc:#}");
+    let nvml = check(&doc, "nvml");
+    assert_eq!(nvml["status"], "fail", "{nvml}");
+    assert_eq!(
+        nvml["summary"],
+        "the NVIDIA kernel module and its libraries are different versions (NVML: Driver/library version mismatch)"
+    );
+    assert!(
+        nvml["hint"]
+            .as_str()
+            .unwrap()
+            .contains("reboot, or reload the nvidia kernel module, after a driver update"),
+        "{nvml}"
+    );
+}

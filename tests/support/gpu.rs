@@ -60,3 +60,33 @@ impl FakeGpu {
         std::fs::rename(tmp, self.state_path()).unwrap();
     }
 }
+
+/// The `cuda_alloc` example (`examples/cuda_alloc.rs`) beside the vrambisect binary under
+/// test. `cargo test` builds examples with everything else; a run of only some tests does
+/// not, so it is built here when missing (the outer build has finished by then).
+pub fn cuda_alloc_example() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_vrambisect"));
+    let path = bin.parent().unwrap().join("examples").join("cuda_alloc");
+    static BUILD: std::sync::Once = std::sync::Once::new();
+    BUILD.call_once(|| {
+        let stale = |p: &Path| {
+            let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
+            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/cuda_alloc.rs");
+            match (modified(p), modified(&src), modified(bin)) {
+                (Some(t), Some(s), Some(b)) => t < s || t < b,
+                _ => true,
+            }
+        };
+        if stale(&path) {
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let status = Command::new(cargo)
+                .args(["build", "--quiet", "--example", "cuda_alloc"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("cargo to build the cuda_alloc example");
+            assert!(status.success(), "building the cuda_alloc example failed");
+        }
+    });
+    assert!(path.is_file(), "no {}", path.display());
+    path
+}
