@@ -210,7 +210,7 @@ pub const SIGNATURES: &[Signature] = &[
         id: "aimdo_non_oom",
         outcome: Outcome::AimdoFault,
         phase: Phase::Prompt,
-        pattern: r"VRAM Allocation failed \(non OOM\)|Fault failed: \d+",
+        pattern: r"VRAM Allocation failed \(non OOM\)|Fault failed: \d+|comfy-aimdo device \d+ is not initialized",
         title: "comfy-aimdo fault",
         meaning: "comfy-aimdo failed to fault weights into VRAM for a reason other than a plain OOM; often only on the second prompt",
         flags_to_try: &["--disable-dynamic-vram", "--disable-pinned-memory"],

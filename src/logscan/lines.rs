@@ -42,6 +42,9 @@ pub enum Kind {
     Frame,
     /// `!!! Exception during processing !!! …`.
     ExceptionDuring,
+    /// The Error Report's `- **Exception Message:** …` (or its rendered `Exception Message:
+    /// …`): the exception that ended the prompt, as the frontend reports it.
+    ReportException,
     /// `Processing interrupted`.
     Interrupted,
     /// A line that may carry ComfyUI's launch flags.
@@ -235,6 +238,18 @@ pub const MARKERS: &[Marker] = &[
         "!!! Exception during processing !!!",
         true,
         r"!!! Exception during processing !!!",
+    ),
+    m(
+        Kind::ReportException,
+        "- **Exception Message:** ",
+        true,
+        r"- \*\*Exception Message:\*\* ",
+    ),
+    m(
+        Kind::ReportException,
+        "Exception Message: ",
+        true,
+        r"Exception Message: ",
     ),
     m(
         Kind::Interrupted,

@@ -284,16 +284,14 @@ impl LogReport {
         text
     }
 
-    /// 0: the log shows no failure; 1: it shows one (a failed prompt or start, or a known
-    /// failure signature anywhere).
+    /// 0: the log shows no failure; 1: it shows one (a failed or refused prompt, a failed
+    /// start, a known failure signature anywhere, or an exception raised).
     pub fn exit_code(&self) -> i32 {
-        let failed_prompt = self.prompt_counts.iter().any(|(k, n)| {
-            *n > 0
-                && !matches!(
-                    k.as_str(),
-                    "pass" | "unknown" | "interrupted" | "invalid_workflow"
-                )
-        });
+        // A workflow ComfyUI refused is a failure too: nothing the user asked for ran.
+        let failed_prompt = self
+            .prompt_counts
+            .iter()
+            .any(|(k, n)| *n > 0 && !matches!(k.as_str(), "pass" | "unknown" | "interrupted"));
         let failed_start = self.starts.iter().any(|s| s.outcome.is_some());
         if failed_prompt || failed_start || !self.known_issues.is_empty() || self.exception_raised {
             exit::FAILED

@@ -641,6 +641,13 @@ impl State {
             }
             Kind::GotPrompt => self.got_prompt(number),
             Kind::Executed => {
+                // Every output it was asked for was refused and nothing ran: the prompt was
+                // refused in all but name.
+                if self.ignored_outputs.is_some() && self.open.as_ref().is_none_or(|p| !p.content) {
+                    self.recognized += 1;
+                    self.rejected(true, "Output will be ignored", number);
+                    return;
+                }
                 self.outputs_were_ignored();
                 self.executed(text, number, before)
             }
@@ -701,6 +708,18 @@ impl State {
                 }
             }
             Kind::ExceptionDuring => self.exception_during(text, number),
+            Kind::ReportException => {
+                let msg = text
+                    .split_once("Exception Message:")
+                    .map_or(text, |(_, m)| m.trim_start_matches("**").trim());
+                // The frontend's own report of a prompt ComfyUI refused.
+                if msg.starts_with("Prompt outputs failed validation") {
+                    self.recognized += 1;
+                    self.rejected(true, msg, number);
+                } else {
+                    self.exception_during(msg, number);
+                }
+            }
             Kind::Interrupted => {
                 let p = self.prompt_for_line(number);
                 p.content = true;
