@@ -174,7 +174,9 @@ pub const SIGNATURES: &[Signature] = &[
         id: "comfyui_oom_handler",
         outcome: Outcome::Oom,
         phase: Phase::Prompt,
-        pattern: r"^Got an OOM, unloading all loaded models\.|This error means you ran out of memory on your GPU\.",
+        // v0.38's handler also logs `Memory summary:` before PyTorch's table, which is all an
+        // excerpt may keep (the table alone is not enough: anyone can print it).
+        pattern: r"^Got an OOM, unloading all loaded models\.|This error means you ran out of memory on your GPU\.|^Memory summary:",
         title: "ComfyUI caught a GPU OOM",
         meaning: "ComfyUI's OOM handler ran and unloaded all models (the next run starts cold)",
         flags_to_try: &["--disable-dynamic-vram", "--reserve-vram=1"],
