@@ -307,7 +307,9 @@ fn run_regress(
                 regress: args.regress,
                 repeat: args.repeat,
                 limits: args.limits.limits(None),
-                max_runs: args.max_runs.unwrap_or(64),
+                max_runs: args
+                    .max_runs
+                    .unwrap_or(crate::bisect::session::DEFAULT_MAX_RUNS),
                 confidence: args.confidence,
                 output: args.output,
             }

@@ -243,7 +243,7 @@ pub fn bits_per_run(rate: f64) -> f64 {
 /// to learn (the answer's entropy, and the evidence the confidence asks for) at what a run
 /// tells at the lowest rate the runs so far allow, with half as much again for bad luck.
 pub fn runs_needed(posterior: &Posterior, confidence: f64) -> u32 {
-    let left = posterior.entropy() + (1.0 / (1.0 - confidence.min(0.999_999))).log2();
+    let left = posterior.entropy() + (1.0 / (1.0 - confidence)).log2();
     let per_run = bits_per_run(posterior.rate_low()).max(0.01);
     (1.5 * left / per_run).ceil().min(100_000.0) as u32
 }

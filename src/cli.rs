@@ -298,7 +298,9 @@ pub struct BisectArgs {
         conflicts_with = "resume"
     )]
     pub strategy: StrategyArg,
-    /// Run each configuration this many times (use 3 for flaky failures).
+    /// 1: failures are taken to show every time. 2 or more (use 3 for flaky failures): the
+    /// flaky search runs what tells most until --confidence, and a passing baseline gets
+    /// max(2N + 1, 13) runs before "not reproduced".
     #[arg(help_heading = "Search", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100), conflicts_with = "resume")]
     pub repeat: u32,
     #[command(flatten)]
@@ -380,8 +382,9 @@ pub struct RegressArgs {
     /// What counts as bad (default: the bad end's own failure, e.g. oom).
     #[arg(long, value_name = "KIND", value_parser = parse_outcome, conflicts_with = "resume")]
     pub regress: Option<crate::outcome::Outcome>,
-    /// For a flaky failure, 2 or more: each commit's runs are then chosen one at a time by
-    /// what they tell (see --confidence); 1: bad if the run fails, good if it passes.
+    /// 1: a commit is bad if its run fails, good if it passes. 2 or more (any value: the
+    /// failure is flaky): each run is chosen by what it tells until --confidence, and the bad
+    /// end gets up to 13 runs to show the failure.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100), conflicts_with = "resume")]
     pub repeat: u32,
     #[command(flatten)]

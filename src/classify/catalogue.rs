@@ -419,9 +419,9 @@ pub const SIGNATURES: &[Signature] = &[
         id: "fatal_python_error",
         outcome: Outcome::Crash,
         phase: Phase::Prompt,
-        // Anywhere in a line: a progress bar or a shell's `line 12: 4242 ` may come first.
-        // Also a faulthandler dump whose header the excerpt lost: its stacks' own headings.
-        pattern: r"Fatal Python error: |Segmentation fault|^Windows fatal exception: (access violation|stack overflow|code 0x)|^Stack \(most recent call first\):|^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):",
+        // Also after a progress bar (`…it/s]Fatal Python error`) or a shell's `line 12: 4242`,
+        // and a faulthandler dump whose header the excerpt lost: its stacks' own headings.
+        pattern: r"^Fatal Python error: |\]Fatal Python error: |^Segmentation fault|\]Segmentation fault|: line \d+: +\d+ +Segmentation fault|^Windows fatal exception: (access violation|stack overflow|code 0x)|^Stack \(most recent call first\):|^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):",
         title: "ComfyUI crashed",
         meaning: "the Python process died in native code (abort, segfault, access violation)",
         flags_to_try: &[

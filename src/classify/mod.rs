@@ -78,13 +78,14 @@ impl Classification {
 
     fn with_hits(mut self, hits: &[(&'static str, String)]) -> Classification {
         for (id, line) in hits {
-            // A faulthandler stack's heading says nothing more once its header is shown.
             let shown = self.signatures.contains(id);
-            if shown && line.ends_with("(most recent call first):") {
-                continue;
-            }
             if !shown {
                 self.signatures.push(id);
+            }
+            // A heading (`Memory summary:`, a faulthandler stack's `… (most recent call
+            // first):`) says nothing by itself: evidence only when there is nothing else.
+            if line.trim_end().ends_with(':') && !self.evidence.is_empty() {
+                continue;
             }
             // The exception line and the log's copy of it say the same thing once.
             let known = self

@@ -91,11 +91,10 @@ pub fn normalize(raw: &str) -> Line {
         .rsplit('\r')
         .find(|s| !s.trim().is_empty())
         .unwrap_or("");
+    let plain = strip_ansi(visible);
     // A bar that ended without a newline, the next record glued to it (`… 0/30 [00:00<?,
     // ?it/s][INFO] got prompt`): the record is what is read.
-    let visible = after_progress_bar(visible).unwrap_or(visible);
-    let plain = strip_ansi(visible);
-    let mut text = plain.as_str();
+    let mut text = after_progress_bar(&plain).unwrap_or(&plain);
     text = strip_compose(text);
     text = strip_timestamp(text);
     let mut level = None;

@@ -232,7 +232,7 @@ pub const MARKERS: &[Marker] = &[
         true,
         r"Traceback \(most recent call last\)",
     ),
-    m(Kind::Frame, "\", line ", false, r#"", line "#),
+    m(Kind::Frame, "File \"", false, r#"File ""#),
     m(
         Kind::ExceptionDuring,
         "!!! Exception during processing !!!",
@@ -503,7 +503,11 @@ mod tests {
             (" 45%|████▌     | 9/20 [00:04<00:05,  2.1it/s]", None),
             (
                 "  File \"/home/user/ComfyUI/main.py\", line 149, in <module>",
-                Some(Kind::LaunchArgs),
+                Some(Kind::Frame),
+            ),
+            (
+                "  File \"C:\\x\\nodes.py\", line 12 in load",
+                Some(Kind::Frame),
             ),
         ];
         for (text, kind) in cases {

@@ -405,6 +405,28 @@ To see the GUI go to: http://127.0.0.1:8188
             r.prompts[0].evidence.last().unwrap(),
             " 10%|█         | 2/20 [00:02<00:18,  1.02s/it]"
         );
+        // A coloured bar is a bar too (its closing code is no record glued after it).
+        let coloured =
+            format!("{head}\x1b[32m 10%|█         | 2/20 [00:02<00:18,  1.02s/it]\x1b[0m\n");
+        let r = scan_bytes("coloured.log", coloured.as_bytes(), Mode::Prefilter).unwrap();
+        let why = r.prompts[0].explanation.as_deref().unwrap_or("");
+        assert!(!why.contains("known hang"), "{why}");
+    }
+
+    #[test]
+    fn words_of_a_crash_inside_a_sentence_are_no_crash() {
+        let log = "To see the GUI go to: http://127.0.0.1:8188\ngot prompt\nRequested to load SD1\nloaded completely 9000.0 1639.41 True\nPrompt executed in 3.10 seconds\n[WARN] set X=1 to avoid a Segmentation fault on macOS; a Fatal Python error: is rare\n";
+        let r = scan_bytes("warn.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::Pass));
+        assert_eq!(r.prompts_total, 1);
+        assert_eq!(r.exit_code(), 0);
+        // Glued after a bar, or behind a shell's line number, they are.
+        let glued = "got prompt\n  0%|          | 0/8 [00:00<?, ?it/s,   Model Initializing ...  ]Fatal Python error: Aborted\n";
+        let r = scan_bytes("glued.log", glued.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::Crash));
+        let shell = "got prompt\nRequested to load SD1\n/init.bash: line 637:   289 Segmentation fault      python main.py\n";
+        let r = scan_bytes("shell.log", shell.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::Crash));
     }
 
     /// Every input the fuzzer found (`fuzz/regressions/`) and lines whose needle is joined

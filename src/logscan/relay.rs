@@ -209,16 +209,24 @@ fn changes_the_reading(layer: &Layer, lines: &[Vec<u8>]) -> bool {
     changed * 2 > with
 }
 
-/// A reader that strips a prefix from every line that carries it.
+/// A reader that strips a prefix from every line that carries it. A line's first
+/// [`DECIDE`] bytes are enough to know (a prefix is a few words); the rest of a line, however
+/// long (a progress bar redrawn for hours), passes straight through, so memory stays bounded.
 pub struct Stripper<R> {
     inner: R,
     prefix: Prefix,
-    /// Bytes read and not yet given out: whole lines, stripped, then the start of the next.
+    /// Bytes ready to give out, from `pos` on.
     out: Vec<u8>,
-    /// The line being read (not yet stripped).
-    line: Vec<u8>,
+    pos: usize,
+    /// The start of the line being read, until it holds a newline or `DECIDE` bytes.
+    head: Vec<u8>,
+    /// The current line's start was decided: the rest of it passes as it is.
+    passing: bool,
     done: bool,
 }
+
+/// How much of a line's start is looked at for its prefix.
+const DECIDE: usize = 4096;
 
 impl<R: Read> Stripper<R> {
     pub fn new(inner: R, prefix: Prefix) -> Self {
@@ -226,29 +234,63 @@ impl<R: Read> Stripper<R> {
             inner,
             prefix,
             out: Vec::new(),
-            line: Vec::new(),
+            pos: 0,
+            head: Vec::new(),
+            passing: false,
             done: false,
+        }
+    }
+
+    fn decide(&mut self) {
+        self.out.extend_from_slice(self.prefix.strip(&self.head));
+        self.head.clear();
+    }
+
+    fn take(&mut self, mut rest: &[u8]) {
+        while !rest.is_empty() {
+            let nl = rest.iter().position(|b| *b == b'\n');
+            if self.passing {
+                let end = nl.map_or(rest.len(), |i| i + 1);
+                self.out.extend_from_slice(&rest[..end]);
+                self.passing = nl.is_none();
+                rest = &rest[end..];
+                continue;
+            }
+            let room = DECIDE - self.head.len();
+            match nl {
+                Some(i) if i < room => {
+                    self.head.extend_from_slice(&rest[..=i]);
+                    self.decide();
+                    rest = &rest[i + 1..];
+                }
+                _ if rest.len() < room => {
+                    self.head.extend_from_slice(rest);
+                    rest = &[];
+                }
+                _ => {
+                    self.head.extend_from_slice(&rest[..room]);
+                    self.decide();
+                    self.passing = true;
+                    rest = &rest[room..];
+                }
+            }
         }
     }
 
     fn fill(&mut self) -> io::Result<()> {
         let mut buf = [0u8; 64 * 1024];
-        while self.out.is_empty() && !self.done {
+        while self.pos == self.out.len() && !self.done {
+            self.out.clear();
+            self.pos = 0;
             let n = self.inner.read(&mut buf)?;
             if n == 0 {
                 self.done = true;
-                let line = std::mem::take(&mut self.line);
-                self.out.extend_from_slice(self.prefix.strip(&line));
+                if !self.head.is_empty() {
+                    self.decide();
+                }
                 break;
             }
-            let mut rest = &buf[..n];
-            while let Some(nl) = rest.iter().position(|b| *b == b'\n') {
-                self.line.extend_from_slice(&rest[..=nl]);
-                let line = std::mem::take(&mut self.line);
-                self.out.extend_from_slice(self.prefix.strip(&line));
-                rest = &rest[nl + 1..];
-            }
-            self.line.extend_from_slice(rest);
+            self.take(&buf[..n]);
         }
         Ok(())
     }
@@ -256,12 +298,12 @@ impl<R: Read> Stripper<R> {
 
 impl<R: Read> Read for Stripper<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.out.is_empty() {
+        if self.pos == self.out.len() {
             self.fill()?;
         }
-        let n = buf.len().min(self.out.len());
-        buf[..n].copy_from_slice(&self.out[..n]);
-        self.out.drain(..n);
+        let n = buf.len().min(self.out.len() - self.pos);
+        buf[..n].copy_from_slice(&self.out[self.pos..self.pos + n]);
+        self.pos += n;
         Ok(n)
     }
 }
@@ -320,6 +362,25 @@ mod tests {
         assert!(
             detect(manager.as_bytes()).is_empty(),
             "the Manager's own stamps stay"
+        );
+    }
+
+    #[test]
+    fn a_line_longer_than_what_is_looked_at_passes_through_whole() {
+        let bar = "x".repeat(3 * DECIDE + 17);
+        let log = format!("<job 42> got prompt\n<job 42> {bar}\n<job 42> done\n<job 42> a\n");
+        assert_eq!(stripped(&log), format!("got prompt\n{bar}\ndone\na\n"));
+        // Read a byte at a time, the same.
+        let p = detect(log.as_bytes());
+        let mut r = Stripper::new(log.as_bytes(), p);
+        let mut out = Vec::new();
+        let mut one = [0u8; 1];
+        while r.read(&mut one).unwrap() == 1 {
+            out.push(one[0]);
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!("got prompt\n{bar}\ndone\na\n")
         );
     }
 

@@ -1362,7 +1362,7 @@ impl State {
         self.starts.push_back(summary);
     }
 
-    /// The end of the log.
+    /// Outputs refused at validation, now that the prompt ran the rest (or the log ended).
     fn outputs_were_ignored(&mut self) {
         if let Some((sig, text, number)) = self.ignored_outputs.take() {
             self.tally(sig, &text, number, None);
@@ -1378,6 +1378,7 @@ impl State {
         }
     }
 
+    /// The end of the log.
     pub fn finish(mut self, tail: &[String], lines: u64) -> Scanned {
         let carry: VecDeque<Vec<u8>> = tail.iter().map(|t| t.as_bytes().to_vec()).collect();
         let before = Before::from_carry(&carry);

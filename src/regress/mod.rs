@@ -601,7 +601,6 @@ fn finish(
         between,
         confidence,
         failure_rate,
-        runs: _,
         best_so_far,
     } = found;
     let found_flaky = (confidence, failure_rate, best_so_far);

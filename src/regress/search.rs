@@ -66,8 +66,6 @@ pub struct Bisection {
     pub confidence: Option<f64>,
     /// A flaky search's failure rate of bad commits (90% interval).
     pub failure_rate: Option<(f64, f64)>,
-    /// A flaky search's runs.
-    pub runs: Option<usize>,
     /// A flaky search stopped early: its best answer so far, in words.
     pub best_so_far: Option<String>,
 }
@@ -82,7 +80,6 @@ impl Bisection {
             between: Vec::new(),
             confidence: None,
             failure_rate: None,
-            runs: None,
             best_so_far: None,
         }
     }
@@ -147,7 +144,6 @@ pub fn bisect(
             .collect(),
         confidence: Some(1.0),
         failure_rate: None,
-        runs: None,
         best_so_far: None,
     })
 }

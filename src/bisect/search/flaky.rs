@@ -26,7 +26,8 @@ use crate::outcome::Outcome;
 const PRIOR_BY_SIZE: [f64; 3] = [1.0, 0.035, 0.002];
 const PRIOR_NONE: f64 = 0.015;
 
-/// The most runs a budget taken from the posterior may come to.
+/// The most runs a budget taken from the posterior may add in one session (a resume adds as
+/// many again).
 const MOST_RUNS: u32 = 1000;
 
 /// What the posterior says: the best answer so far, how sure, and the failure rate.
@@ -74,6 +75,7 @@ impl Search<'_> {
         prior.push(PRIOR_NONE);
         let none = masks.len();
         let entry_runs = self.runs;
+        let mut budget = 0;
         loop {
             let (post, dead, gone) = self.posterior(&masks, &prior, target);
             let b = post.belief();
@@ -85,9 +87,16 @@ impl Search<'_> {
                 runs: self.runs,
             };
             self.last_belief = Some(belief.clone());
+            // Never below the runs made: what is still needed comes on top of them, and a
+            // session gets at most MOST_RUNS more before it asks to be resumed.
             if !self.settings.budget_given {
                 let needed = bayes::runs_needed(&post, self.settings.confidence);
-                self.budget = entry_runs.saturating_add(needed).min(MOST_RUNS);
+                let wanted = self
+                    .runs
+                    .saturating_add(needed)
+                    .min(entry_runs.saturating_add(MOST_RUNS));
+                budget = wanted.max(budget);
+                self.budget = budget;
             }
             if b.probability >= self.settings.confidence {
                 let Some(mask) = answer else {
