@@ -82,9 +82,7 @@ impl Classification {
             if !shown {
                 self.signatures.push(id);
             }
-            // A heading (`Memory summary:`, a faulthandler stack's `… (most recent call
-            // first):`) says nothing by itself: evidence only when there is nothing else.
-            if line.trim_end().ends_with(':') && !self.evidence.is_empty() {
+            if says_little(line) && !self.evidence.is_empty() {
                 continue;
             }
             // The exception line and the log's copy of it say the same thing once.
@@ -101,6 +99,14 @@ impl Classification {
 }
 
 const MAX_EVIDENCE: usize = 8;
+
+/// A heading that says nothing by itself (`Memory summary:` and the table after it, a
+/// faulthandler stack's `… (most recent call first):`): evidence or an example only when
+/// there is nothing better.
+pub fn says_little(line: &str) -> bool {
+    let t = line.trim_end();
+    t.ends_with(':') || t.ends_with("===|")
+}
 
 /// Prompt-phase signature hits in `lines`, in order.
 fn prompt_hits(lines: &[String]) -> Vec<(&'static str, Outcome, String)> {

@@ -985,6 +985,10 @@ impl State {
         let t = &mut self.tallies[i];
         t.lines += 1;
         t.last_line = number;
+        // The example says what happened, not a heading before it.
+        if classify::says_little(&t.example) && !classify::says_little(text) {
+            t.example = clip(text);
+        }
         if let Some((ordinal, serial)) = prompt {
             if t.last_prompt != Some(serial) {
                 t.prompts += 1;
