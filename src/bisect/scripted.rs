@@ -52,12 +52,17 @@ impl Scripted {
     }
 
     fn next(&mut self) -> f64 {
-        // xorshift64*: small, seeded, good enough for a simulation.
-        self.rng ^= self.rng >> 12;
-        self.rng ^= self.rng << 25;
-        self.rng ^= self.rng >> 27;
-        (self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+        unit(&mut self.rng)
     }
+}
+
+/// The next number in [0, 1) of a seeded generator (xorshift64*: small, good enough for a
+/// simulation; the scripted oracle and the scripted flaky history share it).
+pub fn unit(state: &mut u64) -> f64 {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// The flags of a configuration as a set of `--flag` / `--flag=value` words.

@@ -10,7 +10,7 @@
 //! ([`super::Session`]), so it goes on where it stopped.
 
 use super::Mark;
-use super::search::{Answer, Bisection, CommitTester, Stop};
+use super::search::{Answer, Bisection, CommitTester, Stop, stopped};
 use crate::bayes::{Posterior, percent};
 use crate::error::Error;
 use crate::outcome::Outcome;
@@ -183,13 +183,6 @@ fn test(
         }
     }
     Ok(())
-}
-
-fn stopped(stop: Stop, regress: Option<Outcome>) -> Result<Bisection, Error> {
-    match stop {
-        Stop::Incomplete => Ok(Bisection::ended(Answer::Incomplete, regress)),
-        Stop::Failed(e) => Err(e),
-    }
 }
 
 #[cfg(test)]

@@ -148,7 +148,8 @@ pub fn bisect(
     })
 }
 
-fn stopped(stop: Stop, regress: Option<Outcome>) -> Result<Bisection, Error> {
+/// A search that could not go on: incomplete after a stop, the error after a failure.
+pub(super) fn stopped(stop: Stop, regress: Option<Outcome>) -> Result<Bisection, Error> {
     match stop {
         Stop::Incomplete => Ok(Bisection::ended(Answer::Incomplete, regress)),
         Stop::Failed(e) => Err(e),
@@ -174,10 +175,7 @@ impl FlakyHistory {
         }
     }
     fn next(&mut self) -> f64 {
-        self.rng ^= self.rng >> 12;
-        self.rng ^= self.rng << 25;
-        self.rng ^= self.rng >> 27;
-        (self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+        crate::bisect::scripted::unit(&mut self.rng)
     }
 }
 
