@@ -47,6 +47,8 @@ pub enum Kind {
     ReportException,
     /// `Processing interrupted`.
     Interrupted,
+    /// A tqdm bar (`… 3/20 [00:07<00:40,  2.51s/it]`): a node at work, so a prompt runs.
+    Progress,
     /// A line that may carry ComfyUI's launch flags.
     LaunchArgs,
     /// ComfyUI-Manager's `** ComfyUI Path:` / `** Log path:`.
@@ -169,6 +171,20 @@ pub const MARKERS: &[Marker] = &[
         true,
         r"Unsupported Pytorch detected",
     ),
+    // The newest startups: the quantized-ops backends probed at import
+    // (`comfy/quant_ops.py`), the assets database's migrations.
+    m(
+        Kind::Announce,
+        "Found comfy_kitchen backend ",
+        true,
+        r"Found comfy_kitchen backend ",
+    ),
+    m(
+        Kind::Announce,
+        "setup plugin alembic.",
+        true,
+        r"setup plugin alembic\.",
+    ),
     m(
         Kind::Ready,
         "To see the GUI go to: ",
@@ -239,6 +255,13 @@ pub const MARKERS: &[Marker] = &[
         true,
         r"!!! Exception during processing !!!",
     ),
+    // Its 2024 form (`execution.py`, 5d08802f until the execution model inversion).
+    m(
+        Kind::ExceptionDuring,
+        "!!! Exception during processing!!!",
+        true,
+        r"!!! Exception during processing!!!",
+    ),
     m(
         Kind::ReportException,
         "- **Exception Message:** ",
@@ -257,6 +280,8 @@ pub const MARKERS: &[Marker] = &[
         true,
         r"Processing interrupted",
     ),
+    m(Kind::Progress, "it/s]", false, r"it/s\]"),
+    m(Kind::Progress, "s/it]", false, r"s/it\]"),
     m(Kind::LaunchArgs, "main.py", false, r"main\.py"),
     m(Kind::LaunchArgs, "Launch args:", false, r"Launch args:"),
     m(Kind::LaunchArgs, "\"argv\"", false, r#""argv""#),
@@ -500,7 +525,14 @@ mod tests {
             ),
             ("Stopped server", Some(Kind::Stopped)),
             ("Using pytorch attention", None),
-            (" 45%|████▌     | 9/20 [00:04<00:05,  2.1it/s]", None),
+            (
+                " 45%|████▌     | 9/20 [00:04<00:05,  2.1it/s]",
+                Some(Kind::Progress),
+            ),
+            (
+                "Fetching 5 files: 100%|█████| 5/5 [00:00<00:00, 12.1MB/s]",
+                None,
+            ),
             (
                 "  File \"/home/user/ComfyUI/main.py\", line 149, in <module>",
                 Some(Kind::Frame),

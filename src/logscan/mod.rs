@@ -364,6 +364,49 @@ To see the GUI go to: http://127.0.0.1:8188
     }
 
     #[test]
+    fn what_only_a_running_prompt_or_a_start_prints() {
+        let read = |log: &str| scan_bytes("part.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        // A sampler's bar after the last prompt ended: the next prompt at work, cut off.
+        let r = read(
+            "got prompt\nPrompt executed in 9.00 seconds\n 85%|#####  | 17/20 [01:21<00:14,  4.92s/it]\n",
+        );
+        assert_eq!(r.outcome, None);
+        assert!(r.ends_mid_prompt);
+        assert_eq!(r.prompts_total, 2);
+        // A traceback through the executor with no `!!!` line: the prompt's error.
+        let r = read(
+            "Traceback (most recent call last):\n  File \"C:\\ComfyUI\\execution.py\", line 151, in recursive_execute\n    output_data = get_output_data(obj)\n  File \"C:\\ComfyUI\\custom_nodes\\x\\node.py\", line 9, in run\n    y = d['offload']\nKeyError: 'offload'\n",
+        );
+        assert_eq!(r.outcome, Some(Outcome::NodeError));
+        assert!(!r.ends_mid_prompt);
+        // The 2024 form of the exception line.
+        let r = read(
+            "got prompt\n!!! Exception during processing!!! shape mismatch\nPrompt executed in 1.00 seconds\n",
+        );
+        assert_eq!(r.outcome, Some(Outcome::NodeError));
+        // faulthandler's fatal error, its stack heading, and frames of a custom node's import:
+        // ComfyUI never came up (no prompt ran).
+        let r = read(
+            "Windows fatal exception: access violation\n\nStack (most recent call first):\n  File \"C:\\ComfyUI\\custom_nodes\\n\\probe.py\", line 688 in _probe\n  File \"C:\\ComfyUI\\custom_nodes\\n\\__init__.py\", line 6 in <module>\n  File \"C:\\ComfyUI\\nodes.py\", line 2263 in load_custom_node\n",
+        );
+        assert_eq!(r.outcome, Some(Outcome::StartupFailed));
+        assert_eq!(r.prompts_total, 0);
+        // The import-time executor frame is the start's, not a prompt's.
+        let r = read(
+            "Traceback (most recent call last):\n  File \"C:\\ComfyUI\\main.py\", line 9, in <module>\n  File \"C:\\ComfyUI\\execution.py\", line 15, in <module>\n    import comfy.model_management\nAssertionError: Torch not compiled with CUDA enabled\n",
+        );
+        assert_eq!(r.outcome, Some(Outcome::StartupFailed));
+        assert!(!r.ends_mid_prompt);
+        // The newest startups' import-time lines: the log ends while ComfyUI starts.
+        let r = read(
+            "[INFO] setup plugin alembic.autogenerate.schemas\n[INFO] Found comfy_kitchen backend eager: {'available': True}\n",
+        );
+        assert_eq!(r.starts_total, 1);
+        assert_eq!(r.outcome, None);
+        assert!(!r.ends_mid_prompt);
+    }
+
+    #[test]
     fn version_lines_before_the_startup_block_belong_to_the_start() {
         let log = "pytorch version: 2.7.0+cu128\nComfyUI version: 0.3.40\nTotal VRAM 8151 MB, total RAM 16088 MB\nDevice: cuda:0 NVIDIA GeForce RTX 3070 : cudaMallocAsync\nTo see the GUI go to: http://127.0.0.1:8188\ngot prompt\nPrompt executed in 2.00 seconds\n";
         let r = scan_bytes("early.log", log.as_bytes(), Mode::Prefilter).unwrap();

@@ -230,6 +230,9 @@ struct PromptState {
     interrupted: bool,
     dead: Option<&'static str>,
     content: bool,
+    /// A traceback through ComfyUI's executor (`execution.py`) showed in it: its exception
+    /// line is the prompt's error even when the `!!!` line is not in the excerpt.
+    executor_traceback: bool,
 }
 
 impl PromptState {
@@ -365,6 +368,22 @@ fn comfy_or_torch_frame(text: &str) -> bool {
         && ["comfy", "ComfyUI", "torch", "execution.py", "nodes.py"]
             .iter()
             .any(|w| t.contains(w))
+}
+
+/// A frame of code run while ComfyUI starts: a module's top level (`in <module>`; after a
+/// `,` in a traceback, without one in a faulthandler stack) or ComfyUI's custom-node loader
+/// (`nodes.py`).
+fn import_time_frame(text: &str) -> bool {
+    let t = text.trim_end();
+    [
+        " in <module>",
+        " in load_custom_node",
+        " in init_external_custom_nodes",
+        " in init_extra_nodes",
+        " in init_builtin_extra_nodes",
+    ]
+    .iter()
+    .any(|f| t.ends_with(f))
 }
 
 /// Shortens a line for keeping (at a character boundary).
@@ -595,6 +614,14 @@ impl State {
         {
             p.exception = Some((ty.to_string(), msg.to_string()));
             p.keep(number, text);
+        } else if let Some(p) = self.open.as_mut()
+            && p.executor_traceback
+            && p.exception_during.is_none()
+        {
+            let msg = if msg.is_empty() { ty } else { msg };
+            p.exception_during = Some(msg.to_string());
+            p.exception = Some((ty.to_string(), msg.to_string()));
+            p.keep(number, text);
         }
         if let Some(s) = self.current.as_mut()
             && s.starting()
@@ -695,7 +722,16 @@ impl State {
                 // Code run at import (`in <module>`, `,` before `in` in a traceback, none in
                 // a faulthandler dump) with no start and no prompt before it: ComfyUI was
                 // starting.
-                if text.trim_end().ends_with(" in <module>")
+                // ComfyUI's executor in the stack (not its import): a prompt was running, and
+                // the exception at the stack's end is what it failed with.
+                if !starting && text.contains("execution.py\", line ") && !import_time_frame(text) {
+                    let p = self.prompt_for_line(number);
+                    p.content = true;
+                    p.executor_traceback = true;
+                    // A stack without its header (an excerpt that starts inside it).
+                    self.awaiting_exception.get_or_insert(TRACEBACK_LINES);
+                }
+                if import_time_frame(text)
                     && self.current.is_none()
                     && self.open.is_none()
                     && self.prompts_total == 0
@@ -705,6 +741,9 @@ impl State {
                         s.traceback = true;
                         s.matched.push(clip(text));
                     }
+                    // A fatal error whose stack this is (faulthandler prints the error, then
+                    // the stack): the start is what died.
+                    self.exit_explains_the_start(before);
                 }
             }
             Kind::ExceptionDuring => self.exception_during(text, number),
@@ -718,6 +757,15 @@ impl State {
                     self.rejected(true, msg, number);
                 } else {
                     self.exception_during(msg, number);
+                }
+            }
+            // A sampler's bar runs only inside a prompt: after one ended, or in an excerpt
+            // with no start, it is a prompt at work (its `got prompt` may be elsewhere: a
+            // front end that hides it, a paste that begins later). Not while ComfyUI starts:
+            // downloads draw bars too.
+            Kind::Progress => {
+                if self.open.is_some() || self.current.as_ref().is_none_or(|s| s.up()) {
+                    self.prompt_for_line(number).content = true;
                 }
             }
             Kind::Interrupted => {
@@ -799,6 +847,7 @@ impl State {
         p.content = true;
         let msg = text
             .trim_start_matches("!!! Exception during processing !!!")
+            .trim_start_matches("!!! Exception during processing!!!")
             .trim()
             .to_string();
         // Kept without the banner: it is the exception's own text, which the traceback's last
@@ -844,6 +893,7 @@ impl State {
                     | Kind::Loaded
                     | Kind::Traceback
                     | Kind::Interrupted
+                    | Kind::Progress
             )
         );
         // A traceback's frames quote source code (`raise MemoryError("VBAR allocation
@@ -885,6 +935,18 @@ impl State {
         // prompt's end. In a fragment with neither a start nor a prompt before it, the lines
         // before it were a node at work (a custom node building a TensorRT engine).
         let fragment = self.current.is_none() && self.prompts_total == 0;
+        // faulthandler's stack heading under the fatal error already held: one event, whose
+        // frames say what was running.
+        if fragment
+            && self.open.is_none()
+            && sig.id == "fatal_python_error"
+            && self
+                .exit_first
+                .as_ref()
+                .is_some_and(|(s, _, _)| s.id == sig.id)
+        {
+            return;
+        }
         if fragment
             && self.open.is_none()
             && self.recognized == 0
