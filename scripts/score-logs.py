@@ -23,14 +23,15 @@ def problems(tool, path, entry):
         [tool, "logscan", "--json", path], capture_output=True, timeout=120
     )
     want_exit = entry["exit"]
-    if proc.returncode == 2 and not proc.stdout.strip():
-        if want_exit != 2:
-            out.append(f"refused, expected exit {want_exit}")
-        return out
     try:
-        doc = json.loads(proc.stdout)
+        doc = json.loads(proc.stdout) if proc.stdout.strip() else None
     except ValueError:
         return [f"no JSON (exit {proc.returncode}): {proc.stderr.decode()[:200]}"]
+    # Refused (`{"error": …}` with --json): only the exit status can be compared.
+    if doc is None or "error" in doc:
+        if proc.returncode != want_exit:
+            out.append(f"refused (exit {proc.returncode}), expected exit {want_exit}")
+        return out
     if doc.get("outcome") != entry.get("outcome"):
         out.append(f"outcome {doc.get('outcome')}, expected {entry.get('outcome')}")
     if proc.returncode != want_exit:

@@ -212,11 +212,23 @@ pub const SIGNATURES: &[Signature] = &[
         id: "aimdo_non_oom",
         outcome: Outcome::AimdoFault,
         phase: Phase::Prompt,
-        pattern: r"VRAM Allocation failed \(non OOM\)|Fault failed: \d+|comfy-aimdo device \d+ is not initialized",
+        // Also its buffers' own failures (`comfy_aimdo/vram_buffer.py`, the file reader that
+        // copies weights to the device).
+        pattern: r"VRAM Allocation failed \(non OOM\)|Fault failed: \d+|comfy-aimdo device \d+ is not initialized|RuntimeError: VRAM reservation failed|hostbuf_file_reader_read failed",
         title: "comfy-aimdo fault",
         meaning: "comfy-aimdo failed to fault weights into VRAM for a reason other than a plain OOM; often only on the second prompt",
         flags_to_try: &["--disable-dynamic-vram", "--disable-pinned-memory"],
         issues: &[15269, 12943],
+    },
+    Signature {
+        id: "aimdo_compile_error",
+        outcome: Outcome::AimdoFault,
+        phase: Phase::Prompt,
+        pattern: r"aimdo memory compile error",
+        title: "comfy-aimdo memory compile error",
+        meaning: "the model compiler's recorded allocation graph (comfy-aimdo) could not be compiled or replayed",
+        flags_to_try: &["--disable-comfy-compiler", "--disable-dynamic-vram"],
+        issues: &[],
     },
     Signature {
         id: "aimdo_error_line",
@@ -420,8 +432,9 @@ pub const SIGNATURES: &[Signature] = &[
         outcome: Outcome::Crash,
         phase: Phase::Prompt,
         // Also after a progress bar (`…it/s]Fatal Python error`) or a shell's `line 12: 4242`,
-        // and a faulthandler dump whose header the excerpt lost: its stacks' own headings.
-        pattern: r"^Fatal Python error: |\]Fatal Python error: |^Segmentation fault|\]Segmentation fault|: line \d+: +\d+ +Segmentation fault|^Windows fatal exception: (access violation|stack overflow|code 0x)|^Stack \(most recent call first\):|^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):",
+        // a faulthandler dump whose header the excerpt lost (its stacks' own headings), and
+        // C++'s `std::terminate` on an exception thrown where none may be (an abort).
+        pattern: r"^Fatal Python error: |\]Fatal Python error: |^Segmentation fault|\]Segmentation fault|: line \d+: +\d+ +Segmentation fault|^Windows fatal exception: (access violation|stack overflow|code 0x)|^Stack \(most recent call first\):|^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):|^terminate called after throwing an instance of ",
         title: "ComfyUI crashed",
         meaning: "the Python process died in native code (abort, segfault, access violation)",
         flags_to_try: &[
@@ -581,6 +594,19 @@ mod tests {
                 "aimdo_non_oom",
             ),
             ("RuntimeError: Fault failed: 2", "aimdo_non_oom"),
+            ("RuntimeError: VRAM reservation failed", "aimdo_non_oom"),
+            (
+                "RuntimeError: hostbuf_file_reader_read failed",
+                "aimdo_non_oom",
+            ),
+            (
+                "!!! Exception during processing !!! aimdo memory compile error",
+                "aimdo_compile_error",
+            ),
+            (
+                "terminate called after throwing an instance of 'c10::AcceleratorError'",
+                "fatal_python_error",
+            ),
             (
                 "aimdo: src/hostbuf.c:88:ERROR:hostbuf_grow: mmap failed",
                 "aimdo_error_line",
