@@ -282,6 +282,13 @@ pub const MARKERS: &[Marker] = &[
     ),
     m(Kind::Progress, "it/s]", false, r"it/s\]"),
     m(Kind::Progress, "s/it]", false, r"s/it\]"),
+    // A bar cut before its rate (`WanVAE encoding frames: 100%|█████`).
+    m(
+        Kind::Progress,
+        "%|",
+        false,
+        r"0%\||1%\||2%\||3%\||4%\||5%\||6%\||7%\||8%\||9%\|",
+    ),
     m(Kind::LaunchArgs, "main.py", false, r"main\.py"),
     m(Kind::LaunchArgs, "Launch args:", false, r"Launch args:"),
     m(Kind::LaunchArgs, "\"argv\"", false, r#""argv""#),
@@ -323,6 +330,23 @@ fn anywhere() -> &'static regex::Regex {
 /// A tqdm bar (`… 20/20 [00:05<00:00,  3.71it/s]`, `1.02s/it]`).
 pub fn is_progress(text: &str) -> bool {
     text.contains("it/s]") || text.contains("s/it]")
+}
+
+/// A line a node prints at work (loading, sampling, encoding, the memory it uses): in an
+/// excerpt that shows neither a start nor a prompt, lines like these at its end mean a prompt
+/// was running when it was cut. Tables (PyTorch's memory summary) are not.
+pub fn is_work(text: &str) -> bool {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let t = text.trim_start();
+    !t.starts_with('|')
+        && RE
+            .get_or_init(|| {
+                regex::Regex::new(
+                    r"(?i)\b(?:v?ram|vae|models?|lora|sampl(?:e|er|ers|ing)|steps?|frames?|encod(?:e|ed|ing)|decod(?:e|ed|ing)|block ?swap|latents?|torch\.Size|unet|dit|loader|vbar|allocated|inference|denois(?:e|ing)|processing|upscal(?:e|ing))\b",
+                )
+                .expect("work regex")
+            })
+            .is_match(t)
 }
 
 /// `Requested to load LTXAV` → `LTXAV`.
@@ -529,10 +553,12 @@ mod tests {
                 " 45%|████▌     | 9/20 [00:04<00:05,  2.1it/s]",
                 Some(Kind::Progress),
             ),
+            // Any bar (a download's too: the state reads bars only once the server is up).
             (
                 "Fetching 5 files: 100%|█████| 5/5 [00:00<00:00, 12.1MB/s]",
-                None,
+                Some(Kind::Progress),
             ),
+            ("| Active memory         |   9598 MiB |", None),
             (
                 "  File \"/home/user/ComfyUI/main.py\", line 149, in <module>",
                 Some(Kind::Frame),
@@ -596,6 +622,18 @@ mod tests {
         ));
         assert!(is_progress("  0%|          | 0/20 [00:00<?, ?it/s]"));
         assert!(!is_progress("Requested to load SDXL"));
+        assert!(is_work(
+            "[INFO] 🧮 Before BlockSwap: VRAM: 7.26/9.50GB (peak: 9.48GB)"
+        ));
+        assert!(is_work(
+            "[WanVAE encode] Max allocated memory: max_memory=5.627 GB"
+        ));
+        assert!(!is_work(
+            "| Active memory         |   9598 MiB |   9943 MiB |"
+        ));
+        assert!(!is_work(
+            "WAS Node Suite: Finished. Loaded 220 nodes successfully."
+        ));
     }
 
     #[test]

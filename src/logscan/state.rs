@@ -893,7 +893,6 @@ impl State {
                     | Kind::Loaded
                     | Kind::Traceback
                     | Kind::Interrupted
-                    | Kind::Progress
             )
         );
         // A traceback's frames quote source code (`raise MemoryError("VBAR allocation
@@ -1444,6 +1443,30 @@ impl State {
         }
     }
 
+    /// An excerpt with no start, no prompt and nothing failing, whose last lines are a node's
+    /// own output at work (loading, sampling, the memory it uses): it was cut while a prompt
+    /// ran.
+    fn node_at_work(&mut self, tail: &[String], last: u64) {
+        if self.current.is_some()
+            || self.open.is_some()
+            || self.prompts_total > 0
+            || !self.tallies.is_empty()
+            || self.frames_outside_startup
+        {
+            return;
+        }
+        let work = tail
+            .iter()
+            .rev()
+            .take(6)
+            .map(|raw| normalize(raw).text)
+            .filter(|t| lines::is_work(t))
+            .count();
+        if work >= 2 {
+            self.prompt_for_line(last).content = true;
+        }
+    }
+
     /// The end of the log.
     pub fn finish(mut self, tail: &[String], lines: u64) -> Scanned {
         let carry: VecDeque<Vec<u8>> = tail.iter().map(|t| t.as_bytes().to_vec()).collect();
@@ -1455,6 +1478,7 @@ impl State {
             self.signature(sig, &text, last, &before);
         }
         self.outputs_were_ignored();
+        self.node_at_work(tail, last);
         if self.current.is_some() {
             self.end_start(End::Eof, last, &before);
         } else {
