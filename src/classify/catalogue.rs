@@ -433,8 +433,9 @@ pub const SIGNATURES: &[Signature] = &[
         phase: Phase::Prompt,
         // Also after a progress bar (`…it/s]Fatal Python error`) or a shell's `line 12: 4242`,
         // a faulthandler dump whose header the excerpt lost (its stacks' own headings), and
-        // C++'s `std::terminate` on an exception thrown where none may be (an abort).
-        pattern: r"^Fatal Python error: |\]Fatal Python error: |^Segmentation fault|\]Segmentation fault|: line \d+: +\d+ +Segmentation fault|^Windows fatal exception: (access violation|stack overflow|code 0x)|^Stack \(most recent call first\):|^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):|^terminate called after throwing an instance of ",
+        // C++'s `std::terminate` on an exception thrown where none may be, a Metal assertion
+        // (macOS aborts), ZLUDA's access violation report and a Rust panic that aborts.
+        pattern: r"^Fatal Python error: |\]Fatal Python error: |^Segmentation fault|\]Segmentation fault|: line \d+: +\d+ +Segmentation fault|^Windows fatal exception: (access violation|stack overflow|code 0x)|^Stack \(most recent call first\):|^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):|^terminate called after throwing an instance of |\.mm:\d+: failed assertion|^Exception Code: 0x[Cc]0000005|^panic in a function that cannot unwind",
         title: "ComfyUI crashed",
         meaning: "the Python process died in native code (abort, segfault, access violation)",
         flags_to_try: &[
@@ -605,6 +606,15 @@ mod tests {
             ),
             (
                 "terminate called after throwing an instance of 'c10::AcceleratorError'",
+                "fatal_python_error",
+            ),
+            (
+                "/AppleInternal/Library/BuildRoots/x/MPSCore/Types/MPSNDArray.mm:891: failed assertion `[MPSNDArray initWithBufferImpl]'",
+                "fatal_python_error",
+            ),
+            ("Exception Code: 0xC0000005", "fatal_python_error"),
+            (
+                "panic in a function that cannot unwind",
                 "fatal_python_error",
             ),
             (

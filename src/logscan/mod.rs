@@ -379,6 +379,16 @@ To see the GUI go to: http://127.0.0.1:8188
         );
         assert_eq!(r.outcome, Some(Outcome::NodeError));
         assert!(!r.ends_mid_prompt);
+        // A stack's exception line right above `Prompt executed` (the `!!!` line above the
+        // excerpt): the prompt failed. A node that printed a traceback and went on did not.
+        let r = read(
+            "  File \"C:\\venv\\torch\\nn\\modules\\linear.py\", line 134, in forward\n    return F.linear(input, self.weight)\nRuntimeError: CUDA error: HIPBLAS_STATUS_INVALID_VALUE\nPrompt executed in 93.84 seconds\n",
+        );
+        assert_eq!(r.outcome, Some(Outcome::NodeError));
+        let r = read(
+            "got prompt\nTraceback (most recent call last):\n  File \"C:\\n\\x.py\", line 1, in f\nValueError: retrying without it\n100%|#####| 20/20 [00:05<00:00,  3.71it/s]\nPrompt executed in 9.00 seconds\n",
+        );
+        assert_eq!(r.outcome, Some(Outcome::Pass));
         // The 2024 form of the exception line.
         let r = read(
             "got prompt\n!!! Exception during processing!!! shape mismatch\nPrompt executed in 1.00 seconds\n",

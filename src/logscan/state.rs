@@ -278,6 +278,8 @@ pub struct State {
     /// An exit reported before anything else of the log (the Desktop app's panel puts the
     /// exit code above the log it explains): it belongs to whatever the log then shows, a
     /// start or a prompt.
+    /// The last traceback's exception line (type, message, the line).
+    raised: Option<(String, String, String)>,
     exit_first: Option<(&'static Signature, String, u64)>,
     exit_first_seen: bool,
     /// Outputs failed validation: a finding once the prompt runs what is left (or the log
@@ -614,7 +616,9 @@ impl State {
         {
             p.exception = Some((ty.to_string(), msg.to_string()));
             p.keep(number, text);
-        } else if let Some(p) = self.open.as_mut()
+        }
+        self.raised = Some((ty.to_string(), msg.to_string(), clip(text)));
+        if let Some(p) = self.open.as_mut()
             && p.executor_traceback
             && p.exception_during.is_none()
         {
@@ -715,6 +719,9 @@ impl State {
                 }
             }
             Kind::Frame => {
+                // A stack without its header (an excerpt that starts inside it) still ends in
+                // its exception line.
+                self.awaiting_exception.get_or_insert(TRACEBACK_LINES);
                 let starting = self.current.as_ref().is_some_and(|s| s.starting());
                 if !starting {
                     self.frames_outside_startup = true;
@@ -728,8 +735,6 @@ impl State {
                     let p = self.prompt_for_line(number);
                     p.content = true;
                     p.executor_traceback = true;
-                    // A stack without its header (an excerpt that starts inside it).
-                    self.awaiting_exception.get_or_insert(TRACEBACK_LINES);
                 }
                 if import_time_frame(text)
                     && self.current.is_none()
@@ -812,6 +817,20 @@ impl State {
         self.recognized += 1;
         if self.open.is_none() {
             self.open_prompt(number, true);
+        }
+        // A traceback's exception line right above `Prompt executed`: what the prompt failed
+        // with (a node that caught its error and went on would have logged more after it).
+        if let Some((ty, msg, line)) = self.raised.take()
+            && let Some(p) = self.open.as_mut()
+            && p.exception_during.is_none()
+            && before
+                .last(1)
+                .first()
+                .is_some_and(|prev| clip(&unglue(&normalize(prev).text)) == line)
+        {
+            let msg = if msg.is_empty() { ty.clone() } else { msg };
+            p.exception_during = Some(msg.clone());
+            p.exception = Some((ty, msg));
         }
         let took = lines::executed_in(text).unwrap_or("").to_string();
         self.end_prompt(End::Executed(took), number, before);
