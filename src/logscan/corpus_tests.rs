@@ -153,7 +153,7 @@ fn every_file_of_the_corpus_has_an_entry() {
 #[test]
 fn unseen_batches_are_read_no_worse_than_recorded() {
     // (batch, read right now, excerpts)
-    const RECORDED: [(&str, usize, usize); 10] = [
+    const RECORDED: [(&str, usize, usize); 11] = [
         ("batch-1", 20, 34),
         ("batch-2", 29, 31),
         ("batch-3", 30, 35),
@@ -164,6 +164,7 @@ fn unseen_batches_are_read_no_worse_than_recorded() {
         ("batch-8", 24, 34),
         ("batch-9", 31, 33),
         ("batch-10", 27, 32),
+        ("batch-11", 27, 32),
     ];
     let mut report = Vec::new();
     for (batch, floor, size) in RECORDED {
