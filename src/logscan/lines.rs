@@ -338,7 +338,9 @@ pub fn is_progress(text: &str) -> bool {
 pub fn is_work(text: &str) -> bool {
     static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     let t = text.trim_start();
+    // Not a table row, nor an Error Report's Markdown list (`- **VRAM Total:** …`).
     !t.starts_with('|')
+        && !t.starts_with("- **")
         && RE
             .get_or_init(|| {
                 regex::Regex::new(
@@ -553,7 +555,8 @@ mod tests {
                 " 45%|████▌     | 9/20 [00:04<00:05,  2.1it/s]",
                 Some(Kind::Progress),
             ),
-            // Any bar (a download's too: the state reads bars only once the server is up).
+            // Any bar (a download's too: the state reads bars only once the server is up or
+            // a prompt was seen).
             (
                 "Fetching 5 files: 100%|█████| 5/5 [00:00<00:00, 12.1MB/s]",
                 Some(Kind::Progress),

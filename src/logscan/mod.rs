@@ -364,6 +364,27 @@ To see the GUI go to: http://127.0.0.1:8188
     }
 
     #[test]
+    fn a_refused_post_in_the_real_server_log_is_no_prompt_error() {
+        // Recorded from the real server: a 400 (`got prompt` alone) and a 500 whose traceback
+        // runs through `execution.py`'s validation, not a node.
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/captures/logs/server-run2.log");
+        let r = scan_bytes(
+            "server-run2.log",
+            &std::fs::read(path).unwrap(),
+            Mode::Prefilter,
+        )
+        .unwrap();
+        assert!(
+            r.prompts
+                .iter()
+                .all(|p| p.outcome == Some(Outcome::InvalidWorkflow)),
+            "{:?}",
+            r.prompts
+        );
+    }
+
+    #[test]
     fn what_only_a_running_prompt_or_a_start_prints() {
         let read = |log: &str| scan_bytes("part.log", log.as_bytes(), Mode::Prefilter).unwrap();
         // A sampler's bar after the last prompt ended: the next prompt at work, cut off.
@@ -389,6 +410,25 @@ To see the GUI go to: http://127.0.0.1:8188
             "got prompt\nTraceback (most recent call last):\n  File \"C:\\n\\x.py\", line 1, in f\nValueError: retrying without it\n100%|#####| 20/20 [00:05<00:00,  3.71it/s]\nPrompt executed in 9.00 seconds\n",
         );
         assert_eq!(r.outcome, Some(Outcome::Pass));
+        // With its `got prompt` in the log, a traceback with no `!!!` line is not its error
+        // (asyncio's connection-reset noise on Windows).
+        let r = read(
+            "got prompt\nException in callback _ProactorBasePipeTransport._call_connection_lost(None)\nTraceback (most recent call last):\n  File \"asyncio\\events.py\", line 88, in _run\nConnectionResetError: [WinError 10054] An existing connection was forcibly closed by the remote host\nPrompt executed in 12.34 seconds\n",
+        );
+        assert_eq!(r.outcome, Some(Outcome::Pass));
+        // A POST's validation traceback (HTTP 500) is no prompt's error, and a download bar
+        // before the start is no prompt.
+        let r = read(
+            "Fetching 3 files: 100%|#####| 3/3 [00:12<00:00,  4.10s/it]\nTotal VRAM 8151 MB, total RAM 16088 MB\nTo see the GUI go to: http://127.0.0.1:8188\nError handling request from 127.0.0.1\nTraceback (most recent call last):\n  File \"/c/server.py\", line 700, in post_prompt\n  File \"/c/execution.py\", line 969, in validate_prompt\nTypeError: argument of type 'int' is not iterable\ngot prompt\nPrompt executed in 2.00 seconds\n",
+        );
+        assert_eq!(r.outcome, Some(Outcome::Pass));
+        assert!(
+            r.prompts
+                .iter()
+                .all(|p| p.outcome != Some(Outcome::NodeError) && p.outcome != Some(Outcome::Crash)),
+            "{:?}",
+            r.prompts
+        );
         // The 2024 form of the exception line.
         let r = read(
             "got prompt\n!!! Exception during processing!!! shape mismatch\nPrompt executed in 1.00 seconds\n",

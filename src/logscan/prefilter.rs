@@ -1,6 +1,6 @@
 //! The fast pre-filter: literal needles that every interesting line contains.
 //!
-//! A multi-gigabyte log is mostly noise (progress bars, custom-node chatter). Rather than
+//! A multi-gigabyte log is mostly noise (custom-node chatter, a bar's redraws). Rather than
 //! normalise and match every line, the scanner searches whole buffers for a set of literal
 //! needles (one regex alternation of plain strings, which the regex crate runs with SIMD
 //! literal search) and looks closely only at the lines they hit. The needles are not a second

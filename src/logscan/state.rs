@@ -32,6 +32,9 @@ const KEEP_FAILED: usize = 500;
 const KEEP_STARTS: usize = 100;
 /// How many lines after `Traceback` may pass before its exception line.
 const TRACEBACK_LINES: u32 = 400;
+/// Lines after each frame of a stack seen without its `Traceback` header within which its
+/// exception line is looked for.
+const HEADLESS_TRACEBACK_LINES: u32 = 8;
 /// A start that is still not ready after this many lines is read with the pre-filter only.
 const STARTUP_LINES: u32 = 100_000;
 /// General signatures that a more specific one on the same line already says.
@@ -275,11 +278,11 @@ pub struct State {
     awaiting_exception: Option<u32>,
     tallies: Vec<SignatureHits>,
     recognized: u64,
+    /// The last traceback's exception line (type, message, the line).
+    raised: Option<(String, String, String)>,
     /// An exit reported before anything else of the log (the Desktop app's panel puts the
     /// exit code above the log it explains): it belongs to whatever the log then shows, a
     /// start or a prompt.
-    /// The last traceback's exception line (type, message, the line).
-    raised: Option<(String, String, String)>,
     exit_first: Option<(&'static Signature, String, u64)>,
     exit_first_seen: bool,
     /// Outputs failed validation: a finding once the prompt runs what is left (or the log
@@ -370,6 +373,24 @@ fn comfy_or_torch_frame(text: &str) -> bool {
         && ["comfy", "ComfyUI", "torch", "execution.py", "nodes.py"]
             .iter()
             .any(|w| t.contains(w))
+}
+
+/// A frame of ComfyUI's executor running a node (not its import, nor the validation of a
+/// POST whose traceback an `Error handling request` line heads).
+fn executor_frame(text: &str) -> bool {
+    let t = text.trim_end();
+    t.contains("execution.py\", line ")
+        && [
+            " in execute",
+            " in recursive_execute",
+            " in get_output_data",
+            " in map_node_over_list",
+            " in _map_node_over_list",
+            " in _async_map_node_over_list",
+            " in process_inputs",
+        ]
+        .iter()
+        .any(|f| t.ends_with(f))
 }
 
 /// A frame of code run while ComfyUI starts: a module's top level (`in <module>`; after a
@@ -720,8 +741,13 @@ impl State {
             }
             Kind::Frame => {
                 // A stack without its header (an excerpt that starts inside it) still ends in
-                // its exception line.
-                self.awaiting_exception.get_or_insert(TRACEBACK_LINES);
+                // its exception line, close below its last frame.
+                self.awaiting_exception = Some(
+                    self.awaiting_exception
+                        .map_or(HEADLESS_TRACEBACK_LINES, |l| {
+                            l.max(HEADLESS_TRACEBACK_LINES)
+                        }),
+                );
                 let starting = self.current.as_ref().is_some_and(|s| s.starting());
                 if !starting {
                     self.frames_outside_startup = true;
@@ -731,7 +757,7 @@ impl State {
                 // starting.
                 // ComfyUI's executor in the stack (not its import): a prompt was running, and
                 // the exception at the stack's end is what it failed with.
-                if !starting && text.contains("execution.py\", line ") && !import_time_frame(text) {
+                if !starting && executor_frame(text) {
                     let p = self.prompt_for_line(number);
                     p.content = true;
                     p.executor_traceback = true;
@@ -764,12 +790,14 @@ impl State {
                     self.exception_during(msg, number);
                 }
             }
-            // A sampler's bar runs only inside a prompt: after one ended, or in an excerpt
-            // with no start, it is a prompt at work (its `got prompt` may be elsewhere: a
-            // front end that hides it, a paste that begins later). Not while ComfyUI starts:
-            // downloads draw bars too.
+            // A sampler's bar runs only inside a prompt: once the server is up, or after a
+            // prompt in an excerpt with no start, it is a prompt at work (its `got prompt` may
+            // be elsewhere: a front end that hides it, a paste that begins later). Not while
+            // ComfyUI starts or before it: downloads draw bars too (an excerpt of bars alone
+            // is read at its end, as a node at work).
             Kind::Progress => {
-                if self.open.is_some() || self.current.as_ref().is_none_or(|s| s.up()) {
+                let up = self.current.as_ref().is_some_and(|s| s.up());
+                if self.open.is_some() || up || (self.current.is_none() && self.prompts_total > 0) {
                     self.prompt_for_line(number).content = true;
                 }
             }
@@ -796,6 +824,7 @@ impl State {
     /// `got prompt`: a prompt starts, or waits its turn behind the one running.
     fn got_prompt(&mut self, number: u64) {
         self.recognized += 1;
+        self.raised = None;
         self.validation.clear();
         self.server_is_up();
         if let Some(p) = self.open.as_mut() {
@@ -818,10 +847,12 @@ impl State {
         if self.open.is_none() {
             self.open_prompt(number, true);
         }
-        // A traceback's exception line right above `Prompt executed`: what the prompt failed
-        // with (a node that caught its error and went on would have logged more after it).
+        // A traceback's exception line right above `Prompt executed`, in a prompt whose start
+        // the excerpt lost (with it, the `!!!` line would be there): what the prompt failed
+        // with. A node that caught its error and went on would have logged more after it.
         if let Some((ty, msg, line)) = self.raised.take()
             && let Some(p) = self.open.as_mut()
+            && p.implicit
             && p.exception_during.is_none()
             && before
                 .last(1)
@@ -1479,7 +1510,9 @@ impl State {
             .rev()
             .take(6)
             .map(|raw| normalize(raw).text)
-            .filter(|t| lines::is_work(t))
+            .filter(|t| {
+                lines::is_work(t) || lines::marker(t).is_some_and(|m| m.kind == Kind::Progress)
+            })
             .count();
         if work >= 2 {
             self.prompt_for_line(last).content = true;
@@ -1541,8 +1574,7 @@ fn tail_lines(before: &Before<'_>) -> Vec<String> {
 
 /// Whether a progress bar follows the load request in the lines before this point: sampling
 /// ran, so the model was loaded even though its `prepared for dynamic VRAM` line is missing
-/// (it drops to DEBUG when it repeats, `comfy/model_management.py`). Progress bars are not pre-filter hits, so
-/// this looks at the lines themselves.
+/// (it drops to DEBUG when it repeats, `comfy/model_management.py`).
 fn sampled_after(before: &Before<'_>, load: &str) -> bool {
     let recent: Vec<String> = before
         .last(8)
