@@ -327,9 +327,10 @@ fn anywhere() -> &'static regex::Regex {
     })
 }
 
-/// A tqdm bar (`… 20/20 [00:05<00:00,  3.71it/s]`, `1.02s/it]`).
+/// A tqdm bar (`… 20/20 [00:05<00:00,  3.71it/s]`, `1.02s/it]`, or one cut before its rate:
+/// `frames: 100%|█████`): what the `Progress` markers find.
 pub fn is_progress(text: &str) -> bool {
-    text.contains("it/s]") || text.contains("s/it]")
+    marker(text).is_some_and(|m| m.kind == Kind::Progress)
 }
 
 /// A line a node prints at work (loading, sampling, encoding, the memory it uses): in an
@@ -625,6 +626,7 @@ mod tests {
         ));
         assert!(is_progress("  0%|          | 0/20 [00:00<?, ?it/s]"));
         assert!(!is_progress("Requested to load SDXL"));
+        assert!(is_progress("WanVAE encoding frames: 100%|█████████"));
         assert!(is_work(
             "[INFO] 🧮 Before BlockSwap: VRAM: 7.26/9.50GB (peak: 9.48GB)"
         ));

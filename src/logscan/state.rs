@@ -1510,9 +1510,7 @@ impl State {
             .rev()
             .take(6)
             .map(|raw| normalize(raw).text)
-            .filter(|t| {
-                lines::is_work(t) || lines::marker(t).is_some_and(|m| m.kind == Kind::Progress)
-            })
+            .filter(|t| lines::is_work(t) || lines::is_progress(t))
             .count();
         if work >= 2 {
             self.prompt_for_line(last).content = true;
