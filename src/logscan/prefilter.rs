@@ -10,7 +10,7 @@
 //! are stripped), which is why the patterns' `^` anchors play no part here.
 
 use super::joins::Joins;
-use super::lines::MARKERS;
+use super::lines::{Kind, MARKERS};
 use crate::classify::catalogue::{Phase, SIGNATURES};
 use regex::bytes::Regex;
 use std::sync::OnceLock;
@@ -204,6 +204,11 @@ fn ci_window(run: &str) -> Option<String> {
     best.map(|(s, e)| chars[s..e].iter().collect())
 }
 
+/// A pattern's needles (every catalogue and marker pattern has them: a test says so).
+fn needles_of(pattern: &str) -> Vec<Needle> {
+    needles(pattern).unwrap_or_else(|| panic!("no needle in {pattern:?}"))
+}
+
 /// Every needle: the catalogue's line signatures, then the structural markers.
 pub fn all_needles() -> Vec<Needle> {
     let mut out: Vec<Needle> = Vec::new();
@@ -213,7 +218,7 @@ pub fn all_needles() -> Vec<Needle> {
         .map(|s| s.pattern);
     let markers = MARKERS.iter().map(|m| m.needle);
     for pattern in sigs.chain(markers) {
-        for n in needles(pattern).unwrap_or_else(|| panic!("no needle in {pattern:?}")) {
+        for n in needles_of(pattern) {
             if !out.contains(&n) {
                 out.push(n);
             }
@@ -254,6 +259,9 @@ pub struct Prefilter {
     /// searches a small set of literals with SIMD (Teddy) and falls back to a much slower
     /// automaton above about 64 (85 needles ran at half the speed as one set).
     chunks: Vec<Regex>,
+    /// The set of the progress bars' needles, last of `chunks`: searched only while the sink
+    /// wants bars.
+    bars: Option<usize>,
     /// Where normalising a line may join a needle together.
     pub joins: Joins,
 }
@@ -263,13 +271,31 @@ const CHUNK: usize = 48;
 
 impl Prefilter {
     pub fn new(needles: &[Needle]) -> Self {
+        let bar_needles: Vec<Needle> = MARKERS
+            .iter()
+            .filter(|m| m.kind == Kind::Progress)
+            .flat_map(|m| needles_of(m.needle))
+            .collect();
+        let (bars, rest): (Vec<Needle>, Vec<Needle>) = needles
+            .iter()
+            .cloned()
+            .partition(|n| bar_needles.contains(n));
+        let compile = |c: &[Needle]| Regex::new(&source_of(c)).expect("pre-filter compiles");
+        let mut chunks: Vec<Regex> = rest.chunks(CHUNK).map(compile).collect();
+        let bars = (!bars.is_empty()).then(|| {
+            chunks.push(compile(&bars));
+            chunks.len() - 1
+        });
         Prefilter {
-            chunks: needles
-                .chunks(CHUNK)
-                .map(|c| Regex::new(&source_of(c)).expect("pre-filter compiles"))
-                .collect(),
+            chunks,
+            bars,
             joins: Joins::new(needles),
         }
+    }
+
+    /// The needle set that finds progress bars.
+    pub fn bar_set(&self) -> Option<usize> {
+        self.bars
     }
 
     /// How many needle sets there are (each searched on its own).

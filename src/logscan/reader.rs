@@ -42,6 +42,11 @@ pub trait Sink {
     fn text<'r>(&self, raw: &'r [u8]) -> Cow<'r, str> {
         String::from_utf8_lossy(raw)
     }
+    /// Whether progress bars are worth a look now (they are most of a log's lines, and say
+    /// something only where no prompt is known to be at work).
+    fn wants_bars(&self) -> bool {
+        true
+    }
 }
 
 /// The lines before a point in the log.
@@ -319,9 +324,11 @@ impl Scan<'_> {
                 // Only where a needle ends matters (needles hold no newline, so it is on the
                 // hit line): the shortest match spares the search for where it starts.
                 let prefilter = self.prefilter;
+                let bars = self.sink.wants_bars();
                 let hit = hits
                     .iter_mut()
                     .enumerate()
+                    .filter(|(set, _)| bars || Some(*set) != prefilter.bar_set())
                     .filter_map(|(set, slot)| {
                         Next::find(slot, pos, || prefilter.hit_at(set, region, pos))
                     })

@@ -310,7 +310,22 @@ impl Sink for State {
                 .is_some_and(|s| s.starting() && s.startup_lines < STARTUP_LINES)
     }
 
+    fn wants_bars(&self) -> bool {
+        match &self.open {
+            Some(p) => !p.content,
+            None => self.bars_open_a_prompt(),
+        }
+    }
+
     fn line(&mut self, raw: &[u8], number: u64, before: &Before<'_>) {
+        // A bar redrawn inside a running prompt (most of a log's bar lines) says only that the
+        // prompt is at work: no need to decode it.
+        if let Some(p) = self.open.as_mut()
+            && only_a_bar(visible(raw))
+        {
+            p.content = true;
+            return;
+        }
         let t = crate::classify::normalize::timestamp_secs(raw);
         self.stamped = t.is_some();
         if t.is_some() {
@@ -373,6 +388,29 @@ fn comfy_or_torch_frame(text: &str) -> bool {
         && ["comfy", "ComfyUI", "torch", "execution.py", "nodes.py"]
             .iter()
             .any(|w| t.contains(w))
+}
+
+/// A tqdm bar and nothing after it (trailing blanks and colour codes aside), from its raw bytes.
+fn only_a_bar(raw: &[u8]) -> bool {
+    let mut end = raw;
+    loop {
+        end = end.trim_ascii_end();
+        // A closing colour code: `ESC [ digits/; m`.
+        match end.iter().rposition(|&b| b == 0x1b) {
+            Some(i)
+                if end.len() - i >= 3
+                    && end[i + 1] == b'['
+                    && end[end.len() - 1] == b'm'
+                    && end[i + 2..end.len() - 1]
+                        .iter()
+                        .all(|b| b.is_ascii_digit() || *b == b';') =>
+            {
+                end = &end[..i];
+            }
+            _ => break,
+        }
+    }
+    end.ends_with(b"it/s]") || end.ends_with(b"s/it]")
 }
 
 /// A frame of ComfyUI's executor running a node (not its import, nor the validation of a
@@ -796,8 +834,7 @@ impl State {
             // ComfyUI starts or before it: downloads draw bars too (an excerpt of bars alone
             // is read at its end, as a node at work).
             Kind::Progress => {
-                let up = self.current.as_ref().is_some_and(|s| s.up());
-                if self.open.is_some() || up || (self.current.is_none() && self.prompts_total > 0) {
+                if self.open.is_some() || self.bars_open_a_prompt() {
                     self.prompt_for_line(number).content = true;
                 }
             }
@@ -818,6 +855,15 @@ impl State {
                     }
                 }
             }
+        }
+    }
+
+    /// Whether a bar, with no prompt open, is one: once the server is up, or after a prompt
+    /// in an excerpt with no start.
+    fn bars_open_a_prompt(&self) -> bool {
+        match &self.current {
+            Some(s) => s.up(),
+            None => self.prompts_total > 0,
         }
     }
 
