@@ -239,6 +239,13 @@ struct PromptState {
 }
 
 impl PromptState {
+    /// The exception it failed with, when the excerpt lost the `!!!` line that says it.
+    fn failed_with(&mut self, ty: &str, msg: &str) {
+        let msg = if msg.is_empty() { ty } else { msg };
+        self.exception_during = Some(msg.to_string());
+        self.exception = Some((ty.to_string(), msg.to_string()));
+    }
+
     fn keep(&mut self, number: u64, text: &str) {
         if self.matched.len() < MAX_MATCHED && !self.matched.iter().any(|(n, _)| *n == number) {
             self.matched.push((number, clip(text)));
@@ -681,9 +688,7 @@ impl State {
             && p.executor_traceback
             && p.exception_during.is_none()
         {
-            let msg = if msg.is_empty() { ty } else { msg };
-            p.exception_during = Some(msg.to_string());
-            p.exception = Some((ty.to_string(), msg.to_string()));
+            p.failed_with(ty, msg);
             p.keep(number, text);
         }
         if let Some(s) = self.current.as_mut()
@@ -790,9 +795,6 @@ impl State {
                 if !starting {
                     self.frames_outside_startup = true;
                 }
-                // Code run at import (`in <module>`, `,` before `in` in a traceback, none in
-                // a faulthandler dump) with no start and no prompt before it: ComfyUI was
-                // starting.
                 // ComfyUI's executor in the stack (not its import): a prompt was running, and
                 // the exception at the stack's end is what it failed with.
                 if !starting && executor_frame(text) {
@@ -800,6 +802,9 @@ impl State {
                     p.content = true;
                     p.executor_traceback = true;
                 }
+                // Code run at import (`in <module>`, `,` before `in` in a traceback, none in
+                // a faulthandler dump) with no start and no prompt before it: ComfyUI was
+                // starting.
                 if import_time_frame(text)
                     && self.current.is_none()
                     && self.open.is_none()
@@ -905,9 +910,7 @@ impl State {
                 .first()
                 .is_some_and(|prev| clip(&unglue(&normalize(prev).text)) == line)
         {
-            let msg = if msg.is_empty() { ty.clone() } else { msg };
-            p.exception_during = Some(msg.clone());
-            p.exception = Some((ty, msg));
+            p.failed_with(&ty, &msg);
         }
         let took = lines::executed_in(text).unwrap_or("").to_string();
         self.end_prompt(End::Executed(took), number, before);
