@@ -416,8 +416,11 @@ pub const SIGNATURES: &[Signature] = &[
         // Also whoever else reports the exit: supervisord (`exited: comfyui (exit status 139;
         // not expected)`), docker compose (`comfyui-1 exited with code 1`), systemd
         // (`Main process exited, code=dumped, status=11/SEGV`), the Desktop app
-        // (`Process exited with code 3221225477`).
-        pattern: r">pause$|^Press any key to continue \. \. \.|^[Pp]ress a key to continue|^请按任意键继续|[Pp]rocess exited with code -?[1-9]\d*|process exited \(exit code -?[1-9]\d*\)|进程已退出（退出代码 -?[1-9]\d*）|^ComfyUI has exited\.|exited: \S+ \(exit status [1-9]\d*; not expected\)|exited with code [1-9]\d*$|Main process exited, code=(?:dumped|killed|exited), status=[1-9]",
+        // (`Process exited with code 3221225477`), SwarmUI (`Self-Start ComfyUI-3 unexpectedly
+        // exited (ExitCode=-1073741819)`, `Self-Start ComfyUI-0 on port 7821 failed.`), and any
+        // report of Windows' crash codes, signed or not: access violation (0xC0000005), stack
+        // buffer overrun (0xC0000409), stack overflow (0xC00000FD).
+        pattern: r">pause$|^Press any key to continue \. \. \.|^[Pp]ress a key to continue|^请按任意键继续|[Pp]rocess exited with code -?[1-9]\d*|process exited \(exit code -?[1-9]\d*\)|进程已退出（退出代码 -?[1-9]\d*）|^ComfyUI has exited\.|exited: \S+ \(exit status [1-9]\d*; not expected\)|exited with code [1-9]\d*$|Main process exited, code=(?:dumped|killed|exited), status=[1-9]|unexpectedly exited \(ExitCode=-?[1-9]\d*\)|Self-Start \S+ on port \d+ failed\.|-1073741819\b|\b3221225477\b|-1073740791\b|\b3221226505\b|-1073741571\b|\b3221225725\b",
         title: "ComfyUI exited without a message",
         meaning: "the Python process ended while this prompt ran and printed nothing: a native crash (Windows access violation, 3221225477 = 0xC0000005) or the system ending it for memory",
         flags_to_try: &[
@@ -614,6 +617,19 @@ mod tests {
             ),
             ("Exception Code: 0xC0000005", "fatal_python_error"),
             (
+                "Self-Start ComfyUI-3 unexpectedly exited (ExitCode=-1073741819) (if something failed, change setting `LogLevel` to `Debug` to see why!)",
+                "process_exited",
+            ),
+            (
+                "[Error] Self-Start ComfyUI-0 on port 7821 failed. Restarting per configuration AutoRestart=true...",
+                "process_exited",
+            ),
+            (
+                "-1073741819 (0xC0000005, Access Violation)",
+                "process_exited",
+            ),
+            ("exit code 3221226505", "process_exited"),
+            (
                 "panic in a function that cannot unwind",
                 "fatal_python_error",
             ),
@@ -702,6 +718,9 @@ mod tests {
             "Traceback (most recent call last):",
             "Allocation on device memory is tracked per model",
             "Killed 3 stale workers",
+            "Seed: 32212254771",
+            "Self-Start ComfyUI-0 on port 7821 started.",
+            "seed: 10737418190",
         ] {
             assert_eq!(match_line(line).count(), 0, "{line}");
         }

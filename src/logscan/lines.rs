@@ -352,6 +352,21 @@ pub fn is_work(text: &str) -> bool {
             .is_match(t)
 }
 
+/// A shell's prompt on a line of its own, as it comes back when the process it ran has ended:
+/// cmd's `D:\ComfyUI_windows_portable>` (also cut mid-path by the copy: `D:\ComfyUI_windows_`),
+/// PowerShell's `PS C:\ComfyUI>`, and `user@host:~/ComfyUI$`, `(venv) root@box:/workspace#`,
+/// `[user@host ComfyUI]$`. A command typed after it (`…>python main.py`) is no prompt alone.
+pub fn is_shell_prompt(text: &str) -> bool {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| {
+        regex::Regex::new(
+            r#"^(?:PS )?[A-Za-z]:\\[^:*?"<>|]*>?$|^(?:\([^)]*\) ?)?[\w.-]+@[\w.-]+:[^\s:]*[$#]$|^(?:\([^)]*\) ?)?\[[\w.-]+@[\w.-]+ [^\]]*\][$#]$"#,
+        )
+        .expect("shell prompt regex")
+    })
+    .is_match(text.trim())
+}
+
 /// `Requested to load LTXAV` → `LTXAV`.
 pub fn requested_model(text: &str) -> Option<&str> {
     text.strip_prefix("Requested to load ")
@@ -639,6 +654,29 @@ mod tests {
         assert!(!is_work(
             "WAS Node Suite: Finished. Loaded 220 nodes successfully."
         ));
+    }
+
+    #[test]
+    fn shell_prompts() {
+        for p in [
+            r"D:\ComfyUI_windows_portable>",
+            r"C:\Users\A B\Desktop\ComfyUI_windows_",
+            r"PS C:\ComfyUI> ",
+            "root@c7b1:/workspace/ComfyUI#",
+            "(venv) me@box:~/ComfyUI$ ",
+            "[me@fedora ComfyUI]$",
+        ] {
+            assert!(is_shell_prompt(p), "{p}");
+        }
+        for line in [
+            r"D:\ComfyUI_windows_portable>.\python_embeded\python.exe -s ComfyUI\main.py",
+            r"D:\ComfyUI\custom_nodes\x\__init__.py:12: UserWarning: deprecated",
+            r"   0.0 seconds: D:\ComfyUI\custom_nodes\ComfyUI-Manager",
+            "Requested to load SD1",
+            "user@example.com: login required $",
+        ] {
+            assert!(!is_shell_prompt(line), "{line}");
+        }
     }
 
     #[test]

@@ -522,6 +522,47 @@ To see the GUI go to: http://127.0.0.1:8188
         assert_eq!(r.outcome, Some(Outcome::Crash));
     }
 
+    #[test]
+    fn the_shell_prompt_back_under_a_running_prompt_is_an_exit() {
+        let run = "To see the GUI go to: http://127.0.0.1:8188\ngot prompt\nRequested to load WanVAE\nloaded completely; 4852.69 MB usable, 242.03 MB loaded, full load: True\n\n";
+        // cmd's prompt, cut mid-path by the copy; PowerShell's; a POSIX shell's.
+        for back in [
+            "D:\\ComfyUI_windows_portabl",
+            "PS C:\\ComfyUI>",
+            "(venv) me@box:~/ComfyUI$ ",
+        ] {
+            let log = format!("{run}{back}\n");
+            let r = scan_bytes("back.log", log.as_bytes(), Mode::Prefilter).unwrap();
+            assert_eq!(r.outcome, Some(Outcome::Crash), "{back}");
+            assert!(!r.ends_mid_prompt, "{back}");
+            assert!(
+                r.known_issues.iter().any(|k| k.id == "process_exited"),
+                "{back}"
+            );
+        }
+        // After a prompt that finished, or as a command typed after it, it says nothing.
+        let done = "got prompt\nPrompt executed in 3.10 seconds\n\nD:\\ComfyUI>\n";
+        let r = scan_bytes("done.log", done.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::Pass));
+        let typed = format!("{run}D:\\ComfyUI>nvidia-smi\n");
+        let r = scan_bytes("typed.log", typed.as_bytes(), Mode::Prefilter).unwrap();
+        assert!(r.ends_mid_prompt);
+        assert_ne!(r.outcome, Some(Outcome::Crash));
+    }
+
+    #[test]
+    fn an_exception_then_the_exit_with_no_prompt_is_a_failed_start() {
+        // A front end relays a traceback ComfyUI raised while starting, then reports the exit.
+        let log = "[ComfyUI-6/STDERR]   File \"D:\\S\\comfy\\model_management.py\", line 186, in get_torch_device\n[ComfyUI-6/STDERR]     return torch.device(torch.cuda.current_device())\n[ComfyUI-6/STDERR] RuntimeError: No CUDA GPUs are available\n2025-08-22 10:58:25.415 [Error] Self-Start ComfyUI-6 on port 7821 failed. AutoRestart ignored as this was an initial launch failure.\n";
+        let r = scan_bytes("start.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::StartupFailed));
+        assert_eq!(r.prompts_total, 0);
+        // A node's own printed traceback, work after it, then the exit: the prompt died.
+        let work = "Traceback (most recent call last):\n  File \"n.py\", line 3, in f\nValueError: cached\nRequested to load WAN21\nloaded partially 5000.0 4999.2 0\n 10%|#         | 2/20 [00:10<01:30,  5.00s/it]\nProcess exited with code 3221225477\n";
+        let r = scan_bytes("work.log", work.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::Crash));
+    }
+
     /// Every input the fuzzer found (`fuzz/regressions/`) and lines whose needle is joined
     /// only when the line is normalised: the fast path must see them as reading every line does.
     #[test]

@@ -1028,6 +1028,24 @@ impl State {
             self.ignored_outputs = Some((sig, clip(text), number));
             return;
         }
+        // An exception no prompt caught, then the process ended: the executor catches what a
+        // node raises, so an exception that ends the process was raised while it started
+        // (`RuntimeError: No CUDA GPUs are available` relayed by a front end that then reports
+        // the backend's exit).
+        if matches!(sig.id, "process_exited" | "killed")
+            && self.current.is_none()
+            && self.open.is_none()
+            && self.prompts_total == 0
+            && self.raised_just_before(before)
+        {
+            self.new_start(number, 0, before);
+            if let Some(s) = self.current.as_mut() {
+                s.traceback = true;
+                if let Some((_, _, line)) = &self.raised {
+                    s.matched.push(line.clone());
+                }
+            }
+        }
         let starting = self.current.as_ref().is_some_and(|s| s.starting());
         // The launcher's pause or exit line after a clean stop, or between prompts, is no
         // prompt's end. In a fragment with neither a start nor a prompt before it, the lines
@@ -1533,6 +1551,16 @@ impl State {
         }
     }
 
+    /// Whether the last traceback's exception line is among the few lines before this point.
+    fn raised_just_before(&self, before: &Before<'_>) -> bool {
+        self.raised.as_ref().is_some_and(|(_, _, line)| {
+            before
+                .last(3)
+                .iter()
+                .any(|prev| &clip(&unglue(&normalize(prev).text)) == line)
+        })
+    }
+
     /// An exit reported above the log, followed by a start: the start is what died.
     fn exit_explains_the_start(&mut self, before: &Before<'_>) {
         if self.current.as_ref().is_some_and(|s| s.starting())
@@ -1566,6 +1594,19 @@ impl State {
         }
     }
 
+    /// The shell's prompt as the excerpt's last line, under a prompt that never ended: the
+    /// process it ran had exited (the copy often cuts that prompt mid-path).
+    fn shell_came_back(&mut self, tail: &[String], last: u64, before: &Before<'_>) {
+        let Some(line) = tail.last() else { return };
+        let text = normalize(line).text;
+        if self.open.is_none() || !lines::is_shell_prompt(&text) {
+            return;
+        }
+        if let Some(sig) = catalogue::by_id("process_exited") {
+            self.signature(sig, text.trim(), last, before);
+        }
+    }
+
     /// The end of the log.
     pub fn finish(mut self, tail: &[String], lines: u64) -> Scanned {
         let carry: VecDeque<Vec<u8>> = tail.iter().map(|t| t.as_bytes().to_vec()).collect();
@@ -1578,6 +1619,7 @@ impl State {
         }
         self.outputs_were_ignored();
         self.node_at_work(tail, last);
+        self.shell_came_back(tail, last, &before);
         if self.current.is_some() {
             self.end_start(End::Eof, last, &before);
         } else {
