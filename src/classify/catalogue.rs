@@ -123,6 +123,21 @@ pub const SIGNATURES: &[Signature] = &[
         flags_to_try: &[],
         issues: &[],
     },
+    Signature {
+        id: "launcher_start_failed",
+        outcome: Outcome::StartupFailed,
+        phase: Phase::Startup,
+        // A front end that runs ComfyUI as its backend, saying the process ended before its
+        // server was ready: SwarmUI (`Self-Start ComfyUI-6 on port 7821 failed. AutoRestart
+        // ignored as this was an initial launch failure.`), AI Playground's failure report
+        // (`Command: comfyui-backend startup` above `Exit Code: 1`), a pipeline's
+        // `ComfyUI exited before it became ready. Exit code: 1`.
+        pattern: r"AutoRestart ignored as this was an initial launch failure|^Command: comfyui-backend startup$|exited before it became ready",
+        title: "ComfyUI ended before its server was ready",
+        meaning: "the program that runs ComfyUI reports that ComfyUI's process ended while it started; the lines it relays (or ComfyUI's own user/comfyui.log) hold the cause",
+        flags_to_try: &[],
+        issues: &[],
+    },
     // --- prompt: memory --------------------------------------------------------------------
     Signature {
         id: "cuda_oom_async",
@@ -417,10 +432,10 @@ pub const SIGNATURES: &[Signature] = &[
         // not expected)`), docker compose (`comfyui-1 exited with code 1`), systemd
         // (`Main process exited, code=dumped, status=11/SEGV`), the Desktop app
         // (`Process exited with code 3221225477`), SwarmUI (`Self-Start ComfyUI-3 unexpectedly
-        // exited (ExitCode=-1073741819)`, `Self-Start ComfyUI-0 on port 7821 failed.`), and any
+        // exited (ExitCode=-1073741819)`, `Self-Start ComfyUI-0 on port 7821 failed. Restarting…`), and any
         // report of Windows' crash codes, signed or not: access violation (0xC0000005), stack
         // buffer overrun (0xC0000409), stack overflow (0xC00000FD).
-        pattern: r">pause$|^Press any key to continue \. \. \.|^[Pp]ress a key to continue|^请按任意键继续|[Pp]rocess exited with code -?[1-9]\d*|process exited \(exit code -?[1-9]\d*\)|进程已退出（退出代码 -?[1-9]\d*）|^ComfyUI has exited\.|exited: \S+ \(exit status [1-9]\d*; not expected\)|exited with code [1-9]\d*$|Main process exited, code=(?:dumped|killed|exited), status=[1-9]|unexpectedly exited \(ExitCode=-?[1-9]\d*\)|Self-Start \S+ on port \d+ failed\.|-1073741819\b|\b3221225477\b|-1073740791\b|\b3221226505\b|-1073741571\b|\b3221225725\b",
+        pattern: r">pause$|^Press any key to continue \. \. \.|^[Pp]ress a key to continue|^请按任意键继续|[Pp]rocess exited with code -?[1-9]\d*|process exited \(exit code -?[1-9]\d*\)|进程已退出（退出代码 -?[1-9]\d*）|^ComfyUI has exited\.|exited: \S+ \(exit status [1-9]\d*; not expected\)|exited with code [1-9]\d*$|Main process exited, code=(?:dumped|killed|exited), status=[1-9]|unexpectedly exited \(ExitCode=-?[1-9]\d*\)|Self-Start \S+ on port \d+ failed\. Restarting|-1073741819\b|\b3221225477\b|-1073740791\b|\b3221226505\b|-1073741571\b|\b3221225725\b",
         title: "ComfyUI exited without a message",
         meaning: "the Python process ended while this prompt ran and printed nothing: a native crash (Windows access violation, 3221225477 = 0xC0000005) or the system ending it for memory",
         flags_to_try: &[
@@ -616,6 +631,11 @@ mod tests {
                 "fatal_python_error",
             ),
             ("Exception Code: 0xC0000005", "fatal_python_error"),
+            (
+                "ComfyUI exited before it became ready. Exit code: 1",
+                "launcher_start_failed",
+            ),
+            ("Command: comfyui-backend startup", "launcher_start_failed"),
             (
                 "Self-Start ComfyUI-3 unexpectedly exited (ExitCode=-1073741819) (if something failed, change setting `LogLevel` to `Debug` to see why!)",
                 "process_exited",

@@ -551,6 +551,28 @@ To see the GUI go to: http://127.0.0.1:8188
     }
 
     #[test]
+    fn a_traceback_through_the_executor_cut_before_its_exception_is_a_failure_of_unknown_kind() {
+        let log = "got prompt\nTraceback (most recent call last):\n  File \"/c/execution.py\", line 496, in execute\n    output_data, output_ui, has_subgraph, has_pending_tasks = await get_output_data(prompt_id, unique_id, obj, input_data_all)\n                                                               ^^^^^^^^^^^^^^^^^^^^^^^\n  File \"/c/execution.py\", line 333, in get_output_data\n";
+        let r = scan_bytes("cut.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, None);
+        assert!(!r.ends_mid_prompt);
+        assert!(r.summary.contains("failed"), "{}", r.summary);
+        assert!(r.not_seen.contains(&"what the last prompt failed with"));
+        assert_eq!(r.exit_code(), 1);
+        // Python's carets are no evidence.
+        let p = r.prompts.last().unwrap();
+        assert!(
+            p.evidence.iter().all(|e| !e.trim().starts_with('^')),
+            "{:?}",
+            p.evidence
+        );
+        // With its exception line, it is the node error it names.
+        let whole = format!("{log}RuntimeError: shape mismatch\n");
+        let r = scan_bytes("whole.log", whole.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::NodeError));
+    }
+
+    #[test]
     fn an_exception_then_the_exit_with_no_prompt_is_a_failed_start() {
         // A front end relays a traceback ComfyUI raised while starting, then reports the exit.
         let log = "[ComfyUI-6/STDERR]   File \"D:\\S\\comfy\\model_management.py\", line 186, in get_torch_device\n[ComfyUI-6/STDERR]     return torch.device(torch.cuda.current_device())\n[ComfyUI-6/STDERR] RuntimeError: No CUDA GPUs are available\n2025-08-22 10:58:25.415 [Error] Self-Start ComfyUI-6 on port 7821 failed. AutoRestart ignored as this was an initial launch failure.\n";

@@ -176,13 +176,18 @@ impl LogReport {
         };
         report.outcome = outcome;
         report.summary = summary;
-        report.ends_mid_prompt =
-            report.prompts.last().is_some_and(|p| p.outcome.is_none()) && report.outcome.is_none();
+        report.ends_mid_prompt = report
+            .prompts
+            .last()
+            .is_some_and(|p| p.outcome.is_none() && !p.error_cut)
+            && report.outcome.is_none();
         if report.starts_total == 0 {
             report.not_seen.push("the server start");
         }
         if report.ends_mid_prompt {
             report.not_seen.push("how the last prompt ended");
+        } else if report.prompts.last().is_some_and(|p| p.error_cut) {
+            report.not_seen.push("what the last prompt failed with");
         }
         if report.prompts_total == 0 {
             report.not_seen.push("a prompt");
@@ -248,6 +253,9 @@ impl LogReport {
                         format!("{which} was refused by ComfyUI: invalid workflow.")
                     }
                     Some(o) => format!("{which} failed: {}.", o.describe()),
+                    None if p.error_cut => format!(
+                        "{which} failed, but the log ends inside its traceback, before the exception line that says what with (outcome unknown)."
+                    ),
                     None => format!(
                         "{which} did not finish in the log: it ends while the prompt runs (outcome unknown, not a hang)."
                     ),

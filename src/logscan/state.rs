@@ -84,6 +84,10 @@ pub struct PromptSummary {
     pub executed_in: Option<String>,
     /// The log begins after the prompt did (no `got prompt`).
     pub started_before_log: bool,
+    /// It failed (ComfyUI's executor printed a traceback), but the log ends before the
+    /// exception line that says with what: no outcome, yet not a prompt still running.
+    #[serde(skip)]
+    pub error_cut: bool,
 }
 
 /// One server start, as the report shows it.
@@ -471,8 +475,16 @@ struct Ended {
     /// The log ends during a load.
     loading_at_end: bool,
     /// The log ends before the prompt did: no outcome.
-    incomplete: bool,
+    unended: Unended,
     explanation: Option<String>,
+}
+
+/// Whether a prompt has no outcome: the log ends before it did.
+#[derive(Debug, Default, Clone, Copy)]
+struct Unended {
+    incomplete: bool,
+    /// Inside the traceback of the prompt's failure, before its exception line.
+    error_cut: bool,
 }
 
 /// What decides how an unfinished prompt ended: the line that ended it and what came before.
@@ -559,6 +571,11 @@ fn unfinished(p: &PromptState, how: &Unfinished, obs: &mut PromptObservation) ->
     } else if let Some(e) = memory_end(p) {
         // A pasted error, or a log cut right after it: the error line speaks for it.
         obs.end = Some(e);
+    } else if p.executor_traceback && *how.end == End::Eof {
+        // The executor's frames say the prompt failed; what with is past the end.
+        ended.unended.incomplete = true;
+        ended.unended.error_cut = true;
+        ended.explanation = Some("this prompt failed: ComfyUI's executor printed a traceback, but the log ends before the exception line that says what failed".into());
     } else if let Some((_, line, _, _)) = &p.pending_load
         && !sampled_after(how.before, line)
         && (*how.end == End::Eof || how.stalled_for.is_some_and(|s| s >= HANG_SECONDS))
@@ -571,7 +588,7 @@ fn unfinished(p: &PromptState, how: &Unfinished, obs: &mut PromptObservation) ->
         obs.log.push(line.clone());
         obs.log.extend(how.tail.iter().cloned());
         if !ended.hang {
-            ended.incomplete = true;
+            ended.unended.incomplete = true;
             ended.loading_at_end = true;
         }
     } else if p.interrupted {
@@ -598,7 +615,7 @@ fn unfinished(p: &PromptState, how: &Unfinished, obs: &mut PromptObservation) ->
                     _ => "ComfyUI was stopped (Ctrl-C) while this prompt ran".into(),
                 });
             }
-            _ => ended.incomplete = true,
+            _ => ended.unended.incomplete = true,
         }
     }
     ended
@@ -1036,7 +1053,7 @@ impl State {
             && self.current.is_none()
             && self.open.is_none()
             && self.prompts_total == 0
-            && self.raised_just_before(before)
+            && self.raised_just_before(before, 3)
         {
             self.new_start(number, 0, before);
             if let Some(s) = self.current.as_mut() {
@@ -1319,6 +1336,7 @@ impl State {
             models: Vec::new(),
             executed_in: None,
             started_before_log: false,
+            error_cut: false,
         });
     }
 
@@ -1374,7 +1392,7 @@ impl State {
                 (None, unfinished(&p, &how, &mut obs))
             }
         };
-        let mut v = if ended.incomplete {
+        let mut v = if ended.unended.incomplete {
             incomplete_verdict(model.as_deref(), ended.loading_at_end, &tail)
         } else {
             classify::classify_prompt(&obs)
@@ -1387,7 +1405,7 @@ impl State {
         if let Some(e) = ended.explanation {
             v.explanation = Some(e);
         }
-        self.finish_prompt(p, v, ended.incomplete, executed_in, number);
+        self.finish_prompt(p, v, ended.unended, executed_in, number);
     }
 
     /// A prompt stopped after minutes of silence following `Requested to load` (by the log's
@@ -1416,17 +1434,18 @@ impl State {
             .map_or((number, String::new()), |(n, t, _, _)| (*n, t.clone()));
         let ordinal = p.ordinal.map(|o| if p.after_passes { o } else { 1 });
         self.tally(hang_sig, &text, line, Some((ordinal, p.serial)));
-        self.finish_prompt(p, v, false, None, number);
+        self.finish_prompt(p, v, Unended::default(), None, number);
     }
 
     fn finish_prompt(
         &mut self,
         p: PromptState,
         v: Classification,
-        incomplete: bool,
+        unended: Unended,
         executed_in: Option<String>,
         number: u64,
     ) {
+        let incomplete = unended.incomplete;
         if !incomplete
             && let Some(s) = self.current.as_mut()
             && p.start == Some(s.index)
@@ -1459,6 +1478,7 @@ impl State {
             models: p.models,
             executed_in,
             started_before_log: p.implicit,
+            error_cut: unended.error_cut,
         });
     }
 
@@ -1521,6 +1541,14 @@ impl State {
                 let v = classify::classify_startup(exit, &log);
                 summary.outcome = Some(v.outcome);
                 summary.evidence = v.evidence;
+                // The exception a traceback just before the end raised says what failed.
+                if let Some((_, _, line)) = &self.raised
+                    && !summary.evidence.contains(line)
+                    && self.raised_just_before(before, TAIL)
+                {
+                    let at = summary.evidence.len().min(1);
+                    summary.evidence.insert(at, line.clone());
+                }
                 for id in v.signatures {
                     if !summary.signatures.contains(&id) {
                         summary.signatures.insert(0, id);
@@ -1551,11 +1579,12 @@ impl State {
         }
     }
 
-    /// Whether the last traceback's exception line is among the few lines before this point.
-    fn raised_just_before(&self, before: &Before<'_>) -> bool {
+    /// Whether the last traceback's exception line is among the last `n` lines before this
+    /// point.
+    fn raised_just_before(&self, before: &Before<'_>, n: usize) -> bool {
         self.raised.as_ref().is_some_and(|(_, _, line)| {
             before
-                .last(3)
+                .last(n)
                 .iter()
                 .any(|prev| &clip(&unglue(&normalize(prev).text)) == line)
         })
@@ -1652,7 +1681,11 @@ fn tail_lines(before: &Before<'_>) -> Vec<String> {
         .last(TAIL + 2)
         .iter()
         .map(|raw| clip(&unglue(&normalize(raw).text)))
-        .filter(|t| !t.trim().is_empty() && lines::launch_args(t).is_none())
+        .filter(|t| {
+            // Python's carets under a traceback's code line point at nothing in an excerpt.
+            let marks = t.trim().trim_matches(|c| matches!(c, '^' | '~' | ' '));
+            !t.trim().is_empty() && !marks.is_empty() && lines::launch_args(t).is_none()
+        })
         .collect::<Vec<_>>()
         .into_iter()
         .rev()
