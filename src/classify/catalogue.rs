@@ -452,8 +452,10 @@ pub const SIGNATURES: &[Signature] = &[
         // Also after a progress bar (`…it/s]Fatal Python error`) or a shell's `line 12: 4242`,
         // a faulthandler dump whose header the excerpt lost (its stacks' own headings), and
         // C++'s `std::terminate` on an exception thrown where none may be, a Metal assertion
-        // (macOS aborts), ZLUDA's access violation report and a Rust panic that aborts.
-        pattern: r"^Fatal Python error: |\]Fatal Python error: |^Segmentation fault|\]Segmentation fault|: line \d+: +\d+ +Segmentation fault|^Windows fatal exception: (access violation|stack overflow|code 0x)|^Stack \(most recent call first\):|^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):|^terminate called after throwing an instance of |\.mm:\d+: failed assertion|^Exception Code: 0x[Cc]0000005|^panic in a function that cannot unwind",
+        // (macOS aborts), ZLUDA's access violation report, a Rust panic that aborts, and
+        // PyTorch's Windows terminate handler (`Unhandled exception caught in
+        // c10/util/AbortHandler.h`, then native frames).
+        pattern: r"^Fatal Python error: |\]Fatal Python error: |^Segmentation fault|\]Segmentation fault|: line \d+: +\d+ +Segmentation fault|^Windows fatal exception: (access violation|stack overflow|code 0x)|^Stack \(most recent call first\):|^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):|^terminate called after throwing an instance of |\.mm:\d+: failed assertion|^Exception Code: 0x[Cc]0000005|^panic in a function that cannot unwind|^Unhandled exception caught in c10/util/AbortHandler\.h",
         title: "ComfyUI crashed",
         meaning: "the Python process died in native code (abort, segfault, access violation)",
         flags_to_try: &[
@@ -631,6 +633,10 @@ mod tests {
                 "fatal_python_error",
             ),
             ("Exception Code: 0xC0000005", "fatal_python_error"),
+            (
+                "Unhandled exception caught in c10/util/AbortHandler.h",
+                "fatal_python_error",
+            ),
             (
                 "ComfyUI exited before it became ready. Exit code: 1",
                 "launcher_start_failed",

@@ -573,6 +573,33 @@ To see the GUI go to: http://127.0.0.1:8188
     }
 
     #[test]
+    fn an_exception_out_of_the_executors_own_loop_ends_its_prompt() {
+        // The RAM-release step of `execute_async` raised (no node's `!!!` line): the prompt
+        // failed with it, a user's interrupt after it changes nothing.
+        let log = "  File \"/c/ComfyUI/execution.py\", line 795, in execute_async\n    ram_release_callback(ram_inactive_headroom)\n  File \"/c/ComfyUI/comfy_execution/caching.py\", line 528, in ram_release\n    if psutil.virtual_memory().available >= target:\nRuntimeError: host_statistics64(HOST_VM_INFO64) syscall failed: (ipc/mig) array not large enough\n[INFO] Interrupting prompt 16f26504-a526-481d-adca-5f523f7920b3\n";
+        let r = scan_bytes("ram.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::NodeError));
+        // main.py's prompt worker in the stack is a prompt too.
+        let worker = "Exception in thread Thread-2 (prompt_worker):\nTraceback (most recent call last):\n  File \"/c/ComfyUI/main.py\", line 203, in prompt_worker\n    e.execute(item[2], prompt_id, extra_data, item[4])\n";
+        let r = scan_bytes("worker.log", worker.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.prompts_total, 1);
+        assert!(!r.ends_mid_prompt);
+        assert_eq!(r.exit_code(), 1);
+    }
+
+    #[test]
+    fn the_device_block_printed_again_after_the_web_root_is_the_same_start() {
+        let log = "Total VRAM 8188 MB, total RAM 16177 MB\npytorch version: 2.9.1+cu130\nSet vram state to: NORMAL_VRAM\nDevice: cuda:0 NVIDIA GeForce RTX 4060 : cudaMallocAsync\nComfyUI version: 0.3.76\n[Prompt Server] web root: C:\\p\\static\nTotal VRAM 8188 MB, total RAM 16177 MB\npytorch version: 2.9.1+cu130\nSet vram state to: NORMAL_VRAM\nStarting server\n\nTo see the GUI go to: http://127.0.0.1:8188\n";
+        let r = scan_bytes("twice.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.starts_total, 1);
+        assert_eq!(r.startup.facts.comfyui_version.as_deref(), Some("0.3.76"));
+        // Anywhere else, `Total VRAM` again is a new start.
+        let again = log.replace("[Prompt Server] web root: C:\\p\\static\n", "");
+        let r = scan_bytes("again.log", again.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.starts_total, 2);
+    }
+
+    #[test]
     fn an_exception_then_the_exit_with_no_prompt_is_a_failed_start() {
         // A front end relays a traceback ComfyUI raised while starting, then reports the exit.
         let log = "[ComfyUI-6/STDERR]   File \"D:\\S\\comfy\\model_management.py\", line 186, in get_torch_device\n[ComfyUI-6/STDERR]     return torch.device(torch.cuda.current_device())\n[ComfyUI-6/STDERR] RuntimeError: No CUDA GPUs are available\n2025-08-22 10:58:25.415 [Error] Self-Start ComfyUI-6 on port 7821 failed. AutoRestart ignored as this was an initial launch failure.\n";

@@ -424,13 +424,19 @@ fn only_a_bar(raw: &[u8]) -> bool {
     end.ends_with(b"it/s]") || end.ends_with(b"s/it]")
 }
 
-/// A frame of ComfyUI's executor running a node (not its import, nor the validation of a
-/// POST whose traceback an `Error handling request` line heads).
+/// A frame of ComfyUI's executor running a prompt (not its import, nor the validation of a
+/// POST whose traceback an `Error handling request` line heads): its node frames, the
+/// executor's own loop (`execute_async`, whose uncaught exception kills the prompt worker
+/// thread), and `main.py`'s `prompt_worker` that runs it.
 fn executor_frame(text: &str) -> bool {
     let t = text.trim_end();
+    if t.contains("main.py\", line ") && t.ends_with(" in prompt_worker") {
+        return true;
+    }
     t.contains("execution.py\", line ")
         && [
             " in execute",
+            " in execute_async",
             " in recursive_execute",
             " in get_output_data",
             " in map_node_over_list",
@@ -456,6 +462,18 @@ fn import_time_frame(text: &str) -> bool {
     ]
     .iter()
     .any(|f| t.ends_with(f))
+}
+
+/// `Total VRAM …` again right after the `[Prompt Server] web root` line of a start that has
+/// not failed: ComfyUI 0.3.7x and 0.4 print the device block a second time there (its memory
+/// module imported twice), in the same start.
+fn repeated_device_block(s: &StartState, before: &Before<'_>) -> bool {
+    s.starting()
+        && !(s.traceback || s.dead || s.argparse)
+        && before
+            .last(1)
+            .first()
+            .is_some_and(|prev| normalize(prev).text.contains("[Prompt Server] web root: "))
 }
 
 /// Shortens a line for keeping (at a character boundary).
@@ -1261,7 +1279,7 @@ impl State {
             Some(s) => {
                 s.up()
                     || s.closed
-                    || s.seen & rank_bit(rank) != 0
+                    || (s.seen & rank_bit(rank) != 0 && !repeated_device_block(s, before))
                     || (rank < s.max_rank && (s.traceback || s.dead || s.argparse))
             }
         };
