@@ -203,7 +203,7 @@ pub const SIGNATURES: &[Signature] = &[
         phase: Phase::Prompt,
         // Also the frontend's error report (`Exception Message: CUDA error: out of memory`) and
         // older PyTorch, which raised the same CUDA error as a RuntimeError.
-        pattern: r"AcceleratorError: CUDA error: out of memory|cudaErrorMemoryAllocation|(: |Exception Message:\** |!!! |^)CUDA error: out of memory",
+        pattern: r"AcceleratorError: (?:CUDA|HIP) error: out of memory|cudaErrorMemoryAllocation|hipErrorOutOfMemory|(: |Exception Message:\** |!!! |^)(?:CUDA|HIP) error: out of memory",
         title: "CUDA error: out of memory (AcceleratorError)",
         meaning: "a raw CUDA allocation failed outside PyTorch's allocator; ComfyUI before v0.38 did not even treat it as an OOM",
         flags_to_try: &[
@@ -312,12 +312,13 @@ pub const SIGNATURES: &[Signature] = &[
     // --- prompt: not memory -----------------------------------------------------------------
     // CUDA errors that memory features cause and memory flags fix, which are not "out of
     // memory": ComfyUI treats them as an ordinary node error; they are named with the flags
-    // that test them.
+    // that test them. ROCm's PyTorch words them the same with `HIP` (`HIP error: invalid
+    // argument`, `hipErrorInvalidValue`).
     Signature {
         id: "cuda_invalid_argument",
         outcome: Outcome::NodeError,
         phase: Phase::Prompt,
-        pattern: r"CUDA error: invalid argument|cudaErrorInvalidValue|CUDA_ERROR_INVALID_VALUE",
+        pattern: r"(?:CUDA|HIP) error: invalid argument|cudaErrorInvalidValue|hipErrorInvalidValue|CUDA_ERROR_INVALID_VALUE",
         title: "CUDA error: invalid argument",
         meaning: "CUDA refused a call; since pinned memory became the default this is most often the pinned host buffers (cudaHostRegister) on laptops, WSL and some drivers, and sometimes async offload's streams",
         flags_to_try: &[
@@ -331,7 +332,7 @@ pub const SIGNATURES: &[Signature] = &[
         id: "cuda_not_supported",
         outcome: Outcome::NodeError,
         phase: Phase::Prompt,
-        pattern: r"CUDA error: operation not supported|cudaErrorNotSupported|CUDA_ERROR_NOT_SUPPORTED",
+        pattern: r"(?:CUDA|HIP) error: operation not supported|cudaErrorNotSupported|hipErrorNotSupported|CUDA_ERROR_NOT_SUPPORTED",
         title: "CUDA error: operation not supported",
         meaning: "the driver does not support what was asked: most often the cudaMallocAsync allocator ComfyUI picks by default (older GPUs such as Maxwell, WSL, some containers and drivers), sometimes pinned memory",
         flags_to_try: &["--disable-cuda-malloc", "--disable-pinned-memory"],
@@ -361,7 +362,7 @@ pub const SIGNATURES: &[Signature] = &[
         id: "cuda_illegal_address",
         outcome: Outcome::NodeError,
         phase: Phase::Prompt,
-        pattern: r"CUDA error: an illegal memory access was encountered|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS",
+        pattern: r"(?:CUDA|HIP) (?:error|warning): an illegal memory access was encountered|cudaErrorIllegalAddress|hipErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS",
         title: "CUDA error: an illegal memory access",
         meaning: "a GPU kernel read or wrote memory it should not have; with weights moved asynchronously or faulted in by Dynamic VRAM, turning those off is the first test (a broken CUDA context fails every later call too: restart ComfyUI)",
         flags_to_try: &[
@@ -633,6 +634,22 @@ mod tests {
                 "fatal_python_error",
             ),
             ("Exception Code: 0xC0000005", "fatal_python_error"),
+            (
+                "torch.AcceleratorError: HIP error: invalid argument",
+                "cuda_invalid_argument",
+            ),
+            (
+                "Search for `hipErrorInvalidValue' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__HIPRT__TYPES.html for more information.",
+                "cuda_invalid_argument",
+            ),
+            (
+                "torch.AcceleratorError: HIP error: out of memory",
+                "accelerator_oom",
+            ),
+            (
+                "UserWarning: HIP warning: an illegal memory access was encountered",
+                "cuda_illegal_address",
+            ),
             (
                 "Unhandled exception caught in c10/util/AbortHandler.h",
                 "fatal_python_error",

@@ -579,11 +579,16 @@ To see the GUI go to: http://127.0.0.1:8188
         let log = "  File \"/c/ComfyUI/execution.py\", line 795, in execute_async\n    ram_release_callback(ram_inactive_headroom)\n  File \"/c/ComfyUI/comfy_execution/caching.py\", line 528, in ram_release\n    if psutil.virtual_memory().available >= target:\nRuntimeError: host_statistics64(HOST_VM_INFO64) syscall failed: (ipc/mig) array not large enough\n[INFO] Interrupting prompt 16f26504-a526-481d-adca-5f523f7920b3\n";
         let r = scan_bytes("ram.log", log.as_bytes(), Mode::Prefilter).unwrap();
         assert_eq!(r.outcome, Some(Outcome::NodeError));
-        // main.py's prompt worker in the stack is a prompt too.
-        let worker = "Exception in thread Thread-2 (prompt_worker):\nTraceback (most recent call last):\n  File \"/c/ComfyUI/main.py\", line 203, in prompt_worker\n    e.execute(item[2], prompt_id, extra_data, item[4])\n";
+        // The prompt worker thread killed through the executor: a prompt failed.
+        let worker = "Exception in thread Thread-2 (prompt_worker):\nTraceback (most recent call last):\n  File \"/c/ComfyUI/main.py\", line 203, in prompt_worker\n    e.execute(item[2], prompt_id, extra_data, item[4])\n  File \"/c/ComfyUI/execution.py\", line 648, in execute\n    asyncio.run(self.execute_async(prompt, prompt_id, extra_data, execute_outputs))\n";
         let r = scan_bytes("worker.log", worker.as_bytes(), Mode::Prefilter).unwrap();
         assert_eq!(r.prompts_total, 1);
         assert!(!r.ends_mid_prompt);
+        assert_eq!(r.exit_code(), 1);
+        // Killed after its prompt, at `q.task_done`: no prompt's error, still a failure.
+        let done = "Exception in thread Thread-22 (prompt_worker):\nTraceback (most recent call last):\n  File \"/c/ComfyUI/main.py\", line 213, in prompt_worker\n    q.task_done(item_id,\nTypeError: new_task_done() got an unexpected keyword argument 'process_item'\n";
+        let r = scan_bytes("done.log", done.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.prompts_total, 0);
         assert_eq!(r.exit_code(), 1);
     }
 

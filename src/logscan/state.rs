@@ -427,12 +427,10 @@ fn only_a_bar(raw: &[u8]) -> bool {
 /// A frame of ComfyUI's executor running a prompt (not its import, nor the validation of a
 /// POST whose traceback an `Error handling request` line heads): its node frames, the
 /// executor's own loop (`execute_async`, whose uncaught exception kills the prompt worker
-/// thread), and `main.py`'s `prompt_worker` that runs it.
+/// thread). `main.py`'s `prompt_worker` alone is not: it also runs after a prompt ended
+/// (`q.task_done(…)`).
 fn executor_frame(text: &str) -> bool {
     let t = text.trim_end();
-    if t.contains("main.py\", line ") && t.ends_with(" in prompt_worker") {
-        return true;
-    }
     t.contains("execution.py\", line ")
         && [
             " in execute",
