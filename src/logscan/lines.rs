@@ -122,6 +122,12 @@ pub const MARKERS: &[Marker] = &[
     ),
     m(
         Kind::Announce,
+        "DynamicVRAM support detected and enabled",
+        true,
+        r"DynamicVRAM support detected and enabled",
+    ),
+    m(
+        Kind::Announce,
         "No working comfy-aimdo install detected",
         true,
         r"No working comfy-aimdo install detected",
@@ -339,9 +345,11 @@ pub fn is_progress(text: &str) -> bool {
 pub fn is_work(text: &str) -> bool {
     static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     let t = text.trim_start();
-    // Not a table row, nor an Error Report's Markdown list (`- **VRAM Total:** …`).
+    // Not a table row, nor an Error Report's Markdown list (`- **VRAM Total:** …`), nor a
+    // startup's import-time list (`0.3 seconds: …\custom_nodes\ComfyUI-RK-Sampler`).
     !t.starts_with('|')
         && !t.starts_with("- **")
+        && !is_import_time(t)
         && RE
             .get_or_init(|| {
                 regex::Regex::new(
@@ -365,6 +373,15 @@ pub fn is_shell_prompt(text: &str) -> bool {
         .expect("shell prompt regex")
     })
     .is_match(text.trim())
+}
+
+/// A line of the startup's `Import times for custom nodes:` list: `0.3 seconds: DIR`,
+/// `0.0 seconds (IMPORT FAILED): DIR`.
+fn is_import_time(t: &str) -> bool {
+    let Some((secs, rest)) = t.split_once(" seconds") else {
+        return false;
+    };
+    secs.parse::<f64>().is_ok() && (rest.starts_with(':') || rest.starts_with(" ("))
 }
 
 /// `Requested to load LTXAV` → `LTXAV`.
@@ -653,6 +670,12 @@ mod tests {
         ));
         assert!(!is_work(
             "WAS Node Suite: Finished. Loaded 220 nodes successfully."
+        ));
+        assert!(!is_work(
+            r"   0.3 seconds: C:\ComfyUI\custom_nodes\ComfyUI-RK-Sampler"
+        ));
+        assert!(!is_work(
+            r"   0.0 seconds (IMPORT FAILED): C:\ComfyUI\custom_nodes\comfyui-lora-manager"
         ));
     }
 

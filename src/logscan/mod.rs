@@ -605,6 +605,18 @@ To see the GUI go to: http://127.0.0.1:8188
     }
 
     #[test]
+    fn an_exit_reported_above_a_launch_command_that_nothing_follows_ended_that_start() {
+        let log = "Process exited with code 3221225477 / 0xC0000005 (memory access violation)\n\n> C:\\CI\\.venv\\Scripts\\python.exe -s ComfyUI\\main.py --enable-manager\n";
+        let r = scan_bytes("desk.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::StartupFailed));
+        assert_eq!(r.prompts_total, 0);
+        // The command inside the exit line itself (a shell's `Killed` line) is no start.
+        let shell = "model_type FLOW\n/comfy/user_script.bash: line 21:   116 Killed                  python3 ./main.py --listen 0.0.0.0\n";
+        let r = scan_bytes("shell.log", shell.as_bytes(), Mode::Prefilter).unwrap();
+        assert_ne!(r.outcome, Some(Outcome::StartupFailed));
+    }
+
+    #[test]
     fn an_exception_then_the_exit_with_no_prompt_is_a_failed_start() {
         // A front end relays a traceback ComfyUI raised while starting, then reports the exit.
         let log = "[ComfyUI-6/STDERR]   File \"D:\\S\\comfy\\model_management.py\", line 186, in get_torch_device\n[ComfyUI-6/STDERR]     return torch.device(torch.cuda.current_device())\n[ComfyUI-6/STDERR] RuntimeError: No CUDA GPUs are available\n2025-08-22 10:58:25.415 [Error] Self-Start ComfyUI-6 on port 7821 failed. AutoRestart ignored as this was an initial launch failure.\n";

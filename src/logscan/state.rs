@@ -1659,7 +1659,14 @@ impl State {
         let last = lines;
         // An exit above the log that no start followed: as if it came last (the prompt it
         // ended, or the node at work before it).
-        if let Some((sig, text, _)) = self.exit_first.take() {
+        if let Some((sig, text, at)) = self.exit_first.take() {
+            // A launch command below the exit and nothing after it: the exit ended that start.
+            if self.current.is_none()
+                && self.open.is_none()
+                && self.pending_launch.as_ref().is_some_and(|l| l.line > at)
+            {
+                self.new_start(last, 0, &before);
+            }
             self.signature(sig, &text, last, &before);
         }
         self.outputs_were_ignored();
