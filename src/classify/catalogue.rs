@@ -92,6 +92,16 @@ pub const SIGNATURES: &[Signature] = &[
         issues: &[],
     },
     Signature {
+        id: "no_cuda_gpu",
+        outcome: Outcome::StartupFailed,
+        phase: Phase::Startup,
+        pattern: r"RuntimeError: No CUDA GPUs are available",
+        title: "no CUDA GPU visible",
+        meaning: "PyTorch's CUDA build sees no GPU: hidden by CUDA_VISIBLE_DEVICES or --cuda-device, a container started without GPU access, or a driver (or ZLUDA) that does not serve this card; ComfyUI does not fall back to the CPU (make the GPU visible, or add --cpu)",
+        flags_to_try: &["--cpu"],
+        issues: &[],
+    },
+    Signature {
         id: "assets_db_in_use",
         outcome: Outcome::StartupFailed,
         phase: Phase::Startup,
@@ -362,9 +372,11 @@ pub const SIGNATURES: &[Signature] = &[
         id: "cuda_illegal_address",
         outcome: Outcome::NodeError,
         phase: Phase::Prompt,
-        pattern: r"(?:CUDA|HIP) (?:error|warning): an illegal memory access was encountered|cudaErrorIllegalAddress|hipErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS",
+        // ROCm's runtime reports the same fault as `Memory access fault by GPU node-1 (Agent
+        // handle: …) on address …` and aborts the process.
+        pattern: r"(?:CUDA|HIP) (?:error|warning): an illegal memory access was encountered|cudaErrorIllegalAddress|hipErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS|^Memory access fault by GPU node-\d+",
         title: "CUDA error: an illegal memory access",
-        meaning: "a GPU kernel read or wrote memory it should not have; with weights moved asynchronously or faulted in by Dynamic VRAM, turning those off is the first test (a broken CUDA context fails every later call too: restart ComfyUI)",
+        meaning: "a GPU kernel read or wrote memory it should not have (ROCm: a memory access fault by the GPU, which aborts the process); with weights moved asynchronously or faulted in by Dynamic VRAM, turning those off is the first test (a broken CUDA context fails every later call too: restart ComfyUI)",
         flags_to_try: &[
             "--disable-async-offload",
             "--disable-dynamic-vram",
@@ -634,6 +646,11 @@ mod tests {
                 "fatal_python_error",
             ),
             ("Exception Code: 0xC0000005", "fatal_python_error"),
+            ("RuntimeError: No CUDA GPUs are available", "no_cuda_gpu"),
+            (
+                "Memory access fault by GPU node-1 (Agent handle: 0x55e31981ed40) on address 0x7fa606fb0000. Reason: Page not present or supervisor privilege.",
+                "cuda_illegal_address",
+            ),
             (
                 "torch.AcceleratorError: HIP error: invalid argument",
                 "cuda_invalid_argument",

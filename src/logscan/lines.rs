@@ -211,6 +211,13 @@ pub const MARKERS: &[Marker] = &[
         true,
         r"invalid prompt: ",
     ),
+    // The frontend's popup words the same refusal (`Prompt execution failed` above it).
+    m(
+        Kind::InvalidPrompt,
+        "Prompt outputs failed validation",
+        true,
+        r"Prompt outputs failed validation",
+    ),
     m(
         Kind::RequestError,
         "Error handling request from ",
@@ -236,6 +243,13 @@ pub const MARKERS: &[Marker] = &[
         r"loaded completely",
     ),
     m(Kind::Loaded, "loaded partially", true, r"loaded partially"),
+    // `--verbose DEBUG`'s line for each module a lowvram load puts on the GPU.
+    m(
+        Kind::Loaded,
+        "lowvram: loaded module regularly ",
+        true,
+        r"lowvram: loaded module regularly ",
+    ),
     m(
         Kind::Loaded,
         "loaded in lowvram mode",

@@ -617,6 +617,14 @@ To see the GUI go to: http://127.0.0.1:8188
     }
 
     #[test]
+    fn the_frontends_popup_of_a_refused_prompt_is_a_refused_prompt() {
+        let popup = "Prompt execution failed\nPrompt outputs failed validation:\nCLIPLoader:\n- Value not in list: clip_name: 'qwen_3_4b.safetensors' not in ['clip_l.safetensors']\nUNETLoader:\n- Value not in list: unet_name: 'z_image_turbo_bf16.safetensors' not in []\n";
+        let r = scan_bytes("popup.log", popup.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::InvalidWorkflow));
+        assert_eq!(r.exit_code(), 1);
+    }
+
+    #[test]
     fn an_exception_then_the_exit_with_no_prompt_is_a_failed_start() {
         // A front end relays a traceback ComfyUI raised while starting, then reports the exit.
         let log = "[ComfyUI-6/STDERR]   File \"D:\\S\\comfy\\model_management.py\", line 186, in get_torch_device\n[ComfyUI-6/STDERR]     return torch.device(torch.cuda.current_device())\n[ComfyUI-6/STDERR] RuntimeError: No CUDA GPUs are available\n2025-08-22 10:58:25.415 [Error] Self-Start ComfyUI-6 on port 7821 failed. AutoRestart ignored as this was an initial launch failure.\n";

@@ -12,6 +12,7 @@
 //! ComfyUI and its Manager write themselves are already understood there). Up to three layers
 //! are peeled (a timestamp, then a tag). Lines without the prefix are read as they are.
 
+use super::lines::marker;
 use crate::classify::normalize::normalize;
 use std::io::{self, Read};
 
@@ -178,11 +179,36 @@ fn one_layer(lines: &[Vec<u8>]) -> Option<Layer> {
     // Of its leading parts that look like a wrapper's, the one that leaves the most level
     // tags for the normaliser to read (`2024-… - root - ERROR - …` keeps `root - ERROR -`),
     // the longest of those.
-    let best = (1..=best.0.len())
+    // Never one that takes what makes a line ComfyUI's own structural line with it (a run
+    // of `lowvram: loaded module regularly …` debug lines repeats its lead as a wrapper's
+    // prefix does): of those that leave the most such lines, the one above.
+    let candidates: Vec<Layer> = (1..=best.0.len())
         .map(|n| Layer(best.0[..n].to_vec()))
         .filter(Layer::looks_like_a_prefix)
+        .collect();
+    let most = candidates.iter().map(|l| markers_left(l, lines)).max()?;
+    let unstripped = lines
+        .iter()
+        .filter(|l| marker(&normalize(&String::from_utf8_lossy(l)).text).is_some())
+        .count();
+    if most < unstripped {
+        return None;
+    }
+    let best = candidates
+        .into_iter()
+        .filter(|l| markers_left(l, lines) == most)
         .max_by_key(|l| (levels_left(l, lines), l.0.len()))?;
     changes_the_reading(&best, lines).then_some(best)
+}
+
+/// How many of the lines with the layer are one of ComfyUI's structural lines once it is
+/// stripped.
+fn markers_left(layer: &Layer, lines: &[Vec<u8>]) -> usize {
+    lines
+        .iter()
+        .filter_map(|l| layer.len_in(l).map(|n| &l[n..]))
+        .filter(|rest| marker(&normalize(&String::from_utf8_lossy(rest)).text).is_some())
+        .count()
 }
 
 /// How many of the lines with the layer the normaliser finds a level in once it is stripped.
@@ -382,6 +408,17 @@ mod tests {
             String::from_utf8(out).unwrap(),
             format!("got prompt\n{bar}\ndone\na\n")
         );
+    }
+
+    #[test]
+    fn comfyuis_own_lines_that_repeat_their_lead_are_no_prefix() {
+        let log: String = (0..12)
+            .map(|i| format!("lowvram: loaded module regularly decoder.up.{i}.norm RMS_norm()\n"))
+            .collect();
+        assert!(detect(log.as_bytes()).is_empty());
+        // Under a wrapper's prefix they are read once it is stripped.
+        let relayed: String = log.lines().map(|l| format!("<job 42> {l}\n")).collect();
+        assert_eq!(stripped(&relayed), log);
     }
 
     #[test]
