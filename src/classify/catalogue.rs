@@ -156,7 +156,7 @@ pub const SIGNATURES: &[Signature] = &[
         // The async allocator's message, and its short forms: the `exception_message` of an
         // async OOM may be just `Allocation on device ` (`fixtures/logs/sig-cuda-oom-async-short.log`), which is all that the
         // `!!!` line and the frontend's error report then show.
-        pattern: r"Allocation on device \d* ?would exceed allowed memory|torch\.(cuda\.)?OutOfMemoryError: Allocation on device|(Exception during processing !!!|Exception Message:\**) Allocation on device\b|^Allocation on device( \d+)?\s*$",
+        pattern: r"Allocation on device \S* ?would exceed allowed memory|torch\.(cuda\.)?OutOfMemoryError: Allocation on device|(Exception during processing !!!|Exception Message:\**) Allocation on device\b|^Allocation on device( \d+)?\s*$",
         title: "CUDA out of memory (cudaMallocAsync)",
         meaning: "PyTorch's cudaMallocAsync allocator could not get more VRAM",
         flags_to_try: &[
@@ -605,6 +605,11 @@ mod tests {
             ),
             (
                 "torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)",
+                "cuda_oom_async",
+            ),
+            (
+                // The device index printed as a control character (`\x01`, shown as ☺).
+                "Allocation on device \u{263a} would exceed allowed memory. (out of memory)",
                 "cuda_oom_async",
             ),
             (

@@ -120,6 +120,8 @@ pub const MARKERS: &[Marker] = &[
         true,
         r"Dynamic vram disabled with argument",
     ),
+    // `docker compose up` attaching to the container it starts.
+    m(Kind::Announce, "Attaching to ", true, r"Attaching to "),
     m(
         Kind::Announce,
         "DynamicVRAM support detected and enabled",
@@ -299,6 +301,14 @@ pub const MARKERS: &[Marker] = &[
         "Processing interrupted",
         true,
         r"Processing interrupted",
+    ),
+    // The server's word that the user cancelled the running prompt (`/interrupt` with its
+    // id); `Processing interrupted` follows once the node stops.
+    m(
+        Kind::Interrupted,
+        "Interrupting prompt ",
+        true,
+        r"Interrupting prompt ",
     ),
     m(Kind::Progress, "it/s]", false, r"it/s\]"),
     m(Kind::Progress, "s/it]", false, r"s/it\]"),

@@ -625,6 +625,22 @@ To see the GUI go to: http://127.0.0.1:8188
     }
 
     #[test]
+    fn the_servers_word_that_it_interrupts_the_running_prompt_is_an_interrupt() {
+        let log = "got prompt\nRequested to load MiniMaxH3\nloaded partially; 18906.12 MB usable, 18716.83 MB loaded, 1279.32 MB offloaded\n  5%|4         | 1/20 [00:04<01:25,  4.50s/it][INFO] Interrupting prompt 6c521dff-f802-49ff-aaab-eee7230c647b\n";
+        let r = scan_bytes("int.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::Interrupted));
+        assert_eq!(r.exit_code(), 0);
+    }
+
+    #[test]
+    fn a_container_that_exits_right_after_compose_attaches_to_it_failed_to_start() {
+        let log = "[+] Running 1/0\nAttaching to comfyui-1\ncomfyui-1 exited with code 139\n";
+        let r = scan_bytes("compose.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::StartupFailed));
+        assert_eq!(r.prompts_total, 0);
+    }
+
+    #[test]
     fn an_exception_then_the_exit_with_no_prompt_is_a_failed_start() {
         // A front end relays a traceback ComfyUI raised while starting, then reports the exit.
         let log = "[ComfyUI-6/STDERR]   File \"D:\\S\\comfy\\model_management.py\", line 186, in get_torch_device\n[ComfyUI-6/STDERR]     return torch.device(torch.cuda.current_device())\n[ComfyUI-6/STDERR] RuntimeError: No CUDA GPUs are available\n2025-08-22 10:58:25.415 [Error] Self-Start ComfyUI-6 on port 7821 failed. AutoRestart ignored as this was an initial launch failure.\n";
