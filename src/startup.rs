@@ -66,6 +66,12 @@ impl StartupFacts {
         } else if let Some(rest) = line.strip_prefix("Enabled pinned memory ") {
             self.pinned_memory_mb = rest.trim().parse().ok();
             self.pinned_memory = Some(true);
+        } else if let Some((_, rest)) = line.split_once("comfy-aimdo inited for GPU: ") {
+            // comfy-aimdo names the GPU before ComfyUI's `Device:` line does.
+            if self.device.is_none() {
+                let name = rest.split_once(" (VRAM: ").map_or(rest, |(n, _)| n);
+                self.device = Some(name.trim().to_string());
+            }
         } else if line == "DynamicVRAM support detected and enabled" {
             self.dynamic_vram = Some(true);
         } else if line.starts_with("No working comfy-aimdo install detected") {
@@ -111,8 +117,9 @@ impl StartupFacts {
             self.allocator = Some("none".into());
             return;
         }
-        // "cuda:0 NVIDIA GeForce RTX 4090 : cudaMallocAsync"; only the first device decides.
-        if self.device.is_some() {
+        // "cuda:0 NVIDIA GeForce RTX 4090 : cudaMallocAsync"; only the first device decides
+        // (comfy-aimdo's name for it, from before, gives way).
+        if self.device.is_some() && self.allocator.is_some() {
             return;
         }
         let (name, allocator) = match rest.rsplit_once(" : ") {
@@ -218,6 +225,21 @@ mod tests {
         assert_eq!(f.async_offload_streams, Some(2));
         assert_eq!(f.comfy_aimdo_version.as_deref(), Some("0.5.5"));
         assert_eq!(f.cache.as_deref(), Some("ram_pressure"));
+        // comfy-aimdo's line first: it names the GPU until the `Device:` line does.
+        let aimdo_first = log.replace(
+            "aimdo: src/control.c:64:INFO:comfy-aimdo inited for GPU: NVIDIA GeForce RTX 4090 (VRAM: 24564 MB)\n",
+            "",
+        );
+        let aimdo_first = format!(
+            "aimdo: src/control.c:64:INFO:comfy-aimdo inited for GPU: NVIDIA GeForce RTX 4090 (VRAM: 24564 MB)\n{aimdo_first}"
+        );
+        let f = read(&aimdo_first);
+        assert_eq!(f.device.as_deref(), Some("NVIDIA GeForce RTX 4090"));
+        assert_eq!(f.allocator.as_deref(), Some("cudaMallocAsync"));
+        let only = read(
+            "aimdo: src/control.c:69:INFO:comfy-aimdo inited for GPU: NVIDIA GeForce RTX 3090 (VRAM: 24575 MB)\n",
+        );
+        assert_eq!(only.device.as_deref(), Some("NVIDIA GeForce RTX 3090"));
     }
 
     #[test]

@@ -153,7 +153,7 @@ fn every_file_of_the_corpus_has_an_entry() {
 #[test]
 fn unseen_batches_are_read_no_worse_than_recorded() {
     // (batch, read right now, excerpts)
-    const RECORDED: [(&str, usize, usize); 15] = [
+    const RECORDED: [(&str, usize, usize); 16] = [
         ("batch-1", 22, 34),
         ("batch-2", 29, 31),
         ("batch-3", 30, 35),
@@ -161,7 +161,7 @@ fn unseen_batches_are_read_no_worse_than_recorded() {
         ("batch-5", 28, 33),
         ("batch-6", 26, 33),
         ("batch-7", 25, 31),
-        ("batch-8", 27, 34),
+        ("batch-8", 28, 34),
         ("batch-9", 32, 33),
         ("batch-10", 29, 32),
         ("batch-11", 30, 32),
@@ -169,6 +169,7 @@ fn unseen_batches_are_read_no_worse_than_recorded() {
         ("batch-13", 32, 36),
         ("batch-14", 26, 33),
         ("batch-15", 26, 30),
+        ("batch-16", 30, 30),
     ];
     let mut report = Vec::new();
     for (batch, floor, size) in RECORDED {

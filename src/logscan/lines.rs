@@ -120,6 +120,13 @@ pub const MARKERS: &[Marker] = &[
         true,
         r"Dynamic vram disabled with argument",
     ),
+    // comfy-aimdo's first word, before ComfyUI's own (`aimdo: src/control.c:69:INFO:…`).
+    m(
+        Kind::Announce,
+        "comfy-aimdo inited for GPU: ",
+        false,
+        r"comfy-aimdo inited for GPU: ",
+    ),
     // `docker compose up` attaching to the container it starts.
     m(Kind::Announce, "Attaching to ", true, r"Attaching to "),
     m(

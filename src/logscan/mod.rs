@@ -641,6 +641,18 @@ To see the GUI go to: http://127.0.0.1:8188
     }
 
     #[test]
+    fn a_crash_line_that_prompt_executed_follows_was_a_child_process() {
+        // No start and no `got prompt`: the crash line is held as if reported above the log,
+        // until `Prompt executed` says ComfyUI outlived it.
+        let log = "Initial seed: 1054\nAffine transforming 509 faces...\n  0%|          | 0/509 [00:00<?, ?it/s]Segmentation fault (core dumped)\nPrompt executed in 10.66 seconds\n";
+        let r = scan_bytes("child.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::Pass));
+        assert_eq!(r.prompts_total, 1);
+        assert!(r.known_issues.iter().any(|k| k.id == "fatal_python_error"));
+        assert_eq!(r.exit_code(), 1);
+    }
+
+    #[test]
     fn an_exception_then_the_exit_with_no_prompt_is_a_failed_start() {
         // A front end relays a traceback ComfyUI raised while starting, then reports the exit.
         let log = "[ComfyUI-6/STDERR]   File \"D:\\S\\comfy\\model_management.py\", line 186, in get_torch_device\n[ComfyUI-6/STDERR]     return torch.device(torch.cuda.current_device())\n[ComfyUI-6/STDERR] RuntimeError: No CUDA GPUs are available\n2025-08-22 10:58:25.415 [Error] Self-Start ComfyUI-6 on port 7821 failed. AutoRestart ignored as this was an initial launch failure.\n";

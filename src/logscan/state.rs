@@ -928,6 +928,14 @@ impl State {
     /// prompts too), and a queued one starts.
     fn executed(&mut self, text: &str, number: u64, before: &Before<'_>) {
         self.recognized += 1;
+        // A crash line held as if it were reported above the log, then `Prompt executed`:
+        // ComfyUI outlived it (a child process crashed), so it is that prompt's finding.
+        if let Some((sig, line, at)) = self.exit_first.take() {
+            if self.open.is_none() {
+                self.open_prompt(at, true);
+            }
+            self.signature(sig, &line, at, before);
+        }
         if self.open.is_none() {
             self.open_prompt(number, true);
         }
