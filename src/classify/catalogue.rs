@@ -446,9 +446,10 @@ pub const SIGNATURES: &[Signature] = &[
         // (`Main process exited, code=dumped, status=11/SEGV`), the Desktop app
         // (`Process exited with code 3221225477`), SwarmUI (`Self-Start ComfyUI-3 unexpectedly
         // exited (ExitCode=-1073741819)`, `Self-Start ComfyUI-0 on port 7821 failed. Restarting…`), and any
-        // report of Windows' crash codes, signed or not: access violation (0xC0000005), stack
-        // buffer overrun (0xC0000409), stack overflow (0xC00000FD).
-        pattern: r">pause$|^Press any key to continue \. \. \.|^[Pp]ress a key to continue|^请按任意键继续|[Pp]rocess exited with code -?[1-9]\d*|process exited \(exit code -?[1-9]\d*\)|进程已退出（退出代码 -?[1-9]\d*）|^ComfyUI has exited\.|exited: \S+ \(exit status [1-9]\d*; not expected\)|exited with code [1-9]\d*$|Main process exited, code=(?:dumped|killed|exited), status=[1-9]|unexpectedly exited \(ExitCode=-?[1-9]\d*\)|Self-Start \S+ on port \d+ failed\. Restarting|-1073741819\b|\b3221225477\b|-1073740791\b|\b3221226505\b|-1073741571\b|\b3221225725\b",
+        // report of Windows' crash codes as an exit code, signed or not: access violation
+        // (0xC0000005), stack buffer overrun (0xC0000409), stack overflow (0xC00000FD), also
+        // on a line of its own under `Process exit code:` (`-1073741819 (0xC0000005, …)`).
+        pattern: r">pause$|^Press any key to continue \. \. \.|^[Pp]ress a key to continue|^请按任意键继续|[Pp]rocess exited with code -?[1-9]\d*|process exited \(exit code -?[1-9]\d*\)|进程已退出（退出代码 -?[1-9]\d*）|^ComfyUI has exited\.|exited: \S+ \(exit status [1-9]\d*; not expected\)|exited with code [1-9]\d*$|Main process exited, code=(?:dumped|killed|exited), status=[1-9]|unexpectedly exited \(ExitCode=-?[1-9]\d*\)|Self-Start \S+ on port \d+ failed\. Restarting|[Cc]ode:? ?=?-1073741819\b|[Cc]ode:? ?=?3221225477\b|[Cc]ode:? ?=?-1073740791\b|[Cc]ode:? ?=?3221226505\b|[Cc]ode:? ?=?-1073741571\b|[Cc]ode:? ?=?3221225725\b|^-?\d+ \(0x[Cc]0000(?:005|409|0[Ff][Dd])\b",
         title: "ComfyUI exited without a message",
         meaning: "the Python process ended while this prompt ran and printed nothing: a native crash (Windows access violation, 3221225477 = 0xC0000005) or the system ending it for memory",
         flags_to_try: &[
@@ -784,6 +785,7 @@ mod tests {
             "Allocation on device memory is tracked per model",
             "Killed 3 stale workers",
             "Seed: 32212254771",
+            "Using seed 3221225477",
             "Self-Start ComfyUI-0 on port 7821 started.",
             "seed: 10737418190",
         ] {

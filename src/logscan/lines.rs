@@ -397,13 +397,54 @@ pub fn is_work(text: &str) -> bool {
 /// `[user@host ComfyUI]$`. A command typed after it (`…>python main.py`) is no prompt alone.
 pub fn is_shell_prompt(text: &str) -> bool {
     static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let t = text.trim();
+    let matched = RE
+        .get_or_init(|| {
+            regex::Regex::new(
+                r#"^(?:PS )?[A-Za-z]:\\[^:*?"<>|]*>?$|^(?:\([^)]*\) ?)?[\w.-]+@[\w.-]+:[^\s:]*[$#]$|^(?:\([^)]*\) ?)?\[[\w.-]+@[\w.-]+ [^\]]*\][$#]$"#,
+            )
+            .expect("shell prompt regex")
+        })
+        .is_match(t);
+    // A path cut before its `>` is a prompt only if it names no file (a node prints the
+    // `…\output\ComfyUI_00001.mp4` it wrote).
+    matched
+        && (t.ends_with('>')
+            || t.ends_with('$')
+            || t.ends_with('#')
+            || !t.rsplit(['\\', '/']).next().unwrap_or("").contains('.'))
+}
+
+/// A shell command that prints a log written elsewhere (`tail -n 50 comfyui.log`,
+/// `Get-Content … -Tail 8`, `docker compose logs`, `journalctl -u comfyui`), typed at a prompt.
+pub fn is_view_command(text: &str) -> bool {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     RE.get_or_init(|| {
         regex::Regex::new(
-            r#"^(?:PS )?[A-Za-z]:\\[^:*?"<>|]*>?$|^(?:\([^)]*\) ?)?[\w.-]+@[\w.-]+:[^\s:]*[$#]$|^(?:\([^)]*\) ?)?\[[\w.-]+@[\w.-]+ [^\]]*\][$#]$"#,
+            r"(?:^(?:PS )?[A-Za-z]:\\[^>]*>|[$#]) *(?:sudo +)?(?:tail|cat|less|more|head|type|Get-Content|gc|docker(?: compose)? logs|docker-compose logs|podman logs|kubectl logs|journalctl)\b",
         )
-        .expect("shell prompt regex")
+        .expect("view command regex")
     })
     .is_match(text.trim())
+}
+
+/// The user stopping what runs in a console: `^C`, Python's `KeyboardInterrupt`, cmd's
+/// `Terminate batch job (Y/N)?`.
+pub fn is_user_stop(text: &str) -> bool {
+    let t = text.trim();
+    t.starts_with("^C")
+        || t.starts_with("KeyboardInterrupt")
+        || t.starts_with("Terminate batch job")
+}
+
+/// `docker compose up`'s list of the containers it attaches to: `comfyui-1, db-1`.
+pub fn container_names(names: &str) -> bool {
+    !names.is_empty()
+        && names.split(", ").all(|n| {
+            !n.is_empty()
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        })
 }
 
 /// A line of the startup's `Import times for custom nodes:` list: `0.3 seconds: DIR`,

@@ -54,6 +54,11 @@ pub fn scan(input: input::Input, mode: Mode) -> Result<LogReport> {
         .read_to_end(&mut head)
         .map_err(|e| Error::usage(format!("cannot read {shown}: {e}")))?;
     let prefix = relay::detect(&head);
+    // A log printed by a command typed at a shell (`tail -n 50 comfyui.log`) says so at its top.
+    let viewed_by_a_command = head
+        .split(|b| *b == b'\n')
+        .take(20)
+        .any(|l| lines::is_view_command(&String::from_utf8_lossy(l)));
     let joined = std::io::Cursor::new(head).chain(reader);
     let mut reader: Box<dyn Read> = if prefix.is_empty() {
         Box::new(joined)
@@ -61,6 +66,7 @@ pub fn scan(input: input::Input, mode: Mode) -> Result<LogReport> {
         Box::new(relay::Stripper::new(joined, prefix))
     };
     let mut state = state::State::default();
+    state.viewed_by_a_command = viewed_by_a_command;
     let (stats, tail) = reader::scan(&mut reader, prefilter::prefilter(), mode, &mut state)
         .map_err(|e| Error::usage(format!("cannot read {shown}: {e}")))?;
     let scanned = state.finish(&tail, stats.lines);
@@ -548,6 +554,45 @@ To see the GUI go to: http://127.0.0.1:8188
         let r = scan_bytes("typed.log", typed.as_bytes(), Mode::Prefilter).unwrap();
         assert!(r.ends_mid_prompt);
         assert_ne!(r.outcome, Some(Outcome::Crash));
+        // Not an exit: the prompt of the shell that printed a log still being written, the
+        // user's Ctrl-C, a file a node wrote.
+        let tail = format!(
+            "root@c7b1:/workspace/ComfyUI# tail -n 8 /workspace/comfyui.log\n{run}root@c7b1:/workspace/ComfyUI#\n"
+        );
+        let stop =
+            format!("{run}^C\nTerminate batch job (Y/N)? y\n\nD:\\ComfyUI_windows_portable>\n");
+        let file = format!("{run}C:\\ComfyUI\\output\\video\\ComfyUI_00001.mp4\n");
+        for (name, log) in [("tail", tail), ("stop", stop), ("file", file)] {
+            let r = scan_bytes(name, log.as_bytes(), Mode::Prefilter).unwrap();
+            assert_ne!(r.outcome, Some(Outcome::Crash), "{name}");
+            assert!(r.known_issues.is_empty(), "{name}");
+        }
+    }
+
+    #[test]
+    fn lines_that_only_look_like_new_markers_change_nothing() {
+        let base = "To see the GUI go to: http://127.0.0.1:8188\ngot prompt\nRequested to load SD1\nloaded completely 9000.0 1639.41 True\n";
+        // A sentence that begins like docker compose's line is no new start.
+        let attach =
+            format!("{base}Attaching to existing session cache\nPrompt executed in 3.10 seconds\n");
+        let r = scan_bytes("attach.log", attach.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!((r.starts_total, r.outcome), (1, Some(Outcome::Pass)));
+        // The server's interrupt racing the end of a prompt makes no phantom one.
+        let late = format!("{base}Prompt executed in 3.10 seconds\nInterrupting prompt 6c521dff\n");
+        let r = scan_bytes("late.log", late.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!((r.prompts_total, r.outcome), (1, Some(Outcome::Pass)));
+        // The console's refusal and the popup pasted under it are one refused prompt.
+        let both = "To see the GUI go to: http://127.0.0.1:8188\ngot prompt\nFailed to validate prompt for output 9:\n* CLIPLoader 3:\n  - Value not in list: clip_name: 'x' not in []\nOutput will be ignored\ninvalid prompt: {'type': 'prompt_outputs_failed_validation', 'message': 'Prompt outputs failed validation', 'details': '', 'extra_info': {}}\nPrompt execution failed\nPrompt outputs failed validation:\nCLIPLoader:\n- Value not in list: clip_name: 'x' not in []\n";
+        let r = scan_bytes("both.log", both.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(
+            (r.prompts_total, r.outcome),
+            (1, Some(Outcome::InvalidWorkflow))
+        );
+        // lowvram's module lines come while the load runs: the log still ends at the load.
+        let lowvram = "got prompt\nRequested to load WAN21\nlowvram: loaded module regularly blocks.0.norm RMSNorm()\nlowvram: loaded module regularly blocks.1.norm RMSNorm()\n";
+        let r = scan_bytes("lowvram.log", lowvram.as_bytes(), Mode::Prefilter).unwrap();
+        let why = r.prompts[0].explanation.as_deref().unwrap_or("");
+        assert!(why.contains("before it loaded"), "{why}");
     }
 
     #[test]

@@ -179,36 +179,40 @@ fn one_layer(lines: &[Vec<u8>]) -> Option<Layer> {
     // Of its leading parts that look like a wrapper's, the one that leaves the most level
     // tags for the normaliser to read (`2024-… - root - ERROR - …` keeps `root - ERROR -`),
     // the longest of those.
-    // Never one that takes what makes a line ComfyUI's own structural line with it (a run
-    // of `lowvram: loaded module regularly …` debug lines repeats its lead as a wrapper's
-    // prefix does): of those that leave the most such lines, the one above.
-    let candidates: Vec<Layer> = (1..=best.0.len())
+    // Never one that takes what makes a line ComfyUI's own structural line with it (a run of
+    // `lowvram: loaded module regularly …` debug lines repeats its lead as a wrapper's prefix
+    // does): of those that leave no fewer such lines than were there, the ones that leave the
+    // most.
+    let candidates: Vec<(Layer, usize)> = (1..=best.0.len())
         .map(|n| Layer(best.0[..n].to_vec()))
         .filter(Layer::looks_like_a_prefix)
+        .filter_map(|l| {
+            let (whole, left) = markers(&l, lines);
+            (left >= whole).then_some((l, left))
+        })
         .collect();
-    let most = candidates.iter().map(|l| markers_left(l, lines)).max()?;
-    let unstripped = lines
-        .iter()
-        .filter(|l| marker(&normalize(&String::from_utf8_lossy(l)).text).is_some())
-        .count();
-    if most < unstripped {
-        return None;
-    }
+    let most = candidates.iter().map(|(_, left)| *left).max()?;
     let best = candidates
         .into_iter()
-        .filter(|l| markers_left(l, lines) == most)
+        .filter(|(_, left)| *left == most)
+        .map(|(l, _)| l)
         .max_by_key(|l| (levels_left(l, lines), l.0.len()))?;
     changes_the_reading(&best, lines).then_some(best)
 }
 
-/// How many of the lines with the layer are one of ComfyUI's structural lines once it is
-/// stripped.
-fn markers_left(layer: &Layer, lines: &[Vec<u8>]) -> usize {
+/// Of the lines that carry the layer, how many are one of ComfyUI's structural lines as they
+/// are, and how many once it is stripped.
+fn markers(layer: &Layer, lines: &[Vec<u8>]) -> (usize, usize) {
+    let is_marker = |b: &[u8]| marker(&normalize(&String::from_utf8_lossy(b)).text).is_some();
     lines
         .iter()
-        .filter_map(|l| layer.len_in(l).map(|n| &l[n..]))
-        .filter(|rest| marker(&normalize(&String::from_utf8_lossy(rest)).text).is_some())
-        .count()
+        .fold((0, 0), |(whole, left), l| match layer.len_in(l) {
+            Some(n) => (
+                whole + usize::from(is_marker(l)),
+                left + usize::from(is_marker(&l[n..])),
+            ),
+            None => (whole, left),
+        })
 }
 
 /// How many of the lines with the layer the normaliser finds a level in once it is stripped.
@@ -419,6 +423,27 @@ mod tests {
         // Under a wrapper's prefix they are read once it is stripped.
         let relayed: String = log.lines().map(|l| format!("<job 42> {l}\n")).collect();
         assert_eq!(stripped(&relayed), log);
+        // Unprefixed lines (bars written straight to the terminal) do not outvote them.
+        let mut mixed: String = [
+            "Total VRAM 24564 MB, total RAM 65457 MB",
+            "pytorch version: 2.9.1+cu130",
+            "Set vram state to: NORMAL_VRAM",
+            "Device: cuda:0 NVIDIA GeForce RTX 4090 : cudaMallocAsync",
+            "Starting server",
+            "To see the GUI go to: http://127.0.0.1:8188",
+            "got prompt",
+            "Requested to load SDXL",
+        ]
+        .iter()
+        .map(|l| format!("[worker-1] {l}\n"))
+        .collect();
+        for i in 1..=20 {
+            mixed.push_str(&format!(
+                " {}%|#   | {i}/20 [00:01<00:09,  2.00it/s]\n",
+                i * 5
+            ));
+        }
+        assert!(stripped(&mixed).starts_with("Total VRAM 24564 MB"));
     }
 
     #[test]

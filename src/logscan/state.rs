@@ -291,6 +291,11 @@ pub struct State {
     recognized: u64,
     /// The last traceback's exception line (type, message, the line).
     raised: Option<(String, String, String)>,
+    /// A refused prompt was recorded since the last `got prompt`.
+    refused_since_post: bool,
+    /// The log was printed by a command typed at a shell (`tail`, `Get-Content`…), found in
+    /// its head: a shell prompt at its end is that command's, not ComfyUI's exit.
+    pub viewed_by_a_command: bool,
     /// An exit reported before anything else of the log (the Desktop app's panel puts the
     /// exit code above the log it explains): it belongs to whatever the log then shows, a
     /// start or a prompt.
@@ -748,13 +753,7 @@ impl State {
                 }
                 self.exit_explains_the_start(before);
             }
-            Kind::Announce => {
-                self.recognized += 1;
-                if self.current.as_ref().is_none_or(|s| !s.starting()) {
-                    self.new_start(number, 0, before);
-                }
-                self.exit_explains_the_start(before);
-            }
+            Kind::Announce => self.announce(text, number, before),
             Kind::Ready => {
                 self.recognized += 1;
                 if self.current.as_ref().is_none_or(|s| s.closed) {
@@ -783,6 +782,10 @@ impl State {
                 if kind == Kind::InvalidPrompt {
                     self.recognized += 1;
                 }
+                // The frontend's popup of a refusal the console already showed (pasted together).
+                if text.starts_with("Prompt outputs failed validation") && self.refused_since_post {
+                    return;
+                }
                 self.rejected(kind == Kind::InvalidPrompt, text, number);
             }
             Kind::FailedValidation => {
@@ -800,7 +803,10 @@ impl State {
                 // one's (queued earlier, so its `got prompt` came before).
                 if self.open.is_some() || self.current.as_ref().is_none_or(|s| s.up()) {
                     let p = self.prompt_for_line(number);
-                    p.pending_load = None;
+                    // lowvram's per-module lines come while the load runs, before its end.
+                    if !text.starts_with("lowvram: loaded module regularly ") {
+                        p.pending_load = None;
+                    }
                     p.content = true;
                 }
             }
@@ -876,12 +882,7 @@ impl State {
                     self.prompt_for_line(number).content = true;
                 }
             }
-            Kind::Interrupted => {
-                let p = self.prompt_for_line(number);
-                p.content = true;
-                p.interrupted = true;
-                p.keep(number, text);
-            }
+            Kind::Interrupted => self.interrupted(text, number),
             Kind::LaunchArgs => self.launch_args(text, number),
             Kind::InstallPath => {
                 if let Some(dir) = lines::install_dir(text) {
@@ -906,9 +907,38 @@ impl State {
     }
 
     /// `got prompt`: a prompt starts, or waits its turn behind the one running.
+    /// A line only a start prints.
+    fn announce(&mut self, text: &str, number: u64, before: &Before<'_>) {
+        // `docker compose up`'s `Attaching to comfyui-1, db-1`, not any sentence.
+        if let Some(names) = text.strip_prefix("Attaching to ")
+            && !lines::container_names(names)
+        {
+            return;
+        }
+        self.recognized += 1;
+        if self.current.as_ref().is_none_or(|s| !s.starting()) {
+            self.new_start(number, 0, before);
+        }
+        self.exit_explains_the_start(before);
+    }
+
+    /// `Processing interrupted`, or the server's `Interrupting prompt` (which, with no prompt
+    /// running, raced the end of one: nothing to interrupt).
+    fn interrupted(&mut self, text: &str, number: u64) {
+        if text.starts_with("Interrupting prompt") && self.open.is_none() {
+            self.recognized += 1;
+            return;
+        }
+        let p = self.prompt_for_line(number);
+        p.content = true;
+        p.interrupted = true;
+        p.keep(number, text);
+    }
+
     fn got_prompt(&mut self, number: u64) {
         self.recognized += 1;
         self.raised = None;
+        self.refused_since_post = false;
         self.validation.clear();
         self.server_is_up();
         if let Some(p) = self.open.as_mut() {
@@ -1309,6 +1339,7 @@ impl State {
 
     /// A POST was refused: the last `got prompt` never ran.
     fn rejected(&mut self, bad_request: bool, text: &str, number: u64) {
+        self.refused_since_post = true;
         let line = if let Some(line) = self.queue.pop_back() {
             line
         } else if self
@@ -1652,7 +1683,11 @@ impl State {
     fn shell_came_back(&mut self, tail: &[String], last: u64, before: &Before<'_>) {
         let Some(line) = tail.last() else { return };
         let text = normalize(line).text;
-        if self.open.is_none() || !lines::is_shell_prompt(&text) {
+        if self.open.is_none() || self.viewed_by_a_command || !lines::is_shell_prompt(&text) {
+            return;
+        }
+        // The user stopped it (Ctrl-C, and cmd's `Terminate batch job (Y/N)?`): no crash.
+        if tail.iter().rev().take(4).any(|l| lines::is_user_stop(l)) {
             return;
         }
         if let Some(sig) = catalogue::by_id("process_exited") {
