@@ -972,14 +972,12 @@ impl State {
         // A traceback's exception line right above `Prompt executed`, in a prompt whose start
         // the excerpt lost (with it, the `!!!` line would be there): what the prompt failed
         // with. A node that caught its error and went on would have logged more after it.
-        if let Some((ty, msg, line)) = self.raised.take()
+        let just_above = self.raised_just_before(before, 1);
+        if let Some((ty, msg, _)) = self.raised.take()
+            && just_above
             && let Some(p) = self.open.as_mut()
             && p.implicit
             && p.exception_during.is_none()
-            && before
-                .last(1)
-                .first()
-                .is_some_and(|prev| clip(&unglue(&normalize(prev).text)) == line)
         {
             p.failed_with(&ty, &msg);
         }
