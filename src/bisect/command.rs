@@ -185,7 +185,8 @@ pub fn run(
         progress_visible,
         planned_runs(&space, spec.strategy, spec.repeat),
         entries.len() as u64,
-    );
+    )
+    .with_file(dir.join(PROGRESS_FILE));
     let mut oracle = LiveOracle {
         dir: dir.clone(),
         base: opts.clone(),
@@ -563,9 +564,29 @@ fn launcher_line(
     }
 }
 
+/// The session's progress file, rewritten as each run starts and ends and as its phase
+/// changes, for a program that follows the bisect without its terminal (the ComfyUI extension).
+pub const PROGRESS_FILE: &str = "progress.json";
+
+/// What `progress.json` holds: the run under way (or the last one), how many are planned
+/// (the plan grows when the search needs more), the configuration and its phase, the time left.
+#[derive(Debug, serde::Serialize)]
+struct ProgressFile<'a> {
+    run: Option<u32>,
+    runs_done: u64,
+    runs_planned: u64,
+    current: &'a str,
+    phase: &'a str,
+    /// Seconds left at the mean measured run time; null before the first run of this
+    /// invocation ends.
+    eta_s: Option<u64>,
+}
+
 /// The bisect's progress: runs done of planned, the current configuration and its phase,
 /// the ETA from the runs measured so far.
 struct BisectProgress {
+    /// Where the progress is also written as JSON (`progress.json`).
+    file: Option<std::path::PathBuf>,
     line: StatusLine,
     current: String,
     phase: String,
@@ -585,6 +606,7 @@ impl BisectProgress {
         line.bar.set_position(done);
         line.bar.set_prefix("ETA ?");
         BisectProgress {
+            file: None,
             line,
             current: String::new(),
             phase: String::new(),
@@ -593,10 +615,15 @@ impl BisectProgress {
         }
     }
 
+    fn with_file(mut self, path: std::path::PathBuf) -> BisectProgress {
+        self.file = Some(path);
+        self
+    }
+
     /// The time left at the mean measured run time, for the runs planned and not done.
-    fn eta(&self) -> String {
+    fn eta_left(&self) -> Option<std::time::Duration> {
         if self.measured.is_empty() {
-            return "ETA ?".into();
+            return None;
         }
         let mean = self.measured.iter().sum::<std::time::Duration>() / self.measured.len() as u32;
         let left = self
@@ -605,10 +632,35 @@ impl BisectProgress {
             .length()
             .unwrap_or(0)
             .saturating_sub(self.line.bar.position());
-        format!(
-            "ETA {}",
-            crate::duration::format_duration(mean * left.min(u64::from(u32::MAX)) as u32)
-        )
+        Some(mean * left.min(u64::from(u32::MAX)) as u32)
+    }
+
+    fn eta(&self) -> String {
+        match self.eta_left() {
+            Some(left) => format!("ETA {}", crate::duration::format_duration(left)),
+            None => "ETA ?".into(),
+        }
+    }
+
+    /// Rewrites `progress.json`; a failed write only loses this update (the journal is what
+    /// the session is resumed from).
+    fn write_file(&self) {
+        let Some(path) = &self.file else { return };
+        let progress = ProgressFile {
+            run: self.run.map(|(n, _)| n),
+            runs_done: self.line.bar.position(),
+            runs_planned: self.line.bar.length().unwrap_or(0),
+            current: &self.current,
+            phase: &self.phase,
+            eta_s: self.eta_left().map(|d| d.as_secs()),
+        };
+        let Ok(text) = serde_json::to_string_pretty(&progress) else {
+            return;
+        };
+        let tmp = path.with_extension("json.tmp");
+        if crate::private::write(&tmp, text + "\n").is_ok() {
+            let _ = std::fs::rename(&tmp, path);
+        }
     }
 }
 
@@ -619,6 +671,7 @@ impl Reporter for BisectProgress {
                 .bar
                 .set_message(format!("{} · {phase}", self.current));
             self.phase = phase;
+            self.write_file();
             return;
         }
         match event {
@@ -658,6 +711,8 @@ impl SessionReporter for BisectProgress {
                 if u64::from(*n) > self.line.bar.length().unwrap_or(0) {
                     self.line.bar.set_length(u64::from(*n));
                 }
+                self.phase.clear();
+                self.write_file();
             }
             SessionEvent::RunFinished {
                 n,
@@ -677,6 +732,7 @@ impl SessionReporter for BisectProgress {
                 self.line.bar.inc(1);
                 let eta = self.eta();
                 self.line.bar.set_prefix(eta);
+                self.write_file();
             }
         }
     }
