@@ -18,6 +18,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Logscan(args) => run_logscan(args, &global, out, err),
         Command::Report(args) => run_report(args, &global, out, err),
         Command::Doctor(args) => run_doctor(args, &global, out),
+        Command::Extension(args) => run_extension(args, &global, out),
         Command::Completions(args) => run_completions(args.shell, &global, out),
         Command::Man => run_man(&global, out),
         Command::Guard { pgid } => {
@@ -394,6 +395,29 @@ fn run_doctor(
         crate::doctor::render(&report, &Style::new(global.color), out)
     };
     answered(printed, report.exit_code())
+}
+
+fn run_extension(
+    args: crate::cli::ExtensionArgs,
+    global: &Global,
+    out: &mut dyn Write,
+) -> Result<i32, Failure> {
+    let target = args.action.target();
+    let comfyui = crate::locate::require_comfyui_dir(
+        target.comfyui.as_deref(),
+        target.python.as_deref(),
+        crate::locate::Origin::current(),
+    )?;
+    let done = match &args.action {
+        crate::cli::ExtensionAction::Install(_) => crate::extension::install(&comfyui.path)?,
+        crate::cli::ExtensionAction::Remove(_) => crate::extension::remove(&comfyui.path)?,
+    };
+    let printed = if global.json {
+        write_json(out, &done)
+    } else {
+        crate::extension::render(&done, out)
+    };
+    answered(printed, crate::error::exit::OK)
 }
 
 fn run_completions(

@@ -102,6 +102,15 @@ pub enum Command {
     /// when any check fails, 0 otherwise (warnings do not count). No CUDA context is created.
     #[command(after_long_help = EXAMPLES_DOCTOR)]
     Doctor(DoctorArgs),
+    /// Install or remove the ComfyUI extension (a panel in ComfyUI's page that reads a
+    /// failed prompt's log, runs the diagnosis and writes the report).
+    ///
+    /// `install` writes it into the ComfyUI folder's custom_nodes (comfyui-vrambisect),
+    /// replacing an older copy of it; `remove` deletes it, leaving the diagnoses it kept in
+    /// user/vrambisect. Restart ComfyUI afterwards. ComfyUI-Manager installs the same pack
+    /// from the registry.
+    #[command(after_long_help = EXAMPLES_EXTENSION)]
+    Extension(ExtensionArgs),
     /// Print a completion script for a shell.
     ///
     /// bash: source <(vrambisect completions bash); zsh: vrambisect completions zsh >
@@ -114,6 +123,40 @@ pub enum Command {
     /// (Internal) Kills a ComfyUI process group if the vrambisect that started it dies.
     #[command(name = "__guard", hide = true)]
     Guard { pgid: u32 },
+}
+
+#[derive(Debug, Args)]
+pub struct ExtensionArgs {
+    #[command(subcommand)]
+    pub action: ExtensionAction,
+}
+
+#[derive(Debug, Subcommand, Clone)]
+pub enum ExtensionAction {
+    /// Put the extension into ComfyUI's custom_nodes (or update it there).
+    Install(ExtensionTarget),
+    /// Take the extension out of ComfyUI's custom_nodes.
+    Remove(ExtensionTarget),
+}
+
+impl ExtensionAction {
+    pub fn target(&self) -> &ExtensionTarget {
+        match self {
+            ExtensionAction::Install(t) | ExtensionAction::Remove(t) => t,
+        }
+    }
+}
+
+/// Which ComfyUI: found as for run when left out (the folder of the Python that ran
+/// `python -m vrambisect`, or the current folder).
+#[derive(Debug, Args, Clone)]
+pub struct ExtensionTarget {
+    /// The ComfyUI folder (holding main.py).
+    #[arg(help_heading = "Inputs", long, value_name = "DIR")]
+    pub comfyui: Option<PathBuf>,
+    /// The Python that runs ComfyUI, to find its folder from.
+    #[arg(help_heading = "Inputs", long, value_name = "PY")]
+    pub python: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -501,6 +544,11 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "PATH", env = "VRAMBISECT_NVML_LIB")]
     pub nvml_lib: Option<PathBuf>,
 }
+
+const EXAMPLES_EXTENSION: &str = "Examples:
+  python -m vrambisect extension install
+  vrambisect extension install --comfyui ~/ComfyUI
+  vrambisect extension remove --comfyui ~/ComfyUI";
 
 const EXAMPLES_EXPLAIN: &str = "Examples:
   vrambisect explain -- --highvram --reserve-vram 2

@@ -16,6 +16,7 @@ pub mod doctor;
 pub mod duration;
 pub mod error;
 pub mod explain;
+pub mod extension;
 pub mod flags;
 pub mod gpulock;
 pub mod input_file;

@@ -190,7 +190,7 @@ fn help_about_help_is_help() {
     // Every command, in the order of --help (the list once lacked regress).
     assert_eq!(
         doc["error"]["message"],
-        "no command given: one of explain, run, bisect, regress, sample, logscan, report, doctor, completions, man"
+        "no command given: one of explain, run, bisect, regress, sample, logscan, report, doctor, extension, completions, man"
     );
 }
 

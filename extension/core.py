@@ -1,0 +1,694 @@
+"""The extension's actions, apart from any web framework: read this server's failure, start and
+follow a diagnosis (``vrambisect bisect`` on this install), write the bug report bundle.
+
+Nothing here takes a path, a flag or a command from a request: a request only chooses an action
+and, for Diagnose, the id of a prompt in this server's own history. Every command it starts is
+one a user could type (``logscan``, ``bisect``, ``report``) on this install, with this Python,
+this ComfyUI folder and this server's own launch flags. What it writes goes under ComfyUI's user
+folder (``user/vrambisect/``).
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+# The version of this pack; the vrambisect program must be at least this (the wheel and the
+# pack are released together with one version number).
+VERSION = "0.1.0"
+
+# Launch flags that say how the server is reached, not what it does with memory: a diagnosis
+# starts its own ComfyUI on loopback, so these are left out of the flags it tests. The value is
+# how many values the flag takes: 0, 1, or "?" (argparse's optional value).
+NETWORK_FLAGS = {
+    "--listen": "?",
+    "--port": 1,
+    "--tls-keyfile": 1,
+    "--tls-certfile": 1,
+    "--enable-cors-header": "?",
+    "--auto-launch": 0,
+    "--disable-auto-launch": 0,
+    "--front-end-version": 1,
+    "--front-end-root": 1,
+    "--multi-user": 0,
+    "--user-directory": 1,
+}
+
+# A prompt id as ComfyUI makes them (a uuid4) or as API clients send them: letters, digits,
+# dashes and underscores only, so that it can never name a file.
+PROMPT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# The names of the bundles this pack wrote, the only files it serves.
+REPORT_NAME = re.compile(r"^vrambisect-report-[0-9]{8}-[0-9]{6}(-[a-z]+)?\.zip$")
+
+# A log kept in memory is capped: the start (ComfyUI's startup block, what the reading needs
+# most) and the newest lines.
+LOG_TAIL_BYTES = 8 << 20
+
+
+class Refused(Exception):
+    """A request the extension will not carry out: `status` is the HTTP status, `message` one
+    line saying what is wrong and what to do."""
+
+    def __init__(self, status, message, kind="refused"):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+
+
+def server_flags(argv):
+    """The launch flags of this server (``sys.argv[1:]``) without the networking ones."""
+    out = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0]
+        takes = NETWORK_FLAGS.get(name)
+        if takes is None:
+            out.append(arg)
+            i += 1
+            continue
+        i += 1
+        if "=" in arg:
+            continue
+        if takes == 1 and i < len(argv):
+            i += 1
+        elif takes == "?" and i < len(argv) and not argv[i].startswith("-"):
+            i += 1
+    return out
+
+
+def same_origin(headers, listen_loopback):
+    """Whether a state-changing request comes from a page this server served.
+
+    ComfyUI's own check (``origin_only_middleware``) compares Origin and Host only when Host is
+    a loopback name, and is off under ``--enable-cors-header``. Here: a POST must carry an
+    Origin whose host and port are the request's Host, whatever the host; and when the server
+    listens on loopback only, the Host must be a loopback name, so that a page of another site
+    whose name was pointed at 127.0.0.1 (DNS rebinding) is refused too.
+    """
+    host = (headers.get("Host") or "").strip().lower()
+    origin = (headers.get("Origin") or "").strip().lower()
+    if not host or not origin or origin == "null":
+        return False
+    m = re.match(r"^[a-z][a-z0-9+.-]*://([^/?#]+)$", origin.rstrip("/"))
+    if m is None or m.group(1) != host:
+        return False
+    if listen_loopback:
+        name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
+        if name not in ("localhost", "127.0.0.1", "[::1]") and not name.startswith("127."):
+            return False
+    return True
+
+
+def listens_on_loopback_only(argv):
+    """Whether this server's ``--listen`` keeps it on loopback (ComfyUI's default)."""
+    value = "127.0.0.1"
+    for i, arg in enumerate(argv):
+        if arg == "--listen":
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            value = nxt if nxt is not None and not nxt.startswith("-") else "0.0.0.0,::"
+        elif arg.startswith("--listen="):
+            value = arg.split("=", 1)[1]
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    return bool(names) and all(n in ("127.0.0.1", "localhost", "::1") or n.startswith("127.") for n in names)
+
+
+def install_kind(python, comfyui_dir, argv):
+    """Which kind of install this is, for the launch line the verdict gives: the portable
+    build (``python_embeded``), ComfyUI Desktop, or a plain Python."""
+    low = python.replace("\\", "/").lower()
+    if "/python_embeded/" in low:
+        return "portable"
+    if any(a.startswith("--base-directory") for a in argv) and (
+        "comfyui desktop" in low or "/programs/comfyui/" in low or "/comfyui.app/" in low
+        or "/resources/comfyui" in comfyui_dir.replace("\\", "/").lower()
+    ):
+        return "desktop"
+    return "python"
+
+
+def launch_line(kind, python, comfyui_dir, flags):
+    """Where to put flags for this install and the exact line, as a dict {where, line}."""
+    quoted = " ".join(_quote(f) for f in flags)
+    if kind == "portable":
+        line = r".\python_embeded\python.exe -s ComfyUI\main.py --windows-standalone-build"
+        if quoted:
+            line += " " + quoted
+        return {"where": "run_nvidia_gpu.bat in your ComfyUI_windows_portable folder: edit its python line to read",
+                "line": line}
+    if kind == "desktop":
+        return {"where": "ComfyUI Desktop: Settings > Server-Config, set these launch flags (or add them to its extra arguments)",
+                "line": quoted}
+    main_py = os.path.join(comfyui_dir, "main.py")
+    line = _quote(python) + " " + _quote(main_py)
+    if quoted:
+        line += " " + quoted
+    return {"where": "start ComfyUI with", "line": line}
+
+
+def _quote(arg):
+    if arg and re.match(r"^[A-Za-z0-9_@%+=:,./\\-]+$", arg):
+        return arg
+    return '"' + arg.replace('"', '\\"') + '"'
+
+
+class Tool:
+    """The vrambisect program this ComfyUI's Python has (the wheel), or the one an operator named
+    with ``VRAMBISECT_EXTENSION_TOOL`` (a program path, for a build from a checkout)."""
+
+    def __init__(self, python, env=None):
+        self.python = python
+        self.env = os.environ if env is None else env
+
+    def program(self):
+        named = self.env.get("VRAMBISECT_EXTENSION_TOOL")
+        if named:
+            return named if os.path.isfile(named) else None
+        try:
+            from vrambisect import find_vrambisect_bin  # the wheel's module
+        except ImportError:
+            return None
+        try:
+            return find_vrambisect_bin()
+        except (FileNotFoundError, OSError):
+            return None
+
+    def install_hint(self):
+        return "%s -m pip install vrambisect==%s" % (_quote(self.python), VERSION)
+
+    def state(self):
+        """{found, version, ok, message}: whether the program is there and new enough."""
+        program = self.program()
+        if program is None:
+            return {"found": False, "version": None, "ok": False,
+                    "message": "vrambisect is not installed in this ComfyUI's Python; install it with: "
+                    + self.install_hint()}
+        try:
+            out = subprocess.run([program, "--version"], capture_output=True, text=True, timeout=30,
+                                 env=self.child_env())
+            version = out.stdout.strip().split()[-1] if out.stdout.strip() else None
+        except (OSError, subprocess.SubprocessError):
+            version = None
+        if version is None:
+            return {"found": True, "version": None, "ok": False,
+                    "message": "vrambisect is installed but does not run; reinstall it with: " + self.install_hint()}
+        if _version_tuple(version) < _version_tuple(VERSION):
+            return {"found": True, "version": version, "ok": False,
+                    "message": "vrambisect %s is older than this extension (%s); update it with: %s"
+                    % (version, VERSION, self.install_hint())}
+        return {"found": True, "version": version, "ok": True, "message": None}
+
+    def child_env(self):
+        env = dict(self.env)
+        env["VRAMBISECT_PYTHON"] = self.python
+        env["NO_COLOR"] = "1"
+        return env
+
+    def command(self, *args):
+        program = self.program()
+        if program is None:
+            raise Refused(409, "vrambisect is not installed in this ComfyUI's Python; install it with: "
+                          + self.install_hint(), "tool_missing")
+        return [program] + list(args)
+
+
+def _version_tuple(text):
+    parts = []
+    for p in text.split("."):
+        m = re.match(r"^(\d+)", p)
+        parts.append(int(m.group(1)) if m else 0)
+    return tuple(parts)
+
+
+class LogCapture:
+    """This server's console output, kept from the moment the pack is imported.
+
+    ComfyUI keeps its recent output in memory (``app.logger``: a deque of the last 300 writes,
+    what ``/internal/logs`` serves). Its flush callbacks cannot be shared (``LogInterceptor.flush``
+    empties the batch after the first callback, so a second one gets nothing: 0.3.64 and since),
+    so the deque is read every ``interval`` seconds and what is new is appended here, capped at
+    ``LOG_TAIL_BYTES`` of the newest beside the startup block.
+    """
+
+    def __init__(self, logger_module=None, fallback_file=None, interval=0.25):
+        self.lock = threading.Lock()
+        self.head = []
+        self.tail = []
+        self.tail_bytes = 0
+        self.cut = False
+        self.fallback_file = fallback_file
+        self.interval = interval
+        self.logs = None
+        self.last = None
+        self.last_t = ""
+        if logger_module is not None:
+            self.attach(logger_module)
+
+    def attach(self, logger_module, start_thread=True):
+        logs = logger_module.get_logs() if hasattr(logger_module, "get_logs") else None
+        if logs is None:
+            return
+        self.logs = logs
+        entries = self._entries()
+        self.head = [e["m"] for e in entries]
+        if entries:
+            self.last, self.last_t = entries[-1], entries[-1].get("t", "")
+        if start_thread:
+            threading.Thread(target=self._follow, name="vrambisect-log", daemon=True).start()
+
+    def _entries(self):
+        for _ in range(10):
+            try:
+                return [e for e in list(self.logs) if isinstance(e, dict) and isinstance(e.get("m"), str)]
+            except RuntimeError:  # appended to while copied
+                continue
+        return []
+
+    def _follow(self):
+        while True:
+            time.sleep(self.interval)
+            try:
+                self.poll()
+            except Exception:  # noqa: BLE001 - the capture must never take the server down
+                pass
+
+    def poll(self):
+        """Takes the entries written since the last look."""
+        entries = self._entries()
+        with self.lock:
+            start = 0
+            for i in range(len(entries) - 1, -1, -1):
+                if entries[i] is self.last:
+                    start = i + 1
+                    break
+            else:
+                # The last entry taken left the deque (evicted, or a progress line replaced by
+                # its next state): what is newer than it, by its timestamp.
+                start = next((i for i, e in enumerate(entries) if e.get("t", "") > self.last_t), len(entries))
+            for e in entries[start:]:
+                self.tail.append(e["m"])
+                self.tail_bytes += len(e["m"])
+            if entries[start:]:
+                self.last, self.last_t = entries[-1], entries[-1].get("t", "")
+            while self.tail_bytes > LOG_TAIL_BYTES and len(self.tail) > 1:
+                self.tail_bytes -= len(self.tail.pop(0))
+                self.cut = True
+
+    def text(self):
+        if self.logs is not None:
+            self.poll()
+            with self.lock:
+                return "".join(self.head) + "".join(self.tail)
+        if self.fallback_file and os.path.isfile(self.fallback_file):
+            with open(self.fallback_file, "r", encoding="utf-8", errors="replace") as f:
+                data = f.read()
+            return data[-LOG_TAIL_BYTES:]
+        return ""
+
+
+class Host:
+    """What the extension needs from the ComfyUI it runs in; the real one wraps
+    ``server.PromptServer.instance`` (see routes.py), tests give their own."""
+
+    python = sys.executable
+    comfyui_dir = ""
+    user_dir = ""
+    argv = ()
+
+    def history(self, prompt_id):
+        """The history entry of one prompt, or None."""
+        raise NotImplementedError
+
+    def queue_busy(self):
+        """How many prompts are running or waiting."""
+        raise NotImplementedError
+
+    def free(self):
+        """Unload models and free the cache (ComfyUI's POST /free), and wait until done;
+        returns what this process still holds on the GPU as a dict or None."""
+        raise NotImplementedError
+
+
+class Extension:
+    """The actions behind the routes. One per server."""
+
+    def __init__(self, host, log, tool=None, clock=time.time):
+        self.host = host
+        self.log = log
+        self.tool = tool or Tool(host.python)
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.diagnosis = None
+        self.root = os.path.join(host.user_dir, "vrambisect")
+        self.loopback = listens_on_loopback_only(list(host.argv))
+
+    # -- paths -----------------------------------------------------------------------------
+    def _dir(self, *parts):
+        path = os.path.join(self.root, *parts)
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def _state_file(self):
+        return os.path.join(self.root, "last-diagnosis.json")
+
+    def flags(self):
+        return server_flags(list(self.host.argv))
+
+    # -- status ----------------------------------------------------------------------------
+    def status(self):
+        with self.lock:
+            running = self.diagnosis is not None and self.diagnosis.alive()
+            current = self.diagnosis.describe() if self.diagnosis is not None else None
+        last = None
+        if current is None:
+            last = self._read_last()
+        return {
+            "version": VERSION,
+            "tool": self.tool.state(),
+            "running": running,
+            "diagnosis": current or last,
+            "flags": self.flags(),
+        }
+
+    def _read_last(self):
+        try:
+            with open(self._state_file(), "r", encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return None
+        if isinstance(data, dict) and data.get("state") == "running":
+            # The ComfyUI that started it ended while it ran: the bisect went with it.
+            data["state"] = "stopped"
+            data["message"] = "ComfyUI restarted while the diagnosis ran; resume it with the line below"
+        return data
+
+    # -- scan ------------------------------------------------------------------------------
+    def scan(self, prompt_id=None):
+        """logscan's reading of this server's log, with the failed prompt's own error."""
+        if prompt_id is not None and not PROMPT_ID.match(str(prompt_id)):
+            raise Refused(400, "not a prompt id of this server", "bad_request")
+        text = self.log.text()
+        if not text.strip():
+            raise Refused(409, "this server's log is empty: nothing to read yet", "no_log")
+        folder = self._dir("scans")
+        path = os.path.join(folder, "comfyui-%s.log" % time.strftime("%Y%m%d-%H%M%S", time.localtime(self.clock())))
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        _keep_newest(folder, 5)
+        out = self._run_json(self.tool.command("logscan", "--json", path), timeout=120)
+        entry = self.host.history(prompt_id) if prompt_id else None
+        return {
+            "reading": out,
+            "error": _prompt_error(entry),
+            "flags": self.flags(),
+            "log_file": path,
+        }
+
+    def _run_json(self, argv, timeout):
+        try:
+            done = subprocess.run(argv, capture_output=True, timeout=timeout, env=self.tool.child_env(),
+                                  cwd=self.host.comfyui_dir or None)
+        except subprocess.TimeoutExpired:
+            raise Refused(504, "vrambisect %s took longer than %d s" % (argv[1], timeout), "timeout")
+        except OSError as e:
+            raise Refused(500, "vrambisect could not be started: %s" % e, "tool_failed")
+        try:
+            return json.loads(done.stdout.decode("utf-8", "replace"))
+        except ValueError:
+            err = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise Refused(500, "vrambisect %s failed: %s" % (argv[1], err[-1] if err else "no output"), "tool_failed")
+
+    # -- diagnose --------------------------------------------------------------------------
+    def diagnose(self, prompt_id):
+        if not isinstance(prompt_id, str) or not PROMPT_ID.match(prompt_id):
+            raise Refused(400, "Diagnose takes the id of a prompt in this server's history", "bad_request")
+        state = self.tool.state()
+        if not state["ok"]:
+            raise Refused(409, state["message"], "tool_missing")
+        with self.lock:
+            if self.diagnosis is not None and self.diagnosis.alive():
+                raise Refused(409, "a diagnosis is already running: cancel it or wait for its verdict", "busy")
+            busy = self.host.queue_busy()
+            if busy:
+                raise Refused(409, "%d prompt(s) are queued or running on this server: let them finish or "
+                              "clear the queue, then diagnose" % busy, "queue_busy")
+            entry = self.host.history(prompt_id)
+            if entry is None:
+                raise Refused(404, "prompt %s is not in this server's history (restarted since?): queue it "
+                              "again and diagnose when it fails" % prompt_id, "not_found")
+            api, ui = _prompt_of(entry)
+            if not api:
+                raise Refused(409, "the history entry of prompt %s holds no workflow" % prompt_id, "not_found")
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(self.clock()))
+            folder = self._dir("diagnoses", stamp)
+            workflow = os.path.join(folder, "prompt.json")
+            with open(workflow, "w", encoding="utf-8") as f:
+                json.dump(api, f, indent=1)
+            if ui:
+                with open(os.path.join(folder, "workflow.json"), "w", encoding="utf-8") as f:
+                    json.dump(ui, f, indent=1)
+            held = self.host.free()
+            flags = self.flags()
+            session = os.path.join(folder, "session")
+            argv = self.tool.command(
+                "bisect", "--json", "--comfyui", self.host.comfyui_dir, "--python", self.host.python,
+                "--workflow", workflow, "--output", session, "--", *flags)
+            self.diagnosis = Diagnosis(self, folder, session, argv, prompt_id, flags, held)
+            self.diagnosis.start()
+            return self.diagnosis.describe()
+
+    def guard_prompt(self):
+        """None when prompts may be queued; otherwise the message refusing one."""
+        with self.lock:
+            if self.diagnosis is not None and self.diagnosis.alive():
+                return ("vrambisect is diagnosing a workflow on this GPU: a prompt now would change "
+                        "what its runs measure. Wait for the verdict or cancel the diagnosis in its panel.")
+        return None
+
+    def cancel(self):
+        with self.lock:
+            d = self.diagnosis
+        if d is None or not d.alive():
+            raise Refused(409, "no diagnosis is running", "not_running")
+        d.cancel()
+        return d.describe()
+
+    # -- report ----------------------------------------------------------------------------
+    def report(self):
+        """The bundle of the last diagnosis (its bisect session)."""
+        with self.lock:
+            if self.diagnosis is not None and self.diagnosis.alive():
+                raise Refused(409, "the diagnosis is still running: the report is written from its runs when it ends",
+                              "busy")
+        last = self.status()["diagnosis"]
+        if not last or not last.get("session") or not os.path.isdir(last["session"]):
+            raise Refused(409, "no diagnosis to report yet: run Diagnose first", "nothing")
+        name = "vrambisect-report-%s.zip" % time.strftime("%Y%m%d-%H%M%S", time.localtime(self.clock()))
+        out = os.path.join(self._dir("reports"), name)
+        reading = self._run_json(self.tool.command("report", "--json", last["session"], "--output", out,
+                                                   "--comfyui", self.host.comfyui_dir, "--python", self.host.python),
+                                 timeout=300)
+        if not os.path.isfile(out):
+            raise Refused(500, "vrambisect report wrote no bundle", "tool_failed")
+        _keep_newest(self._dir("reports"), 10)
+        return {"name": name, "report": reading,
+                "template": "https://github.com/comfyanonymous/ComfyUI/issues/new?template=bug-report.yml"}
+
+    def report_file(self, name):
+        """The path of a bundle this pack wrote, by its name; anything else is refused."""
+        if not isinstance(name, str) or not REPORT_NAME.match(name):
+            raise Refused(404, "no such report", "not_found")
+        path = os.path.join(self.root, "reports", name)
+        if not os.path.isfile(path):
+            raise Refused(404, "no such report", "not_found")
+        return path
+
+
+def _keep_newest(folder, n):
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return
+    for old in names[:-n] if len(names) > n else []:
+        try:
+            os.remove(os.path.join(folder, old))
+        except OSError:
+            pass
+
+
+def _prompt_of(entry):
+    """(API prompt, UI workflow or None) of a history entry (``prompt`` is
+    [number, id, prompt, extra_data, outputs_to_execute])."""
+    p = entry.get("prompt") if isinstance(entry, dict) else None
+    if not isinstance(p, (list, tuple)) or len(p) < 3 or not isinstance(p[2], dict):
+        return None, None
+    extra = p[3] if len(p) > 3 and isinstance(p[3], dict) else {}
+    info = extra.get("extra_pnginfo") if isinstance(extra.get("extra_pnginfo"), dict) else {}
+    ui = info.get("workflow") if isinstance(info.get("workflow"), dict) else None
+    return p[2], ui
+
+
+def _prompt_error(entry):
+    """The execution_error message of a history entry, reduced to what the panel shows."""
+    if not isinstance(entry, dict):
+        return None
+    status = entry.get("status") or {}
+    for msg in status.get("messages") or []:
+        if isinstance(msg, (list, tuple)) and len(msg) == 2 and msg[0] == "execution_error" and isinstance(msg[1], dict):
+            e = msg[1]
+            return {k: e.get(k) for k in ("node_id", "node_type", "exception_type", "exception_message")}
+    return None
+
+
+class Diagnosis:
+    """One ``vrambisect bisect`` started from the panel: its process, its progress read from the
+    session folder, its verdict read from its JSON when it ends."""
+
+    def __init__(self, ext, folder, session, argv, prompt_id, flags, held):
+        self.ext = ext
+        self.folder = folder
+        self.session = session
+        self.argv = argv
+        self.prompt_id = prompt_id
+        self.flags = flags
+        self.held = held
+        self.proc = None
+        self.started = ext.clock()
+        self.ended = None
+        self.result = None
+        self.exit_code = None
+        self.cancelled = False
+        self.error = None
+
+    def start(self):
+        kwargs = {}
+        if os.name == "nt":
+            kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP
+        else:
+            kwargs["start_new_session"] = True
+        self.stdout = open(os.path.join(self.folder, "bisect.json"), "wb")
+        self.stderr = open(os.path.join(self.folder, "bisect.log"), "wb")
+        self.proc = subprocess.Popen(self.argv, stdout=self.stdout, stderr=self.stderr, stdin=subprocess.DEVNULL,
+                                     env=self.ext.tool.child_env(), cwd=self.ext.host.comfyui_dir or None, **kwargs)
+        self._save()
+        threading.Thread(target=self._wait, name="vrambisect-diagnosis", daemon=True).start()
+
+    def alive(self):
+        return self.proc is not None and self.exit_code is None
+
+    def _wait(self):
+        code = self.proc.wait()
+        self.stdout.close()
+        self.stderr.close()
+        try:
+            with open(os.path.join(self.folder, "bisect.json"), "r", encoding="utf-8") as f:
+                self.result = json.load(f)
+        except (OSError, ValueError):
+            self.result = None
+            self.error = _last_line(os.path.join(self.folder, "bisect.log"))
+        self.ended = self.ext.clock()
+        self.exit_code = code
+        self._save()
+
+    def cancel(self):
+        """Ctrl-C to the bisect: it stops the ComfyUI it started, keeps every finished run and
+        says how to resume."""
+        self.cancelled = True
+        try:
+            if os.name == "nt":
+                self.proc.send_signal(signal.CTRL_BREAK_EVENT)
+            else:
+                os.killpg(self.proc.pid, signal.SIGINT)
+        except (OSError, ProcessLookupError):
+            pass
+        self._save()
+
+    def progress(self):
+        """Runs done and planned, the configuration under way and its phase, the time left:
+        the bisect's own ``progress.json`` in its session folder."""
+        try:
+            with open(os.path.join(self.session, "progress.json"), "r", encoding="utf-8") as f:
+                p = json.load(f)
+        except (OSError, ValueError):
+            p = {}
+        if not isinstance(p, dict):
+            p = {}
+        return {
+            "run": p.get("run"),
+            "runs_done": p.get("runs_done", 0),
+            "runs_planned": p.get("runs_planned"),
+            "current": p.get("current") or None,
+            "phase": p.get("phase") or None,
+            "eta_s": p.get("eta_s"),
+            "elapsed_s": round((self.ended or self.ext.clock()) - self.started, 1),
+        }
+
+    def describe(self):
+        d = {
+            "state": "running" if self.alive() else ("cancelled" if self.cancelled else
+                                                      ("done" if self.result else "failed")),
+            "prompt_id": self.prompt_id,
+            "started": self.started,
+            "ended": self.ended,
+            "flags": self.flags,
+            "gpu_held_by_this_comfyui": self.held,
+            "session": self.session,
+            "resume": _resume_line(self.ext, self.session),
+            "progress": self.progress(),
+        }
+        if self.result is not None:
+            d["verdict"] = summarize_verdict(self.result, self.ext)
+        if self.error:
+            d["message"] = self.error
+        return d
+
+    def _save(self):
+        try:
+            data = self.describe()
+            path = self.ext._state_file()
+            tmp = path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=1)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+
+
+def _resume_line(ext, session):
+    return "%s -m vrambisect bisect --resume %s" % (_quote(ext.host.python), _quote(session))
+
+
+def _last_line(path):
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as f:
+            lines = [ln.strip() for ln in f if ln.strip()]
+        return lines[-1] if lines else None
+    except OSError:
+        return None
+
+
+def summarize_verdict(result, ext):
+    """The bisect's JSON reduced to what the panel says, with the launch line for this install
+    (the verdict's own flags: this server's flags with the fix applied)."""
+    verdict = result.get("verdict") or {}
+    kind = verdict.get("kind")
+    out = {
+        "kind": kind,
+        "statement": verdict.get("statement"),
+        "confidence": verdict.get("confidence"),
+        "fixing_flags": verdict.get("fixing_flags") or [],
+        "culprit_flags": verdict.get("culprit_flags") or [],
+        "runs_total": result.get("runs_total"),
+        "baseline": (result.get("baseline") or {}).get("outcome"),
+    }
+    flags = verdict.get("flags")
+    if kind in ("fixed_by", "caused_by") and isinstance(flags, list):
+        kind_of_install = install_kind(ext.host.python, ext.host.comfyui_dir, list(ext.host.argv))
+        out["launch"] = launch_line(kind_of_install, ext.host.python, ext.host.comfyui_dir,
+                                    [str(f) for f in flags])
+    return out
