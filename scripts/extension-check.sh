@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The ComfyUI extension (extension/): its server routes through a real aiohttp server with the
+# vrambisect program diagnosing the stand-in (tests/extension/test_routes.py), the registry
+# metadata by the registry's own validation (comfy-cli's `comfy node validate`), then the panel
+# in headless Chromium with the real frontend packages (1.27.10, what ComfyUI 0.3.64 pins, and
+# a current one) against a real ComfyUI, where one is given:
+#
+#   VRAMBISECT_REAL_COMFYUI=DIR VRAMBISECT_REAL_PYTHON=PY scripts/extension-check.sh
+#
+# (DIR a ComfyUI checkout, PY a Python with torch and its requirements; see
+# docs/extension.md). Each part that lacks its tools says so in one line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target="${CARGO_TARGET_DIR:-target}"
+venv="$target/extension-venv"
+frontends=(1.27.10 1.58.1)
+
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import aiohttp" 2>/dev/null; then
+    rm -rf "$venv"
+    if ! { python3 -m venv "$venv" >/dev/null 2>&1 \
+        && timeout 300 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+            aiohttp comfy-cli ruff >/dev/null 2>&1; }; then
+        echo "extension checks skipped: aiohttp and comfy-cli could not be installed from PyPI"
+        exit 0
+    fi
+fi
+
+tool="$target/debug/vrambisect"
+[ -x "$tool" ] || cargo build --locked --quiet
+VRAMBISECT_EXTENSION_TOOL="$(pwd)/$tool" "$venv/bin/python" -m unittest discover -s tests/extension -p 'test_*.py'
+
+# The registry's validation reads pyproject.toml in the current folder.
+(cd extension && "../$venv/bin/comfy" --skip-prompt --no-enable-telemetry node validate)
+
+if ! command -v chromium >/dev/null; then
+    echo "extension browser check skipped: needs Debian's chromium"
+    exit 0
+fi
+if [ -z "${VRAMBISECT_REAL_COMFYUI:-}" ] || [ -z "${VRAMBISECT_REAL_PYTHON:-}" ]; then
+    echo "extension browser check skipped: needs a real ComfyUI (VRAMBISECT_REAL_COMFYUI, VRAMBISECT_REAL_PYTHON)"
+    exit 0
+fi
+"$venv/bin/python" -c "import playwright" 2>/dev/null \
+    || timeout 300 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check playwright >/dev/null
+shots="$target/extension-shots"
+mkdir -p "$shots"
+for fe in "${frontends[@]}"; do
+    root="$target/frontends/$fe"
+    if [ ! -f "$root/index.html" ]; then
+        tmp="$(mktemp -d)"
+        "$venv/bin/python" -m pip download --quiet --no-deps -d "$tmp" "comfyui-frontend-package==$fe" >/dev/null
+        "$venv/bin/python" -m zipfile -e "$tmp"/*.whl "$tmp/x"
+        mkdir -p "$root" && cp -r "$tmp/x/comfyui_frontend_package/static/." "$root/"
+        rm -rf "$tmp"
+    fi
+    "$venv/bin/python" tests/extension/real.py --comfyui "$VRAMBISECT_REAL_COMFYUI" \
+        --python "$VRAMBISECT_REAL_PYTHON" --tool "$(pwd)/$tool" --front-end-root "$root" \
+        --label "$fe" --shots "$shots" --browser-python "$venv/bin/python"
+done
