@@ -161,9 +161,16 @@ class Tool:
     """The vrambisect program this ComfyUI's Python has (the wheel), or the one an operator named
     with ``VRAMBISECT_EXTENSION_TOOL`` (a program path, for a build from a checkout)."""
 
-    def __init__(self, python, env=None):
+    # A program found and new enough stays so while the server runs; a missing one is looked
+    # for again at most this often (the user may be installing it now).
+    RECHECK_S = 10
+
+    def __init__(self, python, env=None, clock=time.monotonic):
         self.python = python
         self.env = os.environ if env is None else env
+        self.clock = clock
+        self._state = None
+        self._checked = None
 
     def program(self):
         named = self.env.get("VRAMBISECT_EXTENSION_TOOL")
@@ -183,6 +190,13 @@ class Tool:
 
     def state(self):
         """{found, version, ok, message}: whether the program is there and new enough."""
+        now = self.clock()
+        if self._state is not None and (self._state["ok"] or now - self._checked < self.RECHECK_S):
+            return self._state
+        self._state, self._checked = self._look(), now
+        return self._state
+
+    def _look(self):
         program = self.program()
         if program is None:
             return {"found": False, "version": None, "ok": False,
@@ -346,6 +360,8 @@ class Extension:
         self.diagnosis = None
         self.root = os.path.join(host.user_dir, "vrambisect")
         self.loopback = listens_on_loopback_only(list(host.argv))
+        # Whether prompts queued during a diagnosis are refused (routes.py's middleware).
+        self.guard_installed = False
 
     # -- paths -----------------------------------------------------------------------------
     def _dir(self, *parts):
@@ -373,6 +389,7 @@ class Extension:
             "running": running,
             "diagnosis": current or last,
             "flags": self.flags(),
+            "holds_prompts": self.guard_installed,
         }
 
     def _read_last(self):
@@ -435,8 +452,8 @@ class Extension:
                 raise Refused(409, "a diagnosis is already running: cancel it or wait for its verdict", "busy")
             busy = self.host.queue_busy()
             if busy:
-                raise Refused(409, "%d prompt(s) are queued or running on this server: let them finish or "
-                              "clear the queue, then diagnose" % busy, "queue_busy")
+                raise Refused(409, "%d prompt(s) are queued or running on this server: let them finish, or "
+                              "clear the queue (interrupt a prompt that hangs), then diagnose" % busy, "queue_busy")
             entry = self.host.history(prompt_id)
             if entry is None:
                 raise Refused(404, "prompt %s is not in this server's history (restarted since?): queue it "
@@ -469,6 +486,18 @@ class Extension:
                 return ("vrambisect is diagnosing a workflow on this GPU: a prompt now would change "
                         "what its runs measure. Wait for the verdict or cancel the diagnosis in its panel.")
         return None
+
+    def shutdown(self):
+        """ComfyUI is exiting: a diagnosis under way is stopped as Cancel stops it (its ComfyUI
+        with it), so that nothing is left holding the GPU; its --resume line stays."""
+        with self.lock:
+            d = self.diagnosis
+        if d is not None and d.alive():
+            d.cancel()
+            try:
+                d.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
 
     def cancel(self):
         with self.lock:

@@ -8,6 +8,7 @@ loop, one of each kind at a time.
 """
 
 import asyncio
+import atexit
 import json
 import logging
 import os
@@ -229,7 +230,8 @@ def register(server):
     routes.add(server.routes)
     try:
         server.app.middlewares.append(routes.guard())
+        ext.guard_installed = True
     except (AttributeError, RuntimeError) as e:
-        ext.guard_installed = False
         logging.warning("vrambisect: prompts cannot be held back during a diagnosis here (%s)", e)
+    atexit.register(ext.shutdown)
     return ext

@@ -298,7 +298,9 @@ class Panel {
         p.current ? ` · ${p.current}` : "", p.phase ? ` · ${p.phase}` : ""),
       el("div", { class: "vb-bar" }, el("div", { style: `width:${pct}%` })),
       el("div", { class: "vb-label" }, `${minutes(p.elapsed_s)} so far · `, p.eta_s === null || p.eta_s === undefined ? "time left: known after the first run" : `about ${minutes(p.eta_s)} left`),
-      el("div", { class: "vb-label" }, "Prompts queued here are held back until it ends: each run starts its own ComfyUI on this GPU."));
+      el("div", { class: "vb-label" }, this.status && this.status.holds_prompts
+        ? "Prompts queued here are refused until it ends: each run starts its own ComfyUI on this GPU."
+        : "Don't queue prompts here until it ends (this ComfyUI cannot hold them back): each run starts its own ComfyUI on this GPU."));
   }
 
   renderVerdict(d) {

@@ -317,6 +317,34 @@ class RoutesTest(unittest.TestCase):
         status, body, _ = self.request("POST", "/vrambisect/cancel", {})
         self.assertEqual(status, 409)
 
+    def test_comfyui_exiting_stops_the_diagnosis(self):
+        shutil.copy(os.path.join(self.comfyui, "examples", "hang-on-load.json"),
+                    os.path.join(self.comfyui, "scenario.json"))
+        status, body, _ = self.request("POST", "/vrambisect/diagnose", {"prompt_id": "p-1"})
+        self.assertEqual(status, 202, body)
+        d = self.ext.diagnosis
+        deadline = time.time() + 60
+        while time.time() < deadline and not os.path.isfile(os.path.join(d.session, "progress.json")):
+            time.sleep(0.1)
+        self.ext.shutdown()
+        with self.assertRaises(ProcessLookupError):
+            os.killpg(d.proc.pid, 0)
+        deadline = time.time() + 10
+        while time.time() < deadline and d.alive():
+            time.sleep(0.05)
+        last = core.Extension(self.host, self.log).status()["diagnosis"]
+        self.assertEqual(last["state"], "cancelled", last)
+
+    def test_a_missing_tool_is_looked_for_again(self):
+        now = [0.0]
+        env = {"VRAMBISECT_EXTENSION_TOOL": os.path.join(self.tmp, "later")}
+        tool = core.Tool(self.host.python, env=env, clock=lambda: now[0])
+        self.assertFalse(tool.state()["found"])
+        shutil.copy(os.environ["VRAMBISECT_EXTENSION_TOOL"], env["VRAMBISECT_EXTENSION_TOOL"])
+        self.assertFalse(tool.state()["found"], "not looked for again at once")
+        now[0] += core.Tool.RECHECK_S + 1
+        self.assertTrue(tool.state()["ok"], "found once installed")
+
     def test_a_missing_or_old_tool_says_how_to_install_it(self):
         tool = core.Tool(self.host.python, env={"VRAMBISECT_EXTENSION_TOOL": os.path.join(self.tmp, "none")})
         state = tool.state()
