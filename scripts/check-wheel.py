@@ -157,6 +157,8 @@ def unix(wheel, tmp):
     p = run([str(py), "-m", "vrambisect", "no-such-command"], env=env)
     check("a usage error's exit status 2 comes through", p.returncode == 2 and "error" in p.stderr, "exit %d" % p.returncode)
 
+    extension(py, tmp, env)
+
     # In a terminal: the same bisect finishes (a pty, as a person runs it).
     check_pty(py, tmp, env)
     # Ctrl-C reaches the program: it stops ComfyUI, keeps what it has, exits 130.
@@ -166,6 +168,24 @@ def unix(wheel, tmp):
         p = run([str(py), "-m", "vrambisect", "doctor", "--json"], cwd=tmp, env=env)
         nvml = [c for c in (as_json(p) or {}).get("checks", []) if c.get("id") == "nvml"]
         check("macOS: the GPU parts say they do not apply", nvml and "do not apply on macOS" in nvml[0].get("summary", ""), p.stdout[-300:])
+
+
+def extension(py, tmp, env):
+    """The ComfyUI extension from the wheel: installed by python -m vrambisect into the ComfyUI
+    found from the current folder, finding the wheel's program from ComfyUI's Python as it does
+    inside ComfyUI (no VRAMBISECT_EXTENSION_TOOL), and removed again."""
+    comfy = copy_stand_in(tmp / "ext-ComfyUI")
+    env = dict(env)
+    env.pop("VRAMBISECT_EXTENSION_TOOL", None)
+    p = run([str(py), "-m", "vrambisect", "extension", "install"], cwd=comfy, env=env)
+    pack = comfy / "custom_nodes" / "comfyui-vrambisect"
+    check("python -m vrambisect extension install (from the ComfyUI folder)", p.returncode == 0 and (pack / "web" / "vrambisect.js").is_file(), (p.stdout + p.stderr).strip()[-300:])
+    probe = "import sys; sys.path.insert(0, sys.argv[1]); import core, json; print(json.dumps(core.Tool(sys.executable).state()))"
+    p = run([str(py), "-c", probe, str(pack)], cwd=tmp, env=env)
+    state = as_json(p) or {}
+    check("the pack finds the wheel's program in ComfyUI's Python", state.get("ok") is True and state.get("version") == cargo_version(), (p.stdout + p.stderr).strip()[-300:])
+    p = run([str(py), "-m", "vrambisect", "extension", "remove", "--comfyui", str(comfy)], cwd=tmp, env=env)
+    check("python -m vrambisect extension remove", p.returncode == 0 and not pack.exists(), (p.stdout + p.stderr).strip()[-300:])
 
 
 def check_pty(py, tmp, env):
