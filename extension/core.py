@@ -508,25 +508,62 @@ class Extension:
         return d.describe()
 
     # -- report ----------------------------------------------------------------------------
-    def report(self):
-        """The bundle of the last diagnosis (its bisect session)."""
+    def report(self, prompt_id=None):
+        """The bug report bundle: of the diagnosis of this prompt (or the last diagnosis when
+        no prompt is named), else of the prompt's failure as it happened (nothing rerun:
+        this server's log, the prompt's history entry and workflow)."""
+        if prompt_id is not None and (not isinstance(prompt_id, str) or not PROMPT_ID.match(prompt_id)):
+            raise Refused(400, "not a prompt id of this server", "bad_request")
         with self.lock:
             if self.diagnosis is not None and self.diagnosis.alive():
                 raise Refused(409, "the diagnosis is still running: the report is written from its runs when it ends",
                               "busy")
         last = self.status()["diagnosis"]
-        if not last or not last.get("session") or not os.path.isdir(last["session"]):
-            raise Refused(409, "no diagnosis to report yet: run Diagnose first", "nothing")
-        name = "vrambisect-report-%s.zip" % time.strftime("%Y%m%d-%H%M%S", time.localtime(self.clock()))
+        session = last.get("session") if last else None
+        diagnosed = bool(session and os.path.isdir(session)) and (prompt_id is None or last.get("prompt_id") == prompt_id)
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(self.clock()))
+        common = ["--comfyui", self.host.comfyui_dir, "--python", self.host.python]
+        if diagnosed:
+            name = "vrambisect-report-%s.zip" % stamp
+            args = ["report", "--json", session]
+        elif prompt_id is not None:
+            name = "vrambisect-report-%s-failure.zip" % stamp
+            args = ["report", "--json"] + self._failure_files(prompt_id, stamp)
+        else:
+            raise Refused(409, "no diagnosis to report yet: run Diagnose, or report a failed prompt", "nothing")
         out = os.path.join(self._dir("reports"), name)
-        reading = self._run_json(self.tool.command("report", "--json", last["session"], "--output", out,
-                                                   "--comfyui", self.host.comfyui_dir, "--python", self.host.python),
-                                 timeout=300)
+        reading = self._run_json(self.tool.command(*(args + ["--output", out] + common)), timeout=300)
         if not os.path.isfile(out):
             raise Refused(500, "vrambisect report wrote no bundle", "tool_failed")
         _keep_newest(self._dir("reports"), 10)
-        return {"name": name, "report": reading,
+        return {"name": name, "diagnosed": diagnosed, "report": reading,
                 "template": "https://github.com/comfyanonymous/ComfyUI/issues/new?template=bug-report.yml"}
+
+    def _failure_files(self, prompt_id, stamp):
+        """Writes what the failure bundle is made of (this server's log, the prompt's history
+        entry and its workflow) and returns report's arguments for them."""
+        text = self.log.text()
+        if not text.strip():
+            raise Refused(409, "this server's log is empty: nothing to report", "no_log")
+        folder = self._dir("failures", stamp)
+        _keep_newest(os.path.dirname(folder), 5)
+        log = os.path.join(folder, "comfyui.log")
+        with open(log, "w", encoding="utf-8") as f:
+            f.write(text)
+        args = ["--log", log]
+        entry = self.host.history(prompt_id)
+        if entry is not None:
+            history = os.path.join(folder, "history.json")
+            with open(history, "w", encoding="utf-8") as f:
+                json.dump(entry, f, indent=1)
+            args += ["--history", history]
+            api, _ui = _prompt_of(entry)
+            if api:
+                workflow = os.path.join(folder, "workflow.json")
+                with open(workflow, "w", encoding="utf-8") as f:
+                    json.dump(api, f, indent=1)
+                args += ["--workflow", workflow]
+        return args
 
     def report_file(self, name):
         """The path of a bundle this pack wrote, by its name; anything else is refused."""

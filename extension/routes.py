@@ -168,8 +168,8 @@ class Routes:
     async def report(self, request):
         try:
             self._check_post(request)
-            await self._body(request)
-            return _reply(200, await self._blocking("report", self.ext.report))
+            body = await self._body(request)
+            return _reply(200, await self._blocking("report", self.ext.report, body.get("prompt_id")))
         except core.Refused as e:
             return _refused(e)
 

@@ -362,6 +362,11 @@ fn run_report(
     }
     let req = crate::report::Request {
         dir: args.dir,
+        failure: args.log.map(|log| crate::report::failure::FailureFiles {
+            log,
+            workflow: args.workflow,
+            history: args.history,
+        }),
         output: args.output,
         redact: !args.no_redact,
         comfyui: args.comfyui,

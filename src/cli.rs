@@ -510,8 +510,23 @@ pub struct LogscanArgs {
 #[derive(Debug, Args)]
 pub struct ReportArgs {
     /// A run folder (vrambisect run --output) or a bisect session folder.
-    #[arg(help_heading = "Inputs", value_name = "DIR")]
-    pub dir: PathBuf,
+    #[arg(
+        help_heading = "Inputs",
+        value_name = "DIR",
+        required_unless_present = "log",
+        conflicts_with = "log"
+    )]
+    pub dir: Option<PathBuf>,
+    /// Instead of a folder: a bundle of the failure as it happened, nothing rerun, from
+    /// ComfyUI's log (its console output or user/comfyui.log).
+    #[arg(help_heading = "Inputs", long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// With --log: the workflow that failed (API or UI format), put in the bundle.
+    #[arg(help_heading = "Inputs", long, value_name = "FILE", requires = "log")]
+    pub workflow: Option<PathBuf>,
+    /// With --log: the failed prompt's /history entry (its error), put in the bundle.
+    #[arg(help_heading = "Inputs", long, value_name = "FILE", requires = "log")]
+    pub history: Option<PathBuf>,
     /// The zip to write (default: vrambisect-report-<folder name>.zip in the current folder).
     #[arg(help_heading = "Output", long, short = 'o', value_name = "FILE.zip")]
     pub output: Option<PathBuf>,
@@ -588,7 +603,8 @@ const EXAMPLES_LOGSCAN: &str = "Examples:
 
 const EXAMPLES_REPORT: &str = "Examples:
   vrambisect report vrambisect-sessions/bisect-20261129-160002-a76c
-  vrambisect report vrambisect-runs/run-20261129-145700-1a2b --output issue.zip";
+  vrambisect report vrambisect-runs/run-20261129-145700-1a2b --output issue.zip
+  vrambisect report --log ComfyUI/user/comfyui.log --workflow my-workflow.json   (nothing rerun)";
 
 const EXAMPLES_DOCTOR: &str = "Examples:
   python -m vrambisect doctor

@@ -208,7 +208,8 @@ class Panel {
   async writeReport() {
     this.message = "writing the report…";
     this.render();
-    const r = await call("/vrambisect/report", {});
+    const id = this.failure && this.failure.detail && this.failure.detail.prompt_id;
+    const r = await call("/vrambisect/report", id ? { prompt_id: id } : {});
     this.message = null;
     if (!r.ok) {
       this.message = r.data.error.message;
@@ -333,7 +334,8 @@ class Panel {
     const red = (r.report && r.report.redaction) || {};
     const kinds = (red.kinds || []).map((k) => `${k.count} ${k.what}`).join(", ");
     return el("section", { class: "vb-report" },
-      el("div", {}, "Downloaded ", el("a", { href: api.apiURL(`/vrambisect/report/${encodeURIComponent(r.name)}`), download: r.name }, r.name), "."),
+      el("div", {}, "Downloaded ", el("a", { href: api.apiURL(`/vrambisect/report/${encodeURIComponent(r.name)}`), download: r.name }, r.name),
+        r.diagnosed ? " (with the diagnosis's runs)." : " (the failure as it happened: nothing was rerun)."),
       el("div", { class: "vb-label" }, red.enabled ? `Redacted: ${kinds || "nothing needed it"}.` : "Not redacted."),
       el("div", {}, "Attach it to a new issue: ", el("a", { href: r.template, target: "_blank", rel: "noopener noreferrer" }, "ComfyUI's bug report form")));
   }
@@ -352,8 +354,9 @@ class Panel {
       const again = d && d.prompt_id === this.failure.detail.prompt_id;
       row.append(el("button", { class: "vb vb-diagnose", disabled: !ok, onclick: () => this.diagnose(), title: "Reruns this workflow under flag combinations on this install until one fixes it" }, again ? "Diagnose again" : "Diagnose now"));
     }
+    // The diagnosis's bundle, or the failure's as it happened (nothing rerun).
     const failed = this.failure && this.failure.detail && this.failure.detail.prompt_id;
-    if (d && d.session && d.state !== "running" && (!failed || d.prompt_id === failed)) {
+    if (failed || (d && d.session && d.state !== "running")) {
       row.append(el("button", { class: "vb vb-report-button", disabled: !ok, onclick: () => this.writeReport() }, "Write bug report"));
     }
     row.append(el("button", { class: "vb vb-quiet vb-dismiss", onclick: () => this.hide() }, "Dismiss"));

@@ -477,6 +477,7 @@ fn header(o: &mut String, ctx: &Ctx) {
         SourceKind::Run => "a run",
         SourceKind::Bisect => "a bisect session",
         SourceKind::Regress => "a regress session",
+        SourceKind::Failure => "a failure as it happened",
     };
     let _ = writeln!(
         o,

@@ -9,6 +9,7 @@
 //! stays under GitHub's attachment limit.
 
 pub mod environment;
+pub mod failure;
 pub mod inside;
 pub mod issue;
 pub mod plot;
@@ -69,7 +70,10 @@ struct Limits {
 /// What `report` is asked to do.
 #[derive(Debug, Clone, Default)]
 pub struct Request {
-    pub dir: PathBuf,
+    /// A run or session folder; `None` with `failure`.
+    pub dir: Option<PathBuf>,
+    /// A failure as it happened (`--log`, `--workflow`, `--history`): nothing rerun.
+    pub failure: Option<failure::FailureFiles>,
     /// The zip to write (default: `vrambisect-report-<folder>.zip` here).
     pub output: Option<PathBuf>,
     /// Redact (default); `false` with `--no-redact`.
@@ -667,7 +671,14 @@ fn redact(
 /// Builds the bundle and writes the zip: collect what was recorded, capture the machine,
 /// draw the pictures, write ISSUE.md, redact every file, pack.
 pub fn build(req: &Request) -> Result<Built> {
-    let src = source::open(&req.dir)?;
+    if let Some(files) = &req.failure {
+        return failure::build(req, files);
+    }
+    let Some(dir) = &req.dir else {
+        return Err(Error::usage("nothing to report on")
+            .hint("give the folder of a run or a session, or --log with ComfyUI's log"));
+    };
+    let src = source::open(dir)?;
     let output = req
         .output
         .clone()
@@ -691,7 +702,7 @@ pub fn build(req: &Request) -> Result<Built> {
         logs,
         workflow,
         thinned,
-        mut warnings,
+        warnings,
         ..
     } = collected;
     // ISSUE.md.
@@ -712,6 +723,43 @@ pub fn build(req: &Request) -> Result<Built> {
         },
     );
 
+    finish(
+        req,
+        &output,
+        Finish {
+            entries,
+            thinned,
+            warnings,
+            redactor,
+            source_kind: src.kind,
+            source_dir: src.dir.clone(),
+            runs: src.runs.len(),
+        },
+    )
+}
+
+/// What every bundle ends with: its files (ISSUE.md first), and what it is made from.
+struct Finish {
+    entries: Vec<Entry>,
+    thinned: BTreeMap<String, usize>,
+    warnings: Vec<String>,
+    redactor: Option<Redactor>,
+    source_kind: SourceKind,
+    source_dir: PathBuf,
+    runs: usize,
+}
+
+/// Redacts, writes the README, packs within the size limits and writes the zip.
+fn finish(req: &Request, output: &Path, f: Finish) -> Result<Built> {
+    let Finish {
+        entries,
+        thinned,
+        mut warnings,
+        redactor,
+        source_kind,
+        source_dir,
+        runs,
+    } = f;
     let (mut to_pack, redaction, per_file) = redact(entries, redactor.as_ref(), req.redact);
 
     // Pack, tightening the limits while the zip is too big.
@@ -741,7 +789,7 @@ pub fn build(req: &Request) -> Result<Built> {
             zip.len() as f64 / 1e6
         ));
     }
-    write_file(&output, &zip)?;
+    write_file(output, &zip)?;
     let tallies: BTreeMap<&str, usize> = per_file
         .iter()
         .map(|(n, t)| (n.as_str(), t.values().sum()))
@@ -756,11 +804,11 @@ pub fn build(req: &Request) -> Result<Built> {
         })
         .collect();
     Ok(Built {
-        bundle: crate::paths::canonical(&output),
+        bundle: crate::paths::canonical(output),
         bytes: zip.len() as u64,
-        source_kind: src.kind,
-        source_dir: src.dir.clone(),
-        runs: src.runs.len(),
+        source_kind,
+        source_dir,
+        runs,
         files,
         redaction,
         warnings,
@@ -928,6 +976,7 @@ pub fn render(b: &Built, style: &Style, out: &mut dyn Write) -> std::io::Result<
             "a regress session of {}",
             crate::text::plural(b.runs, "run")
         ),
+        SourceKind::Failure => "the failure as it happened (nothing rerun)".to_string(),
     };
     writeln!(
         out,

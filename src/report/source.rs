@@ -17,6 +17,8 @@ pub enum SourceKind {
     Run,
     Bisect,
     Regress,
+    /// A failure as it happened (`report --log`): no run folder, nothing rerun.
+    Failure,
 }
 
 /// One run folder.

@@ -317,6 +317,32 @@ class RoutesTest(unittest.TestCase):
         status, body, _ = self.request("POST", "/vrambisect/cancel", {})
         self.assertEqual(status, 409)
 
+    def test_a_failure_is_reported_as_it_happened_without_a_diagnosis(self):
+        status, body, _ = self.request("POST", "/vrambisect/report", {})
+        self.assertEqual(status, 409, body)
+        status, body, _ = self.request("POST", "/vrambisect/report", {"prompt_id": "../x"})
+        self.assertEqual(status, 400, body)
+        status, rep, _ = self.request("POST", "/vrambisect/report", {"prompt_id": "p-1"})
+        self.assertEqual(status, 200, rep)
+        self.assertFalse(rep["diagnosed"])
+        self.assertTrue(rep["name"].endswith("-failure.zip"), rep["name"])
+        self.assertEqual(rep["report"]["source_kind"], "failure")
+        self.assertEqual(rep["report"]["runs"], 0)
+        status, content, _ = self.request("GET", "/vrambisect/report/" + rep["name"], headers={"Origin": None})
+        self.assertEqual(status, 200)
+        path = os.path.join(self.tmp, "failure.zip")
+        with open(path, "wb") as f:
+            f.write(content)
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+            history = z.read("history.json").decode()
+            issue = z.read("ISSUE.md").decode()
+        for want in ("ISSUE.md", "comfyui.log", "logscan.json", "workflow.json", "history.json", "environment.json"):
+            self.assertIn(want, names)
+        self.assertNotIn('"secret": "x"', history, "current_inputs redacted as report redacts them")
+        self.assertIn("torch.OutOfMemoryError in KSampler", issue)
+        self.assertIsNone(self.ext.diagnosis, "nothing was rerun")
+
     def test_comfyui_exiting_stops_the_diagnosis(self):
         shutil.copy(os.path.join(self.comfyui, "examples", "hang-on-load.json"),
                     os.path.join(self.comfyui, "scenario.json"))
