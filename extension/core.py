@@ -8,9 +8,11 @@ this ComfyUI folder and this server's own launch flags. What it writes goes unde
 folder (``user/vrambisect/``).
 """
 
+import ipaddress
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -95,14 +97,24 @@ def same_origin(headers, listen_loopback):
     origin = (headers.get("Origin") or "").strip().lower()
     if not host or not origin or origin == "null":
         return False
-    m = re.match(r"^[a-z][a-z0-9+.-]*://([^/?#]+)$", origin.rstrip("/"))
+    m = re.fullmatch(r"[a-z][a-z0-9+.-]*://([^/?#]+)", origin.rstrip("/"))
     if m is None or m.group(1) != host:
         return False
     if listen_loopback:
-        name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
-        if name not in ("localhost", "127.0.0.1", "[::1]") and not name.startswith("127."):
+        name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:].split("]")[0]
+        if not is_loopback_name(name):
             return False
     return True
+
+
+def is_loopback_name(name):
+    """`localhost` or a loopback IP literal; a DNS name that merely starts with "127." is not."""
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def listens_on_loopback_only(argv):
@@ -115,7 +127,7 @@ def listens_on_loopback_only(argv):
         elif arg.startswith("--listen="):
             value = arg.split("=", 1)[1]
     names = [v.strip() for v in value.split(",") if v.strip()]
-    return bool(names) and all(n in ("127.0.0.1", "localhost", "::1") or n.startswith("127.") for n in names)
+    return bool(names) and all(is_loopback_name(n) for n in names)
 
 
 def install_kind(python, comfyui_dir, argv):
@@ -134,6 +146,9 @@ def install_kind(python, comfyui_dir, argv):
 
 def launch_line(kind, python, comfyui_dir, flags):
     """Where to put flags for this install and the exact line, as a dict {where, line}."""
+    if kind == "portable":
+        # The portable .bat line carries it already.
+        flags = [f for f in flags if f != "--windows-standalone-build"]
     quoted = " ".join(_quote(f) for f in flags)
     if kind == "portable":
         line = r".\python_embeded\python.exe -s ComfyUI\main.py --windows-standalone-build"
@@ -152,7 +167,7 @@ def launch_line(kind, python, comfyui_dir, flags):
 
 
 def _quote(arg):
-    if arg and re.match(r"^[A-Za-z0-9_@%+=:,./\\-]+$", arg):
+    if arg and re.fullmatch(r"[A-Za-z0-9_@%+=:,./\\-]+", arg):
         return arg
     return '"' + arg.replace('"', '\\"') + '"'
 
@@ -362,11 +377,17 @@ class Extension:
         self.loopback = listens_on_loopback_only(list(host.argv))
         # Whether prompts queued during a diagnosis are refused (routes.py's middleware).
         self.guard_installed = False
+        # A diagnosis is being started (between its checks and its process).
+        self.starting = False
 
     # -- paths -----------------------------------------------------------------------------
     def _dir(self, *parts):
         path = os.path.join(self.root, *parts)
-        os.makedirs(path, exist_ok=True)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise Refused(507, "cannot write in %s (%s): vrambisect keeps its files in ComfyUI's user folder; "
+                          "make it writable" % (path, e.strerror or e), "not_writable")
         return path
 
     def _state_file(self):
@@ -399,15 +420,20 @@ class Extension:
         except (OSError, ValueError):
             return None
         if isinstance(data, dict) and data.get("state") == "running":
-            # The ComfyUI that started it ended while it ran: the bisect went with it.
-            data["state"] = "stopped"
-            data["message"] = "ComfyUI restarted while the diagnosis ran; resume it with the line below"
+            if self.orphan():
+                # ComfyUI ended without stopping it (killed, crashed): it still runs.
+                data["state"] = "orphaned"
+                data["message"] = ("this diagnosis was started before ComfyUI restarted and still runs "
+                                   "(process %d); Cancel stops it" % data["pid"])
+            else:
+                data["state"] = "stopped"
+                data["message"] = "ComfyUI restarted while the diagnosis ran; resume it with the line below"
         return data
 
     # -- scan ------------------------------------------------------------------------------
     def scan(self, prompt_id=None):
         """logscan's reading of this server's log, with the failed prompt's own error."""
-        if prompt_id is not None and not PROMPT_ID.match(str(prompt_id)):
+        if prompt_id is not None and not PROMPT_ID.fullmatch(str(prompt_id)):
             raise Refused(400, "not a prompt id of this server", "bad_request")
         text = self.log.text()
         if not text.strip():
@@ -442,14 +468,20 @@ class Extension:
 
     # -- diagnose --------------------------------------------------------------------------
     def diagnose(self, prompt_id):
-        if not isinstance(prompt_id, str) or not PROMPT_ID.match(prompt_id):
+        if not isinstance(prompt_id, str) or not PROMPT_ID.fullmatch(prompt_id):
             raise Refused(400, "Diagnose takes the id of a prompt in this server's history", "bad_request")
         state = self.tool.state()
         if not state["ok"]:
             raise Refused(409, state["message"], "tool_missing")
+        # Checked and reserved under the lock; the slow part (/free, the start) outside it, so
+        # that the prompt guard on ComfyUI's event loop never waits for it.
         with self.lock:
-            if self.diagnosis is not None and self.diagnosis.alive():
+            if self.starting or (self.diagnosis is not None and self.diagnosis.alive()):
                 raise Refused(409, "a diagnosis is already running: cancel it or wait for its verdict", "busy")
+            orphan = self.orphan()
+            if orphan:
+                raise Refused(409, "a diagnosis started before ComfyUI restarted is still running (process %d): "
+                              "cancel it in the panel or wait for it to end" % orphan, "busy")
             busy = self.host.queue_busy()
             if busy:
                 raise Refused(409, "%d prompt(s) are queued or running on this server: let them finish, or "
@@ -462,6 +494,7 @@ class Extension:
             if not api:
                 raise Refused(409, "the history entry of prompt %s holds no workflow" % prompt_id, "not_found")
             stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(self.clock()))
+            _keep_newest(os.path.join(self.root, "diagnoses"), 9)
             folder = self._dir("diagnoses", stamp)
             workflow = os.path.join(folder, "prompt.json")
             with open(workflow, "w", encoding="utf-8") as f:
@@ -469,22 +502,45 @@ class Extension:
             if ui:
                 with open(os.path.join(folder, "workflow.json"), "w", encoding="utf-8") as f:
                     json.dump(ui, f, indent=1)
+            self.starting = True
+        try:
             held = self.host.free()
             flags = self.flags()
             session = os.path.join(folder, "session")
             argv = self.tool.command(
                 "bisect", "--json", "--comfyui", self.host.comfyui_dir, "--python", self.host.python,
                 "--workflow", workflow, "--output", session, "--", *flags)
-            self.diagnosis = Diagnosis(self, folder, session, argv, prompt_id, flags, held)
-            self.diagnosis.start()
-            return self.diagnosis.describe()
+            d = Diagnosis(self, folder, session, argv, prompt_id, flags, held)
+            try:
+                d.start()
+            except OSError as e:
+                raise Refused(500, "vrambisect could not be started: %s" % (e.strerror or e), "tool_failed")
+            with self.lock:
+                self.diagnosis = d
+            return d.describe()
+        finally:
+            self.starting = False
+
+    def orphan(self):
+        """The process of a diagnosis that an earlier run of this ComfyUI started and that still
+        runs (ComfyUI ended without stopping it: killed, crashed), or None."""
+        try:
+            with open(self._state_file(), "r", encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return None
+        pid = data.get("pid") if isinstance(data, dict) and data.get("state") == "running" else None
+        if not isinstance(pid, int) or pid <= 0 or data.get("server_pid") == os.getpid():
+            return None
+        return pid if _alive(pid) else None
 
     def guard_prompt(self):
-        """None when prompts may be queued; otherwise the message refusing one."""
-        with self.lock:
-            if self.diagnosis is not None and self.diagnosis.alive():
-                return ("vrambisect is diagnosing a workflow on this GPU: a prompt now would change "
-                        "what its runs measure. Wait for the verdict or cancel the diagnosis in its panel.")
+        """None when prompts may be queued; otherwise the message refusing one. Takes no lock:
+        it runs on ComfyUI's event loop."""
+        d = self.diagnosis
+        if self.starting or (d is not None and d.alive()):
+            return ("vrambisect is diagnosing a workflow on this GPU: a prompt now would change "
+                    "what its runs measure. Wait for the verdict or cancel the diagnosis in its panel.")
         return None
 
     def shutdown(self):
@@ -503,6 +559,14 @@ class Extension:
         with self.lock:
             d = self.diagnosis
         if d is None or not d.alive():
+            orphan = self.orphan()
+            if orphan:
+                # Ctrl-C to its group, as for one of ours (its group is its own pid).
+                try:
+                    os.killpg(orphan, signal.SIGINT)
+                except OSError:
+                    pass
+                return {"state": "stopping", "pid": orphan}
             raise Refused(409, "no diagnosis is running", "not_running")
         d.cancel()
         return d.describe()
@@ -512,7 +576,7 @@ class Extension:
         """The bug report bundle: of the diagnosis of this prompt (or the last diagnosis when
         no prompt is named), else of the prompt's failure as it happened (nothing rerun:
         this server's log, the prompt's history entry and workflow)."""
-        if prompt_id is not None and (not isinstance(prompt_id, str) or not PROMPT_ID.match(prompt_id)):
+        if prompt_id is not None and (not isinstance(prompt_id, str) or not PROMPT_ID.fullmatch(prompt_id)):
             raise Refused(400, "not a prompt id of this server", "bad_request")
         with self.lock:
             if self.diagnosis is not None and self.diagnosis.alive():
@@ -567,7 +631,7 @@ class Extension:
 
     def report_file(self, name):
         """The path of a bundle this pack wrote, by its name; anything else is refused."""
-        if not isinstance(name, str) or not REPORT_NAME.match(name):
+        if not isinstance(name, str) or not REPORT_NAME.fullmatch(name):
             raise Refused(404, "no such report", "not_found")
         path = os.path.join(self.root, "reports", name)
         if not os.path.isfile(path):
@@ -576,15 +640,33 @@ class Extension:
 
 
 def _keep_newest(folder, n):
+    """Keeps the newest n files or folders (their names begin with their time)."""
     try:
         names = sorted(os.listdir(folder))
     except OSError:
         return
     for old in names[:-n] if len(names) > n else []:
+        path = os.path.join(folder, old)
         try:
-            os.remove(os.path.join(folder, old))
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
         except OSError:
             pass
+
+
+def _alive(pid):
+    """Whether process pid exists (Unix; on Windows the question is not asked: False)."""
+    if os.name == "nt":
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _prompt_of(entry):
@@ -630,6 +712,8 @@ class Diagnosis:
         self.exit_code = None
         self.cancelled = False
         self.error = None
+        # The waiting thread and Cancel both write the state file.
+        self.save_lock = threading.Lock()
 
     def start(self):
         kwargs = {}
@@ -639,8 +723,14 @@ class Diagnosis:
             kwargs["start_new_session"] = True
         self.stdout = open(os.path.join(self.folder, "bisect.json"), "wb")
         self.stderr = open(os.path.join(self.folder, "bisect.log"), "wb")
-        self.proc = subprocess.Popen(self.argv, stdout=self.stdout, stderr=self.stderr, stdin=subprocess.DEVNULL,
-                                     env=self.ext.tool.child_env(), cwd=self.ext.host.comfyui_dir or None, **kwargs)
+        try:
+            self.proc = subprocess.Popen(self.argv, stdout=self.stdout, stderr=self.stderr,
+                                         stdin=subprocess.DEVNULL, env=self.ext.tool.child_env(),
+                                         cwd=self.ext.host.comfyui_dir or None, **kwargs)
+        except OSError:
+            self.stdout.close()
+            self.stderr.close()
+            raise
         self._save()
         threading.Thread(target=self._wait, name="vrambisect-diagnosis", daemon=True).start()
 
@@ -656,7 +746,12 @@ class Diagnosis:
                 self.result = json.load(f)
         except (OSError, ValueError):
             self.result = None
-            self.error = _last_line(os.path.join(self.folder, "bisect.log"))
+        if not isinstance(self.result, dict) or not isinstance(self.result.get("verdict"), dict):
+            # The bisect stopped before a verdict: its --json error, or its last words.
+            err = self.result.get("error") if isinstance(self.result, dict) else None
+            self.result = None
+            self.error = (err.get("message") if isinstance(err, dict) else None) or \
+                _last_line(os.path.join(self.folder, "bisect.log")) or "vrambisect bisect ended with exit status %d" % code
         self.ended = self.ext.clock()
         self.exit_code = code
         self._save()
@@ -704,8 +799,12 @@ class Diagnosis:
             "flags": self.flags,
             "gpu_held_by_this_comfyui": self.held,
             "session": self.session,
-            "resume": _resume_line(self.ext, self.session),
+            # Only a session that got as far as its spec can be resumed.
+            "resume": _resume_line(self.ext, self.session)
+            if os.path.isfile(os.path.join(self.session, "session.json")) else None,
             "progress": self.progress(),
+            "pid": self.proc.pid if self.proc is not None else None,
+            "server_pid": os.getpid(),
         }
         if self.result is not None:
             d["verdict"] = summarize_verdict(self.result, self.ext)
@@ -714,15 +813,16 @@ class Diagnosis:
         return d
 
     def _save(self):
-        try:
-            data = self.describe()
-            path = self.ext._state_file()
-            tmp = path + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1)
-            os.replace(tmp, path)
-        except OSError:
-            pass
+        with self.save_lock:
+            try:
+                data = self.describe()
+                path = self.ext._state_file()
+                tmp = path + ".tmp"
+                with open(tmp, "w", encoding="utf-8") as f:
+                    json.dump(data, f, indent=1)
+                os.replace(tmp, path)
+            except OSError:
+                pass
 
 
 def _resume_line(ext, session):

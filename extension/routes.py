@@ -54,15 +54,32 @@ class ComfyHost(core.Host):
         q.set_flag("free_memory", True)
         deadline = time.monotonic() + FREE_WAIT_S
         freed = False
+        # The worker takes the flags first and unloads after (main.py's prompt_worker): wait
+        # for the flags to be taken, then for the loaded models to be gone.
         while time.monotonic() < deadline:
             flags = q.get_flags(reset=False)
             if "unload_models" not in flags and "free_memory" not in flags:
+                break
+            time.sleep(0.1)
+        while time.monotonic() < deadline:
+            if not loaded_models():
                 freed = True
                 break
             time.sleep(0.1)
+        time.sleep(0.5)  # the cache is emptied right after the models are unloaded
         held = device_memory()
         held["freed"] = freed
         return held
+
+
+def loaded_models():
+    """How many models ComfyUI holds loaded (0 when that cannot be known)."""
+    try:
+        import comfy.model_management as mm
+
+        return len(mm.current_loaded_models)
+    except Exception:  # noqa: BLE001 - no ComfyUI model manager here: nothing known loaded
+        return 0
 
 
 def device_memory():
@@ -93,6 +110,21 @@ def _refused(e):
     return _reply(e.status, {"error": {"kind": e.kind, "message": e.message}})
 
 
+def _guarded(handler):
+    """An unexpected error is one line of JSON, not a traceback in ComfyUI's log (which the
+    panel's own reading of that log would then count)."""
+    async def wrapped(self, request):
+        try:
+            return await handler(self, request)
+        except core.Refused as e:
+            return _refused(e)
+        except Exception as e:  # noqa: BLE001 - a hostile request must not leave a traceback
+            logging.warning("vrambisect: %s %s failed: %s", request.method, request.path, type(e).__name__)
+            return _refused(core.Refused(500, "vrambisect's extension failed: %s" % type(e).__name__, "internal"))
+    wrapped.__name__ = handler.__name__
+    return wrapped
+
+
 class Routes:
     def __init__(self, ext):
         self.ext = ext
@@ -108,7 +140,7 @@ class Routes:
             return {}
         try:
             body = json.loads(raw.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise core.Refused(400, "the request body is not JSON", "bad_request")
         if not isinstance(body, dict):
             raise core.Refused(400, "the request body is not a JSON object", "bad_request")
@@ -133,6 +165,7 @@ class Routes:
         finally:
             lock.release()
 
+    @_guarded
     async def status(self, request):
         if request.headers.get("Origin") and not core.same_origin(request.headers, self.ext.loopback):
             return _refused(core.Refused(403, "refused: another site's page", "origin"))
@@ -141,6 +174,7 @@ class Routes:
         except core.Refused as e:
             return _refused(e)
 
+    @_guarded
     async def scan(self, request):
         try:
             self._check_post(request)
@@ -149,6 +183,7 @@ class Routes:
         except core.Refused as e:
             return _refused(e)
 
+    @_guarded
     async def diagnose(self, request):
         try:
             self._check_post(request)
@@ -157,6 +192,7 @@ class Routes:
         except core.Refused as e:
             return _refused(e)
 
+    @_guarded
     async def cancel(self, request):
         try:
             self._check_post(request)
@@ -165,6 +201,7 @@ class Routes:
         except core.Refused as e:
             return _refused(e)
 
+    @_guarded
     async def report(self, request):
         try:
             self._check_post(request)
@@ -173,6 +210,7 @@ class Routes:
         except core.Refused as e:
             return _refused(e)
 
+    @_guarded
     async def download(self, request):
         try:
             if request.headers.get("Origin") and not core.same_origin(request.headers, self.ext.loopback):

@@ -3,7 +3,8 @@
 # vrambisect program diagnosing the stand-in (tests/extension/test_routes.py), the registry
 # metadata by the registry's own validation (comfy-cli's `comfy node validate`), then the panel
 # in headless Chromium with the real frontend packages (1.27.10, what ComfyUI 0.3.64 pins, and
-# a current one) against a real ComfyUI, where one is given:
+# a current one) against the stand-in (tests/extension/standin.py), and against a real ComfyUI
+# where one is given:
 #
 #   VRAMBISECT_REAL_COMFYUI=DIR VRAMBISECT_REAL_PYTHON=PY scripts/extension-check.sh
 #
@@ -32,16 +33,23 @@ VRAMBISECT_EXTENSION_TOOL="$(pwd)/$tool" "$venv/bin/python" -m unittest discover
 # The registry's validation reads pyproject.toml in the current folder.
 (cd extension && "../$venv/bin/comfy" --skip-prompt --no-enable-telemetry node validate)
 
+# The panel in headless Chromium: Debian's chromium (installed here where apt can), Playwright's
+# driver from PyPI, the real frontend packages; against the stand-in always, and against a real
+# ComfyUI where one is given.
+if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    { timeout 600 apt-get install -y -qq chromium >/dev/null 2>&1 \
+        || { timeout 300 apt-get update -qq >/dev/null 2>&1 \
+            && timeout 600 apt-get install -y -qq chromium >/dev/null 2>&1; }; } || true
+fi
 if ! command -v chromium >/dev/null; then
     echo "extension browser check skipped: needs Debian's chromium"
     exit 0
 fi
-if [ -z "${VRAMBISECT_REAL_COMFYUI:-}" ] || [ -z "${VRAMBISECT_REAL_PYTHON:-}" ]; then
-    echo "extension browser check skipped: needs a real ComfyUI (VRAMBISECT_REAL_COMFYUI, VRAMBISECT_REAL_PYTHON)"
+if ! "$venv/bin/python" -c "import playwright" 2>/dev/null \
+    && ! timeout 300 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check playwright >/dev/null 2>&1; then
+    echo "extension browser check skipped: playwright could not be installed from PyPI"
     exit 0
 fi
-"$venv/bin/python" -c "import playwright" 2>/dev/null \
-    || timeout 300 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check playwright >/dev/null
 shots="$target/extension-shots"
 mkdir -p "$shots"
 for fe in "${frontends[@]}"; do
@@ -53,7 +61,14 @@ for fe in "${frontends[@]}"; do
         mkdir -p "$root" && cp -r "$tmp/x/comfyui_frontend_package/static/." "$root/"
         rm -rf "$tmp"
     fi
-    "$venv/bin/python" tests/extension/real.py --comfyui "$VRAMBISECT_REAL_COMFYUI" \
-        --python "$VRAMBISECT_REAL_PYTHON" --tool "$(pwd)/$tool" --front-end-root "$root" \
-        --label "$fe" --shots "$shots" --browser-python "$venv/bin/python"
+    "$venv/bin/python" tests/extension/standin.py --python "$venv/bin/python" --tool "$(pwd)/$tool" \
+        --front-end-root "$root" --label "standin-$fe" --shots "$shots" --browser-python "$venv/bin/python"
+    if [ -n "${VRAMBISECT_REAL_COMFYUI:-}" ] && [ -n "${VRAMBISECT_REAL_PYTHON:-}" ]; then
+        "$venv/bin/python" tests/extension/real.py --comfyui "$VRAMBISECT_REAL_COMFYUI" \
+            --python "$VRAMBISECT_REAL_PYTHON" --tool "$(pwd)/$tool" --front-end-root "$root" \
+            --label "$fe" --shots "$shots" --browser-python "$venv/bin/python"
+    fi
 done
+if [ -z "${VRAMBISECT_REAL_COMFYUI:-}" ]; then
+    echo "extension browser check against a real ComfyUI skipped: set VRAMBISECT_REAL_COMFYUI and VRAMBISECT_REAL_PYTHON"
+fi

@@ -114,11 +114,13 @@ impl StatusLine {
     /// counts something.
     pub fn new(visible: bool, template: &str, length: Option<u64>) -> StatusLine {
         use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-        let bar = if visible {
-            ProgressBar::with_draw_target(length, ProgressDrawTarget::stderr())
+        // Hidden, it still counts (its length and position feed bisect's progress.json).
+        let target = if visible {
+            ProgressDrawTarget::stderr()
         } else {
-            ProgressBar::hidden()
+            ProgressDrawTarget::hidden()
         };
+        let bar = ProgressBar::with_draw_target(length, target);
         bar.set_style(
             ProgressStyle::with_template(template)
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),

@@ -10,7 +10,11 @@ const SHOW = "VRAMBisect.ShowOnFailure";
 const STALL = "VRAMBisect.StallMinutes";
 const SEEN = "vrambisect.seen-diagnosis";
 
+// The failures launch flags can change: the panel opens for these (and for a stall) only.
+const MEMORY = new Set(["oom", "accelerator_oom", "host_oom", "vbar", "aimdo_fault", "tensorrt_allocator", "hang", "crash", "timeout"]);
+
 const KINDS = {
+  node_error: "A node failed (not a memory error)",
   oom: "Out of GPU memory (PyTorch's allocator)",
   accelerator_oom: "Out of GPU memory (a CUDA allocation outside PyTorch's allocator)",
   host_oom: "Out of system RAM",
@@ -108,7 +112,7 @@ const CSS = `
 .vrambisect-panel .vb-x{background:none;border:none;color:#9aa0a6;font-size:16px;cursor:pointer}
 .vrambisect-panel section{margin:8px 0}
 .vrambisect-panel .vb-label{color:#9aa0a6;font-size:12px}
-.vrambisect-panel code,.vrambisect-panel pre{background:#111214;border-radius:4px;padding:2px 5px;font:12px ui-monospace,monospace;white-space:pre-wrap;word-break:break-all}
+.vrambisect-panel code,.vrambisect-panel pre{background:#111214;border-radius:4px;padding:2px 5px;font:12px ui-monospace,monospace;white-space:pre-wrap;overflow-wrap:anywhere}
 .vrambisect-panel pre{padding:6px 8px;margin:4px 0}
 .vrambisect-panel .vb-buttons{display:flex;flex-wrap:wrap;gap:6px;margin-top:10px}
 .vrambisect-panel button.vb{background:#2d5fa8;color:#fff;border:none;border-radius:4px;padding:5px 10px;cursor:pointer}
@@ -161,18 +165,28 @@ class Panel {
   async onFailure(kind, detail) {
     if (!setting(SHOW, true)) return;
     if (this.status && this.status.running) return;
-    this.failure = { kind, detail };
-    this.scan = null;
-    this.report = null;
-    this.message = null;
-    this.show();
     await this.refresh();
-    this.render();
-    if (!this.status || !this.status.tool.ok) return;
-    const r = await call("/vrambisect/scan", detail && detail.prompt_id ? { prompt_id: detail.prompt_id } : {});
-    if (r.ok) this.scan = r.data;
-    else this.message = r.data.error.message;
-    this.render();
+    if (this.status && this.status.running) return;
+    const failure = { kind, detail };
+    let scan = null;
+    let message = null;
+    if (this.status && this.status.tool.ok) {
+      const r = await call("/vrambisect/scan", detail && detail.prompt_id ? { prompt_id: detail.prompt_id } : {});
+      if (r.ok) scan = r.data;
+      else message = r.data.error.message;
+    }
+    // An error launch flags cannot fix (a node's own, the user's interrupt) opens nothing.
+    const outcome = scan && scan.reading ? scan.reading.outcome : null;
+    if (scan && kind !== "stalled" && !MEMORY.has(outcome)) return;
+    Object.assign(this, { failure, scan, message, report: null });
+    this.show();
+  }
+
+  diagnosable() {
+    if (!this.failure) return false;
+    if (this.failure.kind === "stalled") return true;
+    const outcome = this.scan && this.scan.reading ? this.scan.reading.outcome : null;
+    return MEMORY.has(outcome);
   }
 
   async diagnose() {
@@ -199,10 +213,14 @@ class Panel {
   }
 
   async cancel() {
+    this.stopping = true;
+    this.render();
     const r = await call("/vrambisect/cancel", {});
     if (!r.ok) this.message = r.data.error.message;
     await this.refresh();
+    this.stopping = false;
     this.render();
+    this.follow();
   }
 
   async writeReport() {
@@ -235,11 +253,15 @@ class Panel {
     if (s && !s.tool.ok) {
       body.push(el("section", { class: "vb-tool" }, el("div", { class: "vb-error" }, s.tool.message)));
     }
+    // The diagnosis shown beside a failure is that failure's own.
+    const shown = this.failure && this.failure.detail ? this.failure.detail.prompt_id : null;
+    const mine = d && (!this.failure || d.prompt_id === shown);
     if (d && d.state === "running") body.push(this.renderProgress(d));
-    else if (d && d.verdict && (!this.failure || d.prompt_id === (this.failure.detail || {}).prompt_id)) body.push(this.renderVerdict(d));
-    else if (d && (d.state === "cancelled" || d.state === "stopped" || d.state === "failed") && !this.failure) body.push(this.renderStopped(d));
-    // Beside a diagnosis, the failure is its title and error line only.
-    if (this.failure) body.push(this.renderFailure(Boolean(d && (d.state === "running" || d.verdict))));
+    else if (d && d.state === "orphaned") body.push(this.renderStopped(d));
+    else if (mine && d.verdict) body.push(this.renderVerdict(d));
+    else if (mine && ["cancelled", "stopped", "failed"].includes(d.state)) body.push(this.renderStopped(d));
+    // Beside its own diagnosis, the failure is its title and error line only.
+    if (this.failure) body.push(this.renderFailure(Boolean(mine && (d.state === "running" || d.verdict))));
     if (this.report) body.push(this.renderReport());
     if (this.message) body.push(el("section", { class: "vb-error vb-message" }, this.message));
     body.push(this.renderButtons());
@@ -259,7 +281,7 @@ class Panel {
       out.append(el("div", {}, el("span", { class: "vb-label" }, `${detail.node_type || "node"} #${detail.node_id}: `),
         `${detail.exception_type || "error"}: ${String(detail.exception_message).trim().split("\n")[0]}`));
     }
-    if (kind === "stalled") out.append(el("div", {}, `No progress for ${detail.minutes} minutes.`));
+    if (kind === "stalled") out.append(el("div", {}, `No progress for ${detail.minutes} minute${detail.minutes === 1 ? "" : "s"}.`));
     if (compact) return out;
     if (!this.scan) {
       if (this.status && this.status.tool.ok && !this.message) out.append(el("div", { class: "vb-label" }, "reading this server's log…"));
@@ -319,14 +341,16 @@ class Panel {
     } else if (held && held.device === "cpu") {
       out.append(el("div", { class: "vb-label" }, "This ComfyUI runs on the CPU: it held no GPU memory while the diagnosis ran."));
     }
-    out.append(el("div", { class: "vb-label" }, `${v.runs_total} runs · `, "resume or rerun: ", el("code", {}, d.resume)));
+    out.append(el("div", { class: "vb-label" }, `${v.runs_total} run${v.runs_total === 1 ? "" : "s"}`, d.resume ? " · to look again: " : "", d.resume ? el("code", {}, d.resume) : null));
     return out;
   }
 
   renderStopped(d) {
-    return el("section", { class: "vb-stopped" }, el("h3", {}, d.state === "cancelled" ? "Diagnosis cancelled" : "Diagnosis stopped"),
-      d.message ? el("div", {}, d.message) : null,
-      el("div", { class: "vb-label" }, "Every finished run is kept; go on with: "), el("pre", {}, d.resume));
+    const title = { cancelled: "Diagnosis cancelled", failed: "The diagnosis could not run", orphaned: "A diagnosis is still running" }[d.state] || "Diagnosis stopped";
+    return el("section", { class: "vb-stopped" }, el("h3", {}, title),
+      d.message ? el("div", { class: d.state === "failed" ? "vb-error" : "" }, d.message) : null,
+      d.resume ? el("div", { class: "vb-label" }, "Every finished run is kept; go on with: ") : null,
+      d.resume ? el("pre", {}, d.resume) : null);
   }
 
   renderReport() {
@@ -346,11 +370,11 @@ class Panel {
     const ok = s && s.tool.ok;
     const d = s && s.diagnosis;
     const row = el("div", { class: "vb-buttons" });
-    if (running) {
-      row.append(el("button", { class: "vb vb-cancel", onclick: () => this.cancel() }, "Cancel"));
+    if (running || (d && d.state === "orphaned")) {
+      row.append(el("button", { class: "vb vb-cancel", disabled: Boolean(this.stopping), onclick: () => this.cancel() }, this.stopping ? "Stopping…" : "Cancel"));
       return row;
     }
-    if (this.failure && this.failure.detail && this.failure.detail.prompt_id) {
+    if (this.diagnosable() && this.failure.detail && this.failure.detail.prompt_id) {
       const again = d && d.prompt_id === this.failure.detail.prompt_id;
       row.append(el("button", { class: "vb vb-diagnose", disabled: !ok, onclick: () => this.diagnose(), title: "Reruns this workflow under flag combinations on this install until one fixes it" }, again ? "Diagnose again" : "Diagnose now"));
     }

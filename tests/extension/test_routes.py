@@ -188,6 +188,11 @@ class RoutesTest(unittest.TestCase):
         self.assertFalse(core.same_origin({"Host": "evil.example:8188", "Origin": "http://evil.example:8188"}, True))
         self.assertTrue(core.same_origin({"Host": "192.168.1.5:8188", "Origin": "http://192.168.1.5:8188"}, False))
         self.assertTrue(core.same_origin({"Host": "localhost:8188", "Origin": "http://localhost:8188"}, True))
+        self.assertTrue(core.same_origin({"Host": "[::1]:8188", "Origin": "http://[::1]:8188"}, True))
+        # A name that merely begins like a loopback address is a name anyone can point anywhere.
+        for name in ("127.evil.example", "127.0.0.1.nip.io"):
+            self.assertFalse(core.same_origin({"Host": name + ":8188", "Origin": "http://%s:8188" % name}, True), name)
+            self.assertFalse(core.listens_on_loopback_only(["--listen", name]), name)
 
     def test_only_json_naming_an_action_is_taken(self):
         status, body, _ = self.request("POST", "/vrambisect/scan", raw="prompt_id=p-1",
@@ -204,7 +209,9 @@ class RoutesTest(unittest.TestCase):
             status, body, _ = self.request("POST", "/vrambisect/diagnose", dict(extra, prompt_id="p-1"))
             self.assertEqual(status, 400, (extra, body))
             self.assertIn("unknown field", body["error"]["message"])
-        for bad in ("../../etc/passwd", "p-1; ls", "", "a" * 65, 7, None, ["p-1"]):
+        status, body, _ = self.request("POST", "/vrambisect/scan", raw="[" * 4000)
+        self.assertEqual(status, 400, body)
+        for bad in ("../../etc/passwd", "p-1; ls", "", "a" * 65, 7, None, ["p-1"], "p-1\n"):
             status, body, _ = self.request("POST", "/vrambisect/diagnose", {"prompt_id": bad})
             self.assertEqual(status, 400, (bad, body))
         self.assertIsNone(self.ext.diagnosis)
@@ -342,6 +349,39 @@ class RoutesTest(unittest.TestCase):
         self.assertNotIn('"secret": "x"', history, "current_inputs redacted as report redacts them")
         self.assertIn("torch.OutOfMemoryError in KSampler", issue)
         self.assertIsNone(self.ext.diagnosis, "nothing was rerun")
+
+    def test_a_bisect_that_cannot_run_is_a_failed_diagnosis_with_its_reason(self):
+        os.remove(os.path.join(self.comfyui, "main.py"))
+        status, body, _ = self.request("POST", "/vrambisect/diagnose", {"prompt_id": "p-1"})
+        self.assertEqual(status, 202, body)
+        d = self.wait_done()["diagnosis"]
+        self.assertEqual(d["state"], "failed", d)
+        self.assertNotIn("verdict", d)
+        self.assertIn("main.py", d["message"])
+        self.assertIsNone(d["resume"], "no session to resume")
+
+    def test_a_diagnosis_left_running_by_an_earlier_comfyui_is_not_doubled(self):
+        import subprocess
+        orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True,
+                                  stderr=subprocess.DEVNULL)
+        try:
+            os.makedirs(os.path.join(self.user, "vrambisect"), exist_ok=True)
+            with open(os.path.join(self.user, "vrambisect", "last-diagnosis.json"), "w") as f:
+                json.dump({"state": "running", "pid": orphan.pid, "server_pid": orphan.pid + 1,
+                           "prompt_id": "p-1", "session": "/nowhere"}, f)
+            status, body, _ = self.request("GET", "/vrambisect/status", headers={"Origin": None})
+            self.assertEqual(body["diagnosis"]["state"], "orphaned", body)
+            status, body, _ = self.request("POST", "/vrambisect/diagnose", {"prompt_id": "p-1"})
+            self.assertEqual(status, 409, body)
+            self.assertIn("still running", body["error"]["message"])
+            status, body, _ = self.request("POST", "/vrambisect/cancel", {})
+            self.assertEqual(status, 200, body)
+            self.assertEqual(orphan.wait(timeout=10), -signal.SIGINT)
+            status, body, _ = self.request("GET", "/vrambisect/status", headers={"Origin": None})
+            self.assertEqual(body["diagnosis"]["state"], "stopped", body)
+        finally:
+            if orphan.poll() is None:
+                orphan.kill()
 
     def test_comfyui_exiting_stops_the_diagnosis(self):
         shutil.copy(os.path.join(self.comfyui, "examples", "hang-on-load.json"),
