@@ -433,7 +433,10 @@ mod tests {
         assert!(issue.contains("# MemoryError in KSampler"), "{issue}");
         assert!(issue.contains("nothing was rerun"), "{issue}");
         assert!(issue.contains("VBAR allocation failed"), "{issue}");
-        assert!(!issue.contains("Startup:"), "the log shows no start: {issue}");
+        assert!(
+            !issue.contains("Startup:"),
+            "the log shows no start: {issue}"
+        );
         let mut hist = String::new();
         std::io::Read::read_to_string(&mut zip.by_name("history.json").unwrap(), &mut hist)
             .unwrap();
