@@ -362,8 +362,8 @@ class RoutesTest(unittest.TestCase):
 
     def test_a_diagnosis_left_running_by_an_earlier_comfyui_is_not_doubled(self):
         import subprocess
-        orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True,
-                                  stderr=subprocess.DEVNULL)
+        # A program that SIGINT ends (as it ends the bisect's group).
+        orphan = subprocess.Popen(["sleep", "60"], start_new_session=True)
         try:
             os.makedirs(os.path.join(self.user, "vrambisect"), exist_ok=True)
             with open(os.path.join(self.user, "vrambisect", "last-diagnosis.json"), "w") as f:
