@@ -23,8 +23,10 @@ import time
 # pack are released together with one version number).
 VERSION = "0.1.0"
 
-# Launch flags that say how the server is reached, not what it does with memory: a diagnosis
-# starts its own ComfyUI on loopback, so these are left out of the flags it tests. The value is
+# Launch flags that say how the server is reached or where it keeps its user files, not what
+# it does with memory: a diagnosis starts its own ComfyUI on loopback with the install's own
+# user folder (its runs must not write into this server's settings and database), so these are
+# left out of the flags it tests. The value is
 # how many values the flag takes: 0, 1, or "?" (argparse's optional value).
 NETWORK_FLAGS = {
     "--listen": "?",

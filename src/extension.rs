@@ -93,7 +93,12 @@ fn other_copies(custom_nodes: &Path) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = entries
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.file_name().is_some_and(|n| n != PACK) && p.is_dir())
+        // Dot folders are this command's own staging and set-aside copies.
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n != PACK && !n.to_string_lossy().starts_with('.'))
+                && p.is_dir()
+        })
         .filter(|p| pack_version(p).is_some())
         .collect();
     out.sort();
@@ -150,11 +155,25 @@ pub fn install(comfyui: &Path) -> Result<Done> {
         Ok(())
     };
     write(&staging).map_err(|e| crate::error::io_error("write", &staging, &e))?;
+    // The old copy is moved aside, not deleted, until the new one is in place.
+    let old = nodes.join(format!(".{PACK}.replaced"));
     if target.exists() {
-        std::fs::remove_dir_all(&target)
+        if old.exists() {
+            std::fs::remove_dir_all(&old)
+                .map_err(|e| crate::error::io_error("remove", &old, &e))?;
+        }
+        std::fs::rename(&target, &old)
             .map_err(|e| crate::error::io_error("replace", &target, &e))?;
     }
-    std::fs::rename(&staging, &target).map_err(|e| crate::error::io_error("write", &target, &e))?;
+    if let Err(e) = std::fs::rename(&staging, &target) {
+        if old.exists() {
+            let _ = std::fs::rename(&old, &target);
+        }
+        return Err(crate::error::io_error("write", &target, &e));
+    }
+    if old.exists() {
+        let _ = std::fs::remove_dir_all(&old);
+    }
     Ok(Done {
         action: if previous.is_some() {
             "updated"
@@ -279,6 +298,10 @@ mod tests {
             assert_eq!(std::fs::read_to_string(pack.join(name)).unwrap(), *text);
         }
         std::fs::write(pack.join("stale.py"), "").unwrap();
+        // A set-aside copy left by an update that was cut off is no second install.
+        let aside = dir.path().join("custom_nodes").join(format!(".{PACK}.replaced"));
+        std::fs::create_dir(&aside).unwrap();
+        std::fs::write(aside.join("pyproject.toml"), FILES[4].1).unwrap();
         let again = install(dir.path()).unwrap();
         assert_eq!(again.action, "updated");
         assert_eq!(again.previous.as_deref(), Some(version().as_str()));
