@@ -299,7 +299,10 @@ mod tests {
         }
         std::fs::write(pack.join("stale.py"), "").unwrap();
         // A set-aside copy left by an update that was cut off is no second install.
-        let aside = dir.path().join("custom_nodes").join(format!(".{PACK}.replaced"));
+        let aside = dir
+            .path()
+            .join("custom_nodes")
+            .join(format!(".{PACK}.replaced"));
         std::fs::create_dir(&aside).unwrap();
         std::fs::write(aside.join("pyproject.toml"), FILES[4].1).unwrap();
         let again = install(dir.path()).unwrap();
