@@ -5,7 +5,7 @@
 //! when no diagnosis has run.
 
 use super::issue::{cap_lines, failure_window, log_lines, startup_block, workflow_summary};
-use super::{Content, Entry, Finish, Request, SourceKind, environment, trim_middle};
+use super::{Content, Entry, Finish, Request, SourceKind, trim_middle};
 use crate::error::{Error, Result};
 use crate::logscan::{self, report::LogReport};
 use serde_json::Value;
@@ -332,23 +332,7 @@ fn issue_md(
         "\nThe whole log is in the bundle: `comfyui.log`; logscan's reading: `logscan.json`.\n"
     );
     let _ = writeln!(o, "### Other\n");
-    let _ = writeln!(o, "**Environment** (full detail in `environment.json`)\n");
-    let _ = writeln!(o, "| item | value | source |");
-    let _ = writeln!(o, "|---|---|---|");
-    for row in environment::rows(env) {
-        let cell = |s: &str| s.replace('|', "\\|").replace('\n', " ");
-        let _ = writeln!(
-            o,
-            "| {} | {} | {} |",
-            cell(&row.item),
-            cell(&row.value),
-            cell(&row.source)
-        );
-    }
-    let _ = writeln!(
-        o,
-        "\nHome folders, user and host names, e-mail and IP addresses, tokens and secret values were replaced by vrambisect (`~`, `[user]`, `[host]`, `[email]`, `[ip]`, `[token]`, `[redacted]`); the bundle's README.md says how many of each."
-    );
+    super::issue::environment_table(&mut o, env);
     o
 }
 

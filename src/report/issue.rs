@@ -824,10 +824,15 @@ fn other(o: &mut String, ctx: &Ctx) {
     if ctx.inp.has_matrix {
         let _ = writeln!(o, "The matrix as a picture: `matrix.png`.\n");
     }
+    environment_table(o, ctx.inp.env);
+}
+
+/// The environment as a table, and what redaction replaced (the end of every ISSUE.md).
+pub fn environment_table(o: &mut String, env: &crate::machine::Environment) {
     let _ = writeln!(o, "**Environment** (full detail in `environment.json`)\n");
     let _ = writeln!(o, "| item | value | source |");
     let _ = writeln!(o, "|---|---|---|");
-    for row in environment::rows(ctx.inp.env) {
+    for row in environment::rows(env) {
         let _ = writeln!(
             o,
             "| {} | {} | {} |",

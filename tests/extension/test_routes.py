@@ -162,6 +162,14 @@ class RoutesTest(unittest.TestCase):
         except ValueError:
             return status, content, headers
 
+    def wait_first_run(self, timeout=60):
+        """The diagnosis under way, once its first run has started (its progress.json)."""
+        d = self.ext.diagnosis
+        deadline = time.time() + timeout
+        while time.time() < deadline and not os.path.isfile(os.path.join(d.session, "progress.json")):
+            time.sleep(0.1)
+        return d
+
     def wait_done(self, timeout=120):
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -308,10 +316,7 @@ class RoutesTest(unittest.TestCase):
         self.host.argv = []
         status, body, _ = self.request("POST", "/vrambisect/diagnose", {"prompt_id": "p-1"})
         self.assertEqual(status, 202, body)
-        d = self.ext.diagnosis
-        deadline = time.time() + 60
-        while time.time() < deadline and not os.path.isfile(os.path.join(d.session, "progress.json")):
-            time.sleep(0.1)
+        d = self.wait_first_run()
         status, body, _ = self.request("POST", "/vrambisect/cancel", {})
         self.assertEqual(status, 200, body)
         done = self.wait_done(timeout=90)["diagnosis"]
@@ -388,10 +393,7 @@ class RoutesTest(unittest.TestCase):
                     os.path.join(self.comfyui, "scenario.json"))
         status, body, _ = self.request("POST", "/vrambisect/diagnose", {"prompt_id": "p-1"})
         self.assertEqual(status, 202, body)
-        d = self.ext.diagnosis
-        deadline = time.time() + 60
-        while time.time() < deadline and not os.path.isfile(os.path.join(d.session, "progress.json")):
-            time.sleep(0.1)
+        d = self.wait_first_run()
         self.ext.shutdown()
         with self.assertRaises(ProcessLookupError):
             os.killpg(d.proc.pid, 0)
