@@ -355,6 +355,10 @@ class Host:
         """The history entry of one prompt, or None."""
         raise NotImplementedError
 
+    def known_flags(self):
+        """The launch flags this ComfyUI accepts, or None when that cannot be known."""
+        return None
+
     def queue_busy(self):
         """How many prompts are running or waiting."""
         raise NotImplementedError
@@ -451,6 +455,7 @@ class Extension:
             "reading": out,
             "error": _prompt_error(entry),
             "flags": self.flags(),
+            "known_flags": self.host.known_flags(),
             "log_file": path,
         }
 

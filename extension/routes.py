@@ -36,6 +36,15 @@ class ComfyHost(core.Host):
         self.user_dir = folder_paths.get_user_directory()
         self.argv = list(sys.argv[1:])
 
+    def known_flags(self):
+        """The launch flags this ComfyUI accepts (its own argparse parser), or None."""
+        try:
+            from comfy.cli_args import parser
+
+            return sorted(o for o in parser._option_string_actions if o.startswith("--"))
+        except Exception:  # noqa: BLE001 - no such parser here: nothing known
+            return None
+
     def history(self, prompt_id):
         found = self.server.prompt_queue.get_history(prompt_id=prompt_id)
         return found.get(prompt_id) if isinstance(found, dict) else None

@@ -297,10 +297,13 @@ class Panel {
     if (facts.length) out.append(el("div", { class: "vb-label" }, facts.join(" · ")));
     out.append(el("div", {}, el("span", { class: "vb-label" }, "Launch flags: "),
       el("code", {}, this.scan.flags.length ? this.scan.flags.join(" ") : "(none)")));
-    // What to try leaves out the flag of a feature this ComfyUI does not have on.
+    // What to try leaves out flags this ComfyUI does not have (its own parser says) and the
+    // flag of a feature it does not have on.
     const off = st.dynamic_vram === false ? new Set(["--disable-dynamic-vram"]) : new Set();
+    const known = this.scan.known_flags ? new Set(this.scan.known_flags) : null;
+    const usable = (f) => !off.has(f) && (!known || known.has(f.split("=")[0]));
     for (const k of (reading.known_issues || []).slice(0, 3)) {
-      const tries = (k.flags_to_try || []).filter((f) => !off.has(f));
+      const tries = (k.flags_to_try || []).filter(usable);
       const issue = el("div", { class: "vb-issue" }, el("b", {}, k.title), ": ", k.meaning || "");
       const links = (k.issue_urls || []).map((u, i) => el("a", { href: u, target: "_blank", rel: "noopener noreferrer" }, `#${(k.issues || [])[i] || u}`));
       if (links.length) issue.append(el("div", {}, el("span", { class: "vb-label" }, "known upstream: "), ...links.flatMap((a, i) => (i ? [", ", a] : [a]))));

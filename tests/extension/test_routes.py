@@ -253,6 +253,10 @@ class RoutesTest(unittest.TestCase):
         self.assertEqual(body["error"]["node_type"], "KSampler")
         self.assertNotIn("current_inputs", body["error"])
         self.assertEqual(body["flags"], ["--highvram"])
+        self.assertIsNone(body["known_flags"], "this host cannot say which flags it accepts")
+        self.host.known_flags = lambda: ["--cpu", "--highvram"]
+        status, body, _ = self.request("POST", "/vrambisect/scan", {})
+        self.assertEqual(body["known_flags"], ["--cpu", "--highvram"])
         self.log.value = ""
         status, body, _ = self.request("POST", "/vrambisect/scan", {})
         self.assertEqual(status, 409, body)
