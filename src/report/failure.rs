@@ -24,56 +24,28 @@ pub struct FailureFiles {
     pub history: Option<PathBuf>,
 }
 
-/// The most of a log read: its start (the startup block) and, mostly, its end.
-const LOG_HEAD: u64 = 4 << 20;
-const LOG_TAIL: u64 = 12 << 20;
-/// The largest workflow or history file read.
-const MAX_JSON: u64 = 64 << 20;
+/// One of the user's files, read as a run's files are (`super::file_text`: bounded, a log's
+/// middle cut and marked as in every bundle); a link is followed to the file it names.
+fn user_file(path: &Path, name: &str) -> Result<super::FileText> {
+    let real = std::fs::canonicalize(path).map_err(|e| crate::error::io_error("read", path, &e))?;
+    let root = real.parent().unwrap_or(Path::new("/"));
+    super::file_text(root, &real, name, true)
+        .map_err(|why| Error::usage(format!("{} {why}", path.display())))
+}
 
-/// Reads a log's head and tail, the middle cut.
 fn read_log(path: &Path) -> Result<String> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(path).map_err(|e| crate::error::io_error("read", path, &e))?;
-    let len = f
-        .metadata()
-        .map_err(|e| crate::error::io_error("read", path, &e))?
-        .len();
-    let mut bytes = Vec::new();
-    if len <= LOG_HEAD + LOG_TAIL {
-        f.read_to_end(&mut bytes)
-            .map_err(|e| crate::error::io_error("read", path, &e))?;
-        return Ok(String::from_utf8_lossy(&bytes).into_owned());
-    }
-    let mut head = vec![0; LOG_HEAD as usize];
-    let mut tail = vec![0; LOG_TAIL as usize];
-    f.read_exact(&mut head)
-        .and_then(|()| f.seek(SeekFrom::End(-(LOG_TAIL as i64))).map(|_| ()))
-        .and_then(|()| f.read_exact(&mut tail))
-        .map_err(|e| crate::error::io_error("read", path, &e))?;
-    Ok(format!(
-        "{}\n… [{} bytes cut by vrambisect]\n{}",
-        String::from_utf8_lossy(&head),
-        len - LOG_HEAD - LOG_TAIL,
-        String::from_utf8_lossy(&tail)
-    ))
+    Ok(match user_file(path, "comfyui.log")? {
+        super::FileText::Text(t) => t,
+        super::FileText::Json(v) => v.to_string(),
+    })
 }
 
 fn read_json(path: &Path, what: &str) -> Result<Value> {
-    let len = std::fs::metadata(path)
-        .map_err(|e| crate::error::io_error("read", path, &e))?
-        .len();
-    if len > MAX_JSON {
-        return Err(Error::usage(format!(
-            "{} is {} MB: too big for {what}",
-            path.display(),
-            len >> 20
-        )));
+    match user_file(path, "given.json")? {
+        super::FileText::Json(v) => Ok(v),
+        super::FileText::Text(_) => Err(Error::usage(format!("{} is not JSON", path.display()))
+            .hint(format!("give {what} as the JSON file ComfyUI wrote"))),
     }
-    let bytes = std::fs::read(path).map_err(|e| crate::error::io_error("read", path, &e))?;
-    serde_json::from_slice(&bytes).map_err(|e| {
-        Error::usage(format!("{} is not JSON ({e})", path.display()))
-            .hint(format!("give {what} as the JSON file ComfyUI wrote"))
-    })
 }
 
 /// The failed prompt's error from its history entry (ComfyUI's `execution_error` message),
@@ -159,12 +131,7 @@ pub fn build(req: &Request, files: &FailureFiles) -> Result<super::Built> {
         Entry {
             name: "comfyui.log".into(),
             content: Content::Text(
-                trim_middle(
-                    &super::plain_log(&log),
-                    super::STEPS[0].log_head,
-                    super::STEPS[0].log_tail,
-                )
-                .0,
+                trim_middle(&log, super::STEPS[0].log_head, super::STEPS[0].log_tail).0,
             ),
         },
         Entry {
