@@ -271,7 +271,6 @@ class LogCapture:
         self.head = []
         self.tail = []
         self.tail_bytes = 0
-        self.cut = False
         self.fallback_file = fallback_file
         self.interval = interval
         self.logs = None
@@ -328,7 +327,6 @@ class LogCapture:
                 self.last, self.last_t = entries[-1], entries[-1].get("t", "")
             while self.tail_bytes > LOG_TAIL_BYTES and len(self.tail) > 1:
                 self.tail_bytes -= len(self.tail.pop(0))
-                self.cut = True
 
     def text(self):
         if self.logs is not None:

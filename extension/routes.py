@@ -137,7 +137,8 @@ def _guarded(handler):
 class Routes:
     def __init__(self, ext):
         self.ext = ext
-        self.busy = {name: threading.Lock() for name in ("scan", "report", "diagnose")}
+        # One of each at a time (core.Extension keeps diagnoses to one by itself).
+        self.busy = {name: threading.Lock() for name in ("scan", "report")}
 
     async def _body(self, request):
         if request.content_length is not None and request.content_length > MAX_BODY:
@@ -158,6 +159,12 @@ class Routes:
             raise core.Refused(400, "unknown field(s): %s" % ", ".join(unknown[:5])[:200], "bad_request")
         return body
 
+    def _check_get(self, request):
+        """A read from another site's page (it sends an Origin) is refused; a navigation or a
+        download (no Origin) is not."""
+        if request.headers.get("Origin") and not core.same_origin(request.headers, self.ext.loopback):
+            raise core.Refused(403, "refused: another site's page", "origin")
+
     def _check_post(self, request):
         if not core.same_origin(request.headers, self.ext.loopback):
             raise core.Refused(403, "refused: this request did not come from this ComfyUI's page", "origin")
@@ -166,67 +173,50 @@ class Routes:
             raise core.Refused(415, "send JSON (Content-Type: application/json)", "bad_request")
 
     async def _blocking(self, name, fn, *args):
-        lock = self.busy[name]
-        if not lock.acquire(blocking=False):
+        """fn off the event loop; with a name, one of that kind at a time."""
+        lock = self.busy.get(name)
+        if lock is not None and not lock.acquire(blocking=False):
             raise core.Refused(429, "a %s is already under way on this server" % name, "busy")
         try:
             return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
         finally:
-            lock.release()
+            if lock is not None:
+                lock.release()
 
+    # Each handler's refusals (core.Refused) become their status and one line (_guarded).
     @_guarded
     async def status(self, request):
-        if request.headers.get("Origin") and not core.same_origin(request.headers, self.ext.loopback):
-            return _refused(core.Refused(403, "refused: another site's page", "origin"))
-        try:
-            return _reply(200, await asyncio.get_running_loop().run_in_executor(None, self.ext.status))
-        except core.Refused as e:
-            return _refused(e)
+        self._check_get(request)
+        return _reply(200, await self._blocking(None, self.ext.status))
 
     @_guarded
     async def scan(self, request):
-        try:
-            self._check_post(request)
-            body = await self._body(request)
-            return _reply(200, await self._blocking("scan", self.ext.scan, body.get("prompt_id")))
-        except core.Refused as e:
-            return _refused(e)
+        self._check_post(request)
+        body = await self._body(request)
+        return _reply(200, await self._blocking("scan", self.ext.scan, body.get("prompt_id")))
 
     @_guarded
     async def diagnose(self, request):
-        try:
-            self._check_post(request)
-            body = await self._body(request)
-            return _reply(202, await self._blocking("diagnose", self.ext.diagnose, body.get("prompt_id")))
-        except core.Refused as e:
-            return _refused(e)
+        self._check_post(request)
+        body = await self._body(request)
+        return _reply(202, await self._blocking(None, self.ext.diagnose, body.get("prompt_id")))
 
     @_guarded
     async def cancel(self, request):
-        try:
-            self._check_post(request)
-            await self._body(request)
-            return _reply(200, self.ext.cancel())
-        except core.Refused as e:
-            return _refused(e)
+        self._check_post(request)
+        await self._body(request)
+        return _reply(200, self.ext.cancel())
 
     @_guarded
     async def report(self, request):
-        try:
-            self._check_post(request)
-            body = await self._body(request)
-            return _reply(200, await self._blocking("report", self.ext.report, body.get("prompt_id")))
-        except core.Refused as e:
-            return _refused(e)
+        self._check_post(request)
+        body = await self._body(request)
+        return _reply(200, await self._blocking("report", self.ext.report, body.get("prompt_id")))
 
     @_guarded
     async def download(self, request):
-        try:
-            if request.headers.get("Origin") and not core.same_origin(request.headers, self.ext.loopback):
-                raise core.Refused(403, "refused: another site's page", "origin")
-            path = self.ext.report_file(request.match_info.get("name", ""))
-        except core.Refused as e:
-            return _refused(e)
+        self._check_get(request)
+        path = self.ext.report_file(request.match_info.get("name", ""))
         return web.FileResponse(path, headers={
             "Content-Disposition": 'attachment; filename="%s"' % os.path.basename(path),
             "Content-Type": "application/zip",

@@ -122,8 +122,7 @@ def main():
         ours = [c for c in console if "vrambisect" in c]
         check(not ours, "no error of the extension in the console", ours)
         browser.close()
-    print("%d passed, %d failed" % (0 if failures else 1, len(failures)) if False else
-          ("all checks held" if not failures else "%d check(s) failed" % len(failures)))
+    print("all checks held" if not failures else "%d check(s) failed" % len(failures))
     return 1 if failures else 0
 
 
