@@ -321,6 +321,11 @@ class RoutesTest(unittest.TestCase):
         status, body, _ = self.request("POST", "/vrambisect/diagnose", {"prompt_id": "p-1"})
         self.assertEqual(status, 202, body)
         d = self.wait_first_run()
+        # The panel's "run 1 of about N": the plan is known from the first run on, without a
+        # terminal too.
+        progress = self.ext.status()["diagnosis"]["progress"]
+        self.assertEqual(progress["run"], 1, progress)
+        self.assertGreater(progress["runs_planned"], 1, progress)
         status, body, _ = self.request("POST", "/vrambisect/cancel", {})
         self.assertEqual(status, 200, body)
         done = self.wait_done(timeout=90)["diagnosis"]
