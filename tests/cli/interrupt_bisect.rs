@@ -335,7 +335,11 @@ fn a_session_folder_removed_mid_run_is_said_plainly() {
         .spawn()
         .unwrap();
     support::wait_for_text(&session.join("runs/002/comfyui.log"), "Starting server");
-    std::fs::remove_dir_all(&session).unwrap();
+    // Moved aside in one step, then removed: the bisect is still writing into it, so a
+    // removal in place can race a file it creates (a directory that is not empty).
+    let aside = tmp.path().join("removed");
+    std::fs::rename(&session, &aside).unwrap();
+    let _ = std::fs::remove_dir_all(&aside);
     let output = child.wait_with_output().unwrap();
     let doc: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(output.status.code(), Some(3), "{doc:#}");
