@@ -128,6 +128,11 @@ fn run_run(
         comfy_flags: args.flags.clone(),
         nvml_lib: args.nvml_lib.clone(),
         cuda: args.cuda,
+        // A single run is shortened only when asked for by a step count.
+        quick: match args.quick {
+            crate::workflow::quick::Quick::Steps(n) => crate::workflow::quick::Quick::Steps(n),
+            _ => crate::workflow::quick::Quick::Off,
+        },
         ..run::RunOptions::new(target, limits, run_dir)
     };
     let record = {
@@ -250,6 +255,7 @@ fn bisect_request(args: BisectArgs) -> Result<crate::bisect::command::Request, F
                 limits: args.limits.limits(args.min_available_ram),
                 output: args.output,
                 custom_nodes_check: !args.no_custom_nodes_check,
+                quick: args.quick,
             }))
         }
         // clap requires it without --resume.

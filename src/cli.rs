@@ -256,6 +256,11 @@ pub struct RunArgs {
     /// The NVML library to sample with (default: the system's libnvidia-ml.so.1).
     #[arg(long, value_name = "PATH", env = "VRAMBISECT_NVML_LIB", hide = true)]
     pub nvml_lib: Option<PathBuf>,
+    /// Queue a shortened copy of the workflow: a number of sampling steps (every sampler
+    /// stage cut to about that many, everything else as it is). auto and off run the
+    /// workflow as it is: a single run has nothing to confirm a shortened one against.
+    #[arg(long, value_name = "auto|off|STEPS", default_value = "auto", value_parser = crate::workflow::quick::Quick::parse)]
+    pub quick: crate::workflow::quick::Quick,
     /// ComfyUI's flags, passed on unchanged.
     #[arg(last = true, value_name = "COMFYUI_FLAGS", allow_hyphen_values = true)]
     pub flags: Vec<String>,
@@ -392,6 +397,11 @@ pub struct BisectArgs {
     /// The NVML library to sample with (default: the system's libnvidia-ml.so.1).
     #[arg(long, value_name = "PATH", env = "VRAMBISECT_NVML_LIB", hide = true)]
     pub nvml_lib: Option<PathBuf>,
+    /// Search on shortened runs: auto (2 sampling steps, when the workflow has 6 or more),
+    /// off, or a number of steps. Used only once a shortened run has failed as the workflow
+    /// does; every verdict is confirmed on the workflow as it is.
+    #[arg(help_heading = "Search", long, value_name = "auto|off|STEPS", default_value = "auto", value_parser = crate::workflow::quick::Quick::parse, conflicts_with = "resume")]
+    pub quick: crate::workflow::quick::Quick,
     /// Skip the one extra run of the failing configuration with --disable-all-custom-nodes
     /// (made when the install has custom nodes: maintainers ask for it first).
     #[arg(help_heading = "Search", long, conflicts_with = "resume")]

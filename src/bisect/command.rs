@@ -1,7 +1,7 @@
 //! `vrambisect bisect` from its request: a new or resumed session, run to a verdict.
 
 use super::result::{self, BisectResult};
-use super::search::{Search, Strategy, VerdictKind, matrix_size};
+use super::search::{RunKind, Search, Strategy, VerdictKind, matrix_size};
 use super::session::{self, LiveOracle, SessionEvent, SessionReporter, SessionSpec};
 use super::space::{DEFAULT_TOGGLES, Space};
 use crate::error::{Error, Result, exit};
@@ -67,6 +67,8 @@ pub struct NewSession {
     /// Run the failing configuration once more without custom nodes (`--no-custom-nodes-check`
     /// turns it off).
     pub custom_nodes_check: bool,
+    /// `--quick`.
+    pub quick: crate::workflow::quick::Quick,
 }
 
 impl NewSession {
@@ -88,6 +90,7 @@ impl NewSession {
             limits: self.limits,
             env: self.env.clone(),
             custom_nodes_check: self.custom_nodes_check,
+            quick: self.quick,
         }
     }
 }
@@ -176,6 +179,7 @@ pub fn run(
         min_available_ram: req.min_available_ram,
         ..spec.limits
     };
+    let target_workflow = target.workflow.clone();
     let opts = RunOptions {
         env: spec.env.clone(),
         nvml_lib: req.nvml_lib.clone(),
@@ -199,6 +203,8 @@ pub fn run(
                 space.describe(&c.choice).join(", ")
             }
         }),
+        quick: spec.quick,
+        unshortenable: session::known_shortening(&target_workflow, spec.quick, &entries),
     };
     let mut search = Search::new(
         &space,
@@ -217,6 +223,8 @@ pub fn run(
         strategy: spec.strategy,
         toggles,
         launcher: &launcher_line,
+        quick: spec.quick,
+        quick_steps: quick_steps(&tallies),
     };
     let mut result = result::build(&space, &found, &tallies, runs, info);
     result.toggle_set = toggle_set;
@@ -243,6 +251,20 @@ pub fn run(
     run::folder::write_json(&dir.join(session::RESULT_FILE), &result)?;
     let code = exit_code(found.kind);
     Ok((result, code))
+}
+
+/// The sampling steps of the first shortened run, from its record.
+fn quick_steps(tallies: &[super::search::Tally]) -> Option<u64> {
+    tallies
+        .iter()
+        .flat_map(|t| &t.trials)
+        .filter(|t| t.kind == RunKind::Quick)
+        .min_by_key(|t| t.n)
+        .and_then(|t| t.run_dir.as_deref())
+        .and_then(|d| run::RunRecord::load(d).ok())
+        .and_then(|r| r.quick)
+        .map(|q| q.steps)
+        .filter(|s| *s > 0)
 }
 
 /// A session ready to search: its folder, settings, finished runs, install and space.
@@ -430,6 +452,8 @@ fn custom_nodes_check(
         reporter: &mut progress,
         next: check.next,
         describe: Box::new(|_| "your flags, without custom nodes".to_string()),
+        quick: crate::workflow::quick::Quick::Off,
+        unshortenable: Some(None),
     };
     let mut flags = space.baseline().flags.clone();
     flags.push("--disable-all-custom-nodes".into());
@@ -438,7 +462,12 @@ fn custom_nodes_check(
         flags,
         choice: Vec::new(),
     };
-    let trial = crate::bisect::search::Oracle::run(&mut oracle, &config).ok()?;
+    let trial = crate::bisect::search::Oracle::run(
+        &mut oracle,
+        &config,
+        crate::bisect::search::RunKind::Full,
+    )
+    .ok()?;
     Some(result::CustomNodesCheck::new(
         config.flags,
         trial.outcome,
@@ -577,9 +606,20 @@ struct ProgressFile<'a> {
     runs_planned: u64,
     current: &'a str,
     phase: &'a str,
+    /// `quick` while the run in progress is a shortened one, else `full`.
+    kind: &'static str,
     /// Seconds left at the mean measured run time; null before the first run of this
     /// invocation ends.
     eta_s: Option<u64>,
+    /// The mean measured seconds of a run of each kind (null: none measured yet).
+    seconds_per_run: PerKind,
+}
+
+/// A figure for full and for shortened runs.
+#[derive(Debug, serde::Serialize)]
+struct PerKind {
+    full: Option<f64>,
+    quick: Option<f64>,
 }
 
 /// The bisect's progress: runs done of planned, the current configuration and its phase,
@@ -592,8 +632,10 @@ struct BisectProgress {
     phase: String,
     /// The run in progress and when it started.
     run: Option<(u32, std::time::Instant)>,
-    /// Durations of the runs finished in this invocation.
-    measured: Vec<std::time::Duration>,
+    /// Durations of the runs finished in this invocation, with their kind.
+    measured: Vec<(RunKind, std::time::Duration)>,
+    /// The kind of the run in progress, or of the last one.
+    kind: RunKind,
 }
 
 impl BisectProgress {
@@ -612,7 +654,19 @@ impl BisectProgress {
             phase: String::new(),
             run: None,
             measured: Vec::new(),
+            kind: RunKind::Full,
         }
+    }
+
+    /// The mean measured time of a run of `kind`.
+    fn mean(&self, kind: RunKind) -> Option<std::time::Duration> {
+        let times: Vec<_> = self
+            .measured
+            .iter()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, d)| *d)
+            .collect();
+        (!times.is_empty()).then(|| times.iter().sum::<std::time::Duration>() / times.len() as u32)
     }
 
     fn with_file(mut self, path: std::path::PathBuf) -> BisectProgress {
@@ -620,12 +674,19 @@ impl BisectProgress {
         self
     }
 
-    /// The time left at the mean measured run time, for the runs planned and not done.
+    /// The time left for the runs planned and not done, at the mean measured time of the
+    /// kind of run the search makes now (any run's, before one of that kind is measured).
     fn eta_left(&self) -> Option<std::time::Duration> {
-        if self.measured.is_empty() {
-            return None;
-        }
-        let mean = self.measured.iter().sum::<std::time::Duration>() / self.measured.len() as u32;
+        let any = || {
+            (!self.measured.is_empty()).then(|| {
+                self.measured
+                    .iter()
+                    .map(|(_, d)| *d)
+                    .sum::<std::time::Duration>()
+                    / self.measured.len() as u32
+            })
+        };
+        let mean = self.mean(self.kind).or_else(any)?;
         let left = self
             .line
             .bar
@@ -635,11 +696,22 @@ impl BisectProgress {
         Some(mean * left.min(u64::from(u32::MAX)) as u32)
     }
 
+    /// "ETA 1m 10s", with each kind's time per run once shortened runs are measured
+    /// ("ETA 40s · full 7.1 s, shortened 1.6 s a run").
     fn eta(&self) -> String {
-        match self.eta_left() {
+        let mut out = match self.eta_left() {
             Some(left) => format!("ETA {}", crate::duration::format_duration(left)),
             None => "ETA ?".into(),
+        };
+        if let Some(quick) = self.mean(RunKind::Quick) {
+            let secs = |d: std::time::Duration| format!("{:.1} s", d.as_secs_f64());
+            let full = self
+                .mean(RunKind::Full)
+                .map(secs)
+                .unwrap_or_else(|| "?".into());
+            out.push_str(&format!(" · full {full}, shortened {} a run", secs(quick)));
         }
+        out
     }
 
     /// Rewrites `progress.json`; a failed write only loses this update (the journal is what
@@ -652,7 +724,12 @@ impl BisectProgress {
             runs_planned: self.line.bar.length().unwrap_or(0),
             current: &self.current,
             phase: &self.phase,
+            kind: self.kind.as_str(),
             eta_s: self.eta_left().map(|d| d.as_secs()),
+            seconds_per_run: PerKind {
+                full: self.mean(RunKind::Full).map(|d| d.as_secs_f64()),
+                quick: self.mean(RunKind::Quick).map(|d| d.as_secs_f64()),
+            },
         };
         let Ok(text) = serde_json::to_string_pretty(&progress) else {
             return;
@@ -705,8 +782,14 @@ impl Reporter for BisectProgress {
 impl SessionReporter for BisectProgress {
     fn session(&mut self, event: &SessionEvent) {
         match event {
-            SessionEvent::RunStarting { n, describe, .. } => {
-                self.current = describe.clone();
+            SessionEvent::RunStarting {
+                n, describe, kind, ..
+            } => {
+                self.kind = *kind;
+                self.current = match kind {
+                    RunKind::Quick => format!("{describe} (shortened)"),
+                    RunKind::Full => describe.clone(),
+                };
                 self.run = Some((*n, std::time::Instant::now()));
                 if u64::from(*n) > self.line.bar.length().unwrap_or(0) {
                     self.line.bar.set_length(u64::from(*n));
@@ -718,7 +801,14 @@ impl SessionReporter for BisectProgress {
                 n,
                 outcome,
                 duration_ms,
+                kind,
             } => {
+                // Asked to be shortened, it ran in full (the workflow could not be).
+                if *kind == RunKind::Full
+                    && let Some(plain) = self.current.strip_suffix(" (shortened)")
+                {
+                    self.current = plain.to_string();
+                }
                 // The configuration goes last, so the columns stay put whatever its length.
                 self.line.say(format!(
                     "run {n:>3}  {:<18} {:>7}  {}",
@@ -728,7 +818,7 @@ impl SessionReporter for BisectProgress {
                 ));
                 self.run = None;
                 self.measured
-                    .push(std::time::Duration::from_millis(*duration_ms));
+                    .push((*kind, std::time::Duration::from_millis(*duration_ms)));
                 self.line.bar.inc(1);
                 let eta = self.eta();
                 self.line.bar.set_prefix(eta);

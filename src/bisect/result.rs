@@ -1,6 +1,6 @@
 //! The result of a bisect: the contract's JSON, the statement a person can paste, the table.
 
-use super::search::{Found, Strategy, Tally, VerdictKind};
+use super::search::{Found, QuickState, RunKind, Strategy, Tally, Trial, VerdictKind};
 use super::space::{Skipped, Space};
 use crate::outcome::Outcome;
 use crate::output::Style;
@@ -140,6 +140,46 @@ pub struct ConfigResult {
     pub ram_growth_per_prompt_bytes: Option<i64>,
     pub mean_duration_ms: u64,
     pub run_dirs: Vec<PathBuf>,
+    /// Every run of it, in order: its number, `quick` or `full`, outcome and time.
+    #[serde(default)]
+    pub each_run: Vec<RunSummary>,
+}
+
+/// One run of a configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub n: u32,
+    pub kind: RunKind,
+    pub outcome: Outcome,
+    pub duration_ms: u64,
+}
+
+/// What shortened runs did for the search (`--quick`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QuickSummary {
+    /// `--quick` as given: `auto`, `off` or a number of steps.
+    pub asked: String,
+    /// `used` (the search ran shortened), `set_aside` (it did, then went on in full),
+    /// `not_used` (every run was full).
+    pub state: String,
+    /// The sampling steps of a shortened run.
+    pub steps: Option<u64>,
+    /// The shortened run of your flags that failed as your workflow does, and that full run.
+    pub reproduced_by_run: Option<u32>,
+    pub reference_run: Option<u32>,
+    /// The full run the verdict was confirmed by.
+    pub confirmed_by_run: Option<u32>,
+    /// Why shortened runs were not used, or were set aside.
+    pub reason: Option<String>,
+    pub runs_quick: usize,
+    pub runs_full: usize,
+    /// ComfyUI time of every run.
+    pub time_spent_ms: u64,
+    /// What the same runs would have cost in full (each shortened run priced at the mean
+    /// full run that ended the same way); null when no such full run was measured.
+    pub full_runs_estimate_ms: Option<u64>,
+    /// The sentence for people: what was shortened and which runs were full.
+    pub statement: String,
 }
 
 /// The whole result (`bisect --json`, `result.json` in the session folder).
@@ -167,6 +207,9 @@ pub struct BisectResult {
     /// The ComfyUI folder and the Python the runs used, and where each came from.
     #[serde(default)]
     pub defaults: crate::locate::Defaults,
+    /// Shortened runs: whether the search used them, which runs were full, the time.
+    #[serde(default)]
+    pub quick: QuickSummary,
 }
 
 fn most_frequent_failure(t: &Tally) -> Option<Outcome> {
@@ -187,6 +230,9 @@ pub struct SessionInfo<'a> {
     pub toggles: Vec<String>,
     /// Turns a configuration's flags into the line to start ComfyUI with.
     pub launcher: &'a dyn Fn(&[String]) -> String,
+    /// `--quick` as given, and the steps a shortened run sampled (when one ran).
+    pub quick: crate::workflow::quick::Quick,
+    pub quick_steps: Option<u64>,
 }
 
 /// Builds the result from a finished (or stopped) search.
@@ -202,6 +248,8 @@ pub fn build(
         strategy,
         toggles,
         launcher,
+        quick,
+        quick_steps,
     } = info;
     let base_cfg = space.baseline();
     let base = tallies.iter().find(|t| t.config.key == base_cfg.key);
@@ -238,8 +286,19 @@ pub fn build(
                 t.trials.iter().map(|r| r.duration_ms).sum::<u64>() / t.trials.len() as u64
             },
             run_dirs: t.trials.iter().filter_map(|r| r.run_dir.clone()).collect(),
+            each_run: t
+                .trials
+                .iter()
+                .map(|r| RunSummary {
+                    n: r.n,
+                    kind: r.kind,
+                    outcome: r.outcome,
+                    duration_ms: r.duration_ms,
+                })
+                .collect(),
         })
         .collect();
+    let quick = quick_summary(found, tallies, quick, quick_steps);
     let verdict_tally = found
         .config
         .as_ref()
@@ -254,6 +313,10 @@ pub fn build(
         untestable,
         runs_total,
     );
+    if !quick.statement.is_empty() {
+        statement.push(' ');
+        statement.push_str(&quick.statement);
+    }
     // RAM that is not given back is a finding whatever the verdict.
     if let Some(g) = base.and_then(|t| t.trials.iter().filter_map(|r| r.ram_growth_bytes).max()) {
         statement.push_str(&format!(
@@ -287,7 +350,117 @@ pub fn build(
         custom_nodes_check: None,
         toggle_set: None,
         defaults: Default::default(),
+        quick,
     }
+}
+
+/// What shortened runs did: from the search's state and the runs.
+fn quick_summary(
+    found: &Found,
+    tallies: &[Tally],
+    asked: crate::workflow::quick::Quick,
+    steps: Option<u64>,
+) -> QuickSummary {
+    let all: Vec<&Trial> = tallies.iter().flat_map(|t| &t.trials).collect();
+    let runs_quick = all.iter().filter(|t| t.kind == RunKind::Quick).count();
+    let time_spent_ms = all.iter().map(|t| t.duration_ms).sum();
+    let steps = steps.or(asked.steps().map(u64::from));
+    let mean_full = |ended: &dyn Fn(Outcome) -> bool| {
+        let times: Vec<u64> = all
+            .iter()
+            .filter(|t| t.kind == RunKind::Full && ended(t.outcome))
+            .map(|t| t.duration_ms)
+            .collect();
+        (!times.is_empty()).then(|| times.iter().sum::<u64>() / times.len() as u64)
+    };
+    let full_runs_estimate_ms = all.iter().try_fold(0u64, |sum, t| {
+        let cost = match t.kind {
+            RunKind::Full => Some(t.duration_ms),
+            RunKind::Quick if t.outcome == Outcome::Pass => mean_full(&|o| o == Outcome::Pass),
+            RunKind::Quick => mean_full(&|o| o == t.outcome),
+        };
+        cost.map(|c| sum + c)
+    });
+    // The full run that confirmed the verdict: the last full run of its configuration (for
+    // no fix, the last full run after the shortened runs began).
+    let confirmed_by_run = match &found.config {
+        Some(c) => tallies
+            .iter()
+            .filter(|t| t.config.key == c.key)
+            .flat_map(|t| &t.trials)
+            .filter(|t| t.kind == RunKind::Full && t.outcome == Outcome::Pass)
+            .map(|t| t.n)
+            .max(),
+        None if found.kind == VerdictKind::NoFixFound => {
+            let first_quick = all
+                .iter()
+                .filter(|t| t.kind == RunKind::Quick)
+                .map(|t| t.n)
+                .min();
+            first_quick.and_then(|q| {
+                all.iter()
+                    .filter(|t| t.kind == RunKind::Full && t.n > q)
+                    .map(|t| t.n)
+                    .max()
+            })
+        }
+        None => None,
+    };
+    let mut out = QuickSummary {
+        asked: asked.to_string(),
+        runs_quick,
+        runs_full: all.len() - runs_quick,
+        time_spent_ms,
+        full_runs_estimate_ms,
+        ..QuickSummary::default()
+    };
+    let secs = |ms: u64| crate::duration::format_duration(std::time::Duration::from_millis(ms));
+    let cost = match full_runs_estimate_ms {
+        Some(full) if runs_quick > 0 => format!(
+            " ComfyUI time {}; in full about {}.",
+            secs(time_spent_ms),
+            secs(full)
+        ),
+        _ => String::new(),
+    };
+    match &found.quick {
+        QuickState::Reproduces { reference, check } => {
+            out.state = "used".into();
+            out.steps = steps;
+            out.reproduced_by_run = Some(*check);
+            out.reference_run = Some(*reference);
+            out.confirmed_by_run = confirmed_by_run;
+            let steps = steps
+                .map(|s| format!("{s}-step"))
+                .unwrap_or("shortened".into());
+            out.statement = match confirmed_by_run {
+                Some(c) => format!(
+                    "Searched on {steps} runs, which fail as your workflow does (run {check}); confirmed on your workflow (run {c})."
+                ),
+                None => format!(
+                    "Searched on {steps} runs, which fail as your workflow does (run {check}); not confirmed on your workflow yet."
+                ),
+            } + &cost;
+        }
+        QuickState::SetAside(why) => {
+            out.state = "set_aside".into();
+            out.steps = steps;
+            out.reason = Some(why.clone());
+            out.confirmed_by_run = confirmed_by_run;
+            out.statement = format!(
+                "Shortened runs were set aside ({why}): the search went on with your workflow in full."
+            ) + &cost;
+        }
+        QuickState::Off(why) => {
+            out.state = "not_used".into();
+            out.reason = why.clone();
+            if let Some(why) = why {
+                out.statement = format!("Every run was of your workflow in full: {why}.");
+            }
+        }
+        QuickState::Untried => out.state = "not_used".into(),
+    }
+    out
 }
 
 /// The one sentence: "Fails 3/3 with your flags (CUDA out of memory); passes 5/5 with

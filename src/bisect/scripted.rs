@@ -1,7 +1,7 @@
 //! A scripted oracle: decides outcomes from the configuration's flags, without ComfyUI.
 //! Used by the strategy tests and by the bisect benchmark.
 
-use super::search::{Oracle, Stopped, Trial};
+use super::search::{FailedAt, Oracle, RunKind, Stopped, Trial};
 use super::space::Config;
 use crate::outcome::Outcome;
 use std::collections::BTreeSet;
@@ -33,6 +33,11 @@ pub struct Scripted {
     pub failure: Outcome,
     rng: u64,
     pub runs: u32,
+    /// Shortened runs: `None`, the workflow cannot be shortened; `Some(true)`, they fail as
+    /// full ones do; `Some(false)`, they pass (a failure that needs the whole length).
+    pub quick: Option<bool>,
+    /// Milliseconds a run takes: (full pass, full failure, quick pass, quick failure).
+    pub times: (u64, u64, u64, u64),
 }
 
 impl Scripted {
@@ -43,6 +48,8 @@ impl Scripted {
             failure: Outcome::Oom,
             rng: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
             runs: 0,
+            quick: None,
+            times: (0, 0, 0, 0),
         }
     }
 
@@ -84,10 +91,37 @@ pub fn flag_set(config: &Config) -> BTreeSet<String> {
 }
 
 impl Oracle for Scripted {
-    fn run(&mut self, config: &Config) -> Result<Trial, Stopped> {
+    fn run(&mut self, config: &Config, kind: RunKind) -> Result<Trial, Stopped> {
         self.runs += 1;
         let fixed = (self.fixes)(&flag_set(config));
-        let fails = !fixed && self.next() < self.p_fail;
-        Ok(Trial::of(if fails { self.failure } else { Outcome::Pass }))
+        let mut fails = !fixed && self.next() < self.p_fail;
+        let mut trial = Trial::of(Outcome::Pass);
+        match (kind, self.quick) {
+            (RunKind::Quick, None) => trial.unshortened = Some("it cannot be shortened".into()),
+            (RunKind::Quick, Some(reproduces)) => {
+                trial.kind = RunKind::Quick;
+                fails &= reproduces;
+            }
+            (RunKind::Full, _) => {}
+        }
+        let (full_pass, full_fail, quick_pass, quick_fail) = self.times;
+        trial.duration_ms = match (trial.kind, fails) {
+            (RunKind::Full, false) => full_pass,
+            (RunKind::Full, true) => full_fail,
+            (RunKind::Quick, false) => quick_pass,
+            (RunKind::Quick, true) => quick_fail,
+        };
+        if fails {
+            trial.outcome = self.failure;
+            trial.failed_at = Some(FailedAt {
+                iteration: 1,
+                node: Some("3".into()),
+            });
+        }
+        Ok(trial)
+    }
+
+    fn can_shorten(&self) -> bool {
+        self.quick.is_some()
     }
 }

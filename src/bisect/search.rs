@@ -9,6 +9,7 @@ use super::hypotheses;
 mod flaky;
 use super::space::{Choice, Config, Space};
 use crate::outcome::Outcome;
+pub use crate::run::record::RunKind;
 pub use flaky::Belief;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -24,6 +25,25 @@ pub struct Trial {
     /// RAM kept per prompt when it grew (`RamGrowth`), for old journals null.
     #[serde(default)]
     pub ram_growth_bytes: Option<i64>,
+    /// The user's workflow as it is (`full`), or its shortened copy (`quick`).
+    #[serde(default)]
+    pub kind: RunKind,
+    /// Where it failed: the prompt of the iterations and the node (null for a pass).
+    #[serde(default)]
+    pub failed_at: Option<FailedAt>,
+    /// A shortened run was asked for and the workflow ran in full: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unshortened: Option<String>,
+    /// The session's run number (0 until the run is numbered).
+    #[serde(default)]
+    pub n: u32,
+}
+
+/// Where a run failed: which prompt of its iterations, in which node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedAt {
+    pub iteration: u32,
+    pub node: Option<String>,
 }
 
 impl Trial {
@@ -35,7 +55,16 @@ impl Trial {
             peak_vram_bytes: None,
             peak_ram_bytes: None,
             ram_growth_bytes: None,
+            kind: RunKind::Full,
+            failed_at: None,
+            unshortened: None,
+            n: 0,
         }
+    }
+
+    /// Whether it ended in `target` as `reference` did: the same kind, prompt and node.
+    fn fails_as(&self, reference: &Trial) -> bool {
+        self.outcome == reference.outcome && self.failed_at == reference.failed_at
     }
 }
 
@@ -66,7 +95,42 @@ const FLAKY_BASELINE_TRIES: usize = 13;
 
 /// Runs ComfyUI with a configuration.
 pub trait Oracle {
-    fn run(&mut self, config: &Config) -> Result<Trial, Stopped>;
+    /// Runs `config`: the user's workflow as it is, or its shortened copy (a run that cannot
+    /// be shortened runs in full and says why in [`Trial::unshortened`]).
+    fn run(&mut self, config: &Config, kind: RunKind) -> Result<Trial, Stopped>;
+    /// Whether shortened runs may be asked for (`--quick` is not `off`, and the workflow is
+    /// not known to be one that cannot be shortened).
+    fn can_shorten(&self) -> bool {
+        false
+    }
+    /// Why the workflow cannot be shortened, once that is known.
+    fn unshortenable(&self) -> Option<String> {
+        None
+    }
+    /// The steps of a shortened run, for what the verdict says.
+    fn quick_steps(&self) -> Option<u32> {
+        None
+    }
+}
+
+/// Whether the search runs shortened copies of the workflow, and why (or why not).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuickState {
+    /// Full runs only: `--quick off`, or the workflow cannot be shortened (why).
+    Off(Option<String>),
+    /// Not tried yet: the baseline has not failed in full, or its shortened run is next.
+    Untried,
+    /// The shortened run of the baseline (run `check`) failed as the full one did (run
+    /// `reference`): the search runs shortened.
+    Reproduces { reference: u32, check: u32 },
+    /// Shortened runs were set aside (why); the search goes on in full.
+    SetAside(String),
+}
+
+impl Default for QuickState {
+    fn default() -> Self {
+        QuickState::Off(None)
+    }
 }
 
 /// `--strategy`.
@@ -217,6 +281,9 @@ pub struct Found {
     pub confidence: Option<f64>,
     /// A flaky search's failure rate of configurations without the fix (90% interval).
     pub failure_rate: Option<(f64, f64)>,
+    /// Whether the search ran shortened runs, and why (or why not).
+    #[serde(skip)]
+    pub quick: QuickState,
 }
 
 /// The state of one search.
@@ -228,7 +295,10 @@ pub struct Search<'a> {
     pub target: Option<Outcome>,
     pub flaky: bool,
     pub runs: u32,
-    last_run_key: Option<String>,
+    /// The last run: its configuration's key and kind.
+    last_run: Option<(String, RunKind)>,
+    /// Whether runs are shortened (see [`QuickState`]); rebuilt from the runs.
+    pub quick: QuickState,
     /// The run budget as it stands (`max_runs`, or what a flaky search's posterior set).
     budget: u32,
     /// What a flaky search believed when it last chose a run (for a verdict cut short).
@@ -253,6 +323,13 @@ impl<'a> Search<'a> {
         prior: Vec<Tally>,
     ) -> Search<'a> {
         let runs = prior.iter().map(|t| t.runs() as u32).sum();
+        // The last run of a resumed session, so a verdict it confirmed is not run again.
+        let last_run = prior
+            .iter()
+            .flat_map(|t| t.trials.iter().map(move |r| (r.n, &t.config.key, r.kind)))
+            .max_by_key(|(n, _, _)| *n)
+            .filter(|(n, _, _)| *n > 0)
+            .map(|(_, key, kind)| (key.clone(), kind));
         let mut s = Search {
             space,
             oracle,
@@ -261,10 +338,12 @@ impl<'a> Search<'a> {
             target: None,
             flaky: false,
             runs,
-            last_run_key: None,
+            last_run,
+            quick: QuickState::Untried,
             budget: settings.max_runs,
             last_belief: None,
         };
+        s.refresh_quick();
         s.refresh_flaky();
         s
     }
@@ -282,25 +361,176 @@ impl<'a> Search<'a> {
         }
     }
 
-    /// Runs `config` once more.
+    /// Runs `config` once more: shortened while shortened runs reproduce the failure.
     fn run_once(&mut self, config: &Config) -> Result<Outcome, Stopped> {
+        self.run_kind(config, self.next_kind())
+    }
+
+    /// The kind of run the search makes now.
+    fn next_kind(&self) -> RunKind {
+        match self.quick {
+            QuickState::Reproduces { .. } => RunKind::Quick,
+            _ => RunKind::Full,
+        }
+    }
+
+    /// Runs `config` once more, as `kind`.
+    fn run_kind(&mut self, config: &Config, kind: RunKind) -> Result<Outcome, Stopped> {
         if self.runs >= self.budget {
             return Err(Stopped::Budget);
         }
-        let trial = self.oracle.run(config)?;
+        let mut trial = self.oracle.run(config, kind)?;
         self.runs += 1;
+        if trial.n == 0 {
+            trial.n = self.runs;
+        }
         let outcome = trial.outcome;
         let i = self.tally_index(config);
-        self.tallies[i].trials.push(trial);
-        self.last_run_key = Some(config.key.clone());
+        self.tallies[i].trials.push(trial.clone());
+        self.last_run = Some((config.key.clone(), trial.kind));
+        self.refresh_quick();
         self.refresh_flaky();
         Ok(outcome)
+    }
+
+    /// Whether a run counts as evidence now: full runs always; shortened ones while they
+    /// reproduce the failure.
+    fn counts(&self, t: &Trial) -> bool {
+        t.kind == RunKind::Full || matches!(self.quick, QuickState::Reproduces { .. })
+    }
+
+    /// The runs as the search reads them: shortened ones left out unless they reproduce.
+    fn evidence(&self) -> Vec<Tally> {
+        self.tallies
+            .iter()
+            .map(|t| Tally {
+                config: t.config.clone(),
+                trials: t
+                    .trials
+                    .iter()
+                    .filter(|r| self.counts(r))
+                    .cloned()
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// The evidence of one configuration.
+    fn evidence_of(&self, config: &Config) -> Tally {
+        let trials = self
+            .tallies
+            .iter()
+            .find(|t| t.config.key == config.key)
+            .map(|t| {
+                t.trials
+                    .iter()
+                    .filter(|r| self.counts(r))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        Tally {
+            config: config.clone(),
+            trials,
+        }
+    }
+
+    /// Whether failures are taken to be flaky (some configuration both passed and failed, or
+    /// the user asked for repeats).
+    fn flaky_mode(&self) -> bool {
+        self.flaky || self.settings.repeat > 1
+    }
+
+    /// Decides [`QuickState`] from the runs so far: the shortened run of the baseline against
+    /// its first full failure, then every configuration's shortened runs against its full
+    /// ones. Set aside, shortened runs stay set aside.
+    fn refresh_quick(&mut self) {
+        if matches!(self.quick, QuickState::SetAside(_)) {
+            return;
+        }
+        if !self.oracle.can_shorten() {
+            self.quick = QuickState::Off(self.oracle.unshortenable());
+            return;
+        }
+        let all = || self.tallies.iter().flat_map(|t| &t.trials);
+        if let Some(why) = all().find_map(|t| t.unshortened.clone()) {
+            self.quick = QuickState::Off(Some(why));
+            return;
+        }
+        let Some(target) = self.target else {
+            self.quick = QuickState::Untried;
+            return;
+        };
+        let base_key = self.space.baseline().key;
+        let base = self.tallies.iter().find(|t| t.config.key == base_key);
+        let trials = base.map(|t| t.trials.as_slice()).unwrap_or_default();
+        let reference = trials
+            .iter()
+            .find(|t| t.kind == RunKind::Full && t.outcome == target);
+        let check = trials.iter().find(|t| t.kind == RunKind::Quick);
+        let (Some(reference), Some(check)) = (reference, check) else {
+            self.quick = QuickState::Untried;
+            return;
+        };
+        if !check.fails_as(reference) {
+            self.quick = QuickState::SetAside(format!(
+                "the shortened run of your flags (run {}) {}, where your workflow {} (run {})",
+                check.n,
+                ending(check),
+                ending(reference),
+                reference.n
+            ));
+            return;
+        }
+        let flaky = self.flaky_mode();
+        for t in &self.tallies {
+            let find = |kind: RunKind, failed: bool| {
+                t.trials.iter().find(|r| {
+                    r.kind == kind
+                        && if failed {
+                            r.outcome == target
+                        } else {
+                            r.outcome == Outcome::Pass
+                        }
+                })
+            };
+            let flags = self.describe_config(&t.config);
+            if let (Some(q), Some(f)) = (find(RunKind::Quick, false), find(RunKind::Full, true)) {
+                self.quick = QuickState::SetAside(format!(
+                    "{flags} passed shortened (run {}) but your workflow failed with it (run {})",
+                    q.n, f.n
+                ));
+                return;
+            }
+            if !flaky
+                && let (Some(q), Some(f)) = (find(RunKind::Quick, true), find(RunKind::Full, false))
+            {
+                self.quick = QuickState::SetAside(format!(
+                    "{flags} failed shortened (run {}) but your workflow passed with it (run {})",
+                    q.n, f.n
+                ));
+                return;
+            }
+        }
+        self.quick = QuickState::Reproduces {
+            reference: reference.n,
+            check: check.n,
+        };
+    }
+
+    /// A configuration in words: "your flags", or the changes made.
+    fn describe_config(&self, c: &Config) -> String {
+        if c.choice.is_empty() {
+            "your flags".into()
+        } else {
+            self.space.describe(&c.choice).join(" ")
+        }
     }
 
     fn refresh_flaky(&mut self) {
         if let Some(target) = self.target {
             self.flaky = self
-                .tallies
+                .evidence()
                 .iter()
                 .any(|t| t.passes() > 0 && t.count(target) > 0);
         }
@@ -317,7 +547,7 @@ impl<'a> Search<'a> {
             return 1.0;
         };
         let (fails, runs) = self
-            .tallies
+            .evidence()
             .iter()
             .filter(|t| t.count(target) > 0)
             .fold((0, 0), |(f, r), t| (f + t.count(target), r + t.runs()));
@@ -347,8 +577,7 @@ impl<'a> Search<'a> {
         };
         let target = self.target.expect("baseline ran first");
         loop {
-            let i = self.tally_index(&config);
-            let t = &self.tallies[i];
+            let t = &self.evidence_of(&config);
             let failed_start = t.count(Outcome::StartupFailed);
             let refused = t.count(Outcome::FlagRejected) + t.count(Outcome::InvalidWorkflow);
             if t.count(target) > 0 || refused > 0 || t.other_failures(target) >= OTHERS_TO_GIVE_UP {
@@ -380,13 +609,13 @@ impl<'a> Search<'a> {
         };
         loop {
             let i = self.tally_index(&base);
-            let t = self.tallies[i].clone();
-            if let Some(first) = t
+            let full: Vec<Outcome> = self.tallies[i]
                 .trials
                 .iter()
+                .filter(|t| t.kind == RunKind::Full)
                 .map(|t| t.outcome)
-                .find(|o| *o != Outcome::Pass)
-            {
+                .collect();
+            if let Some(first) = full.iter().copied().find(|o| *o != Outcome::Pass) {
                 if matches!(
                     first,
                     Outcome::StartupFailed
@@ -404,20 +633,26 @@ impl<'a> Search<'a> {
                     )));
                 }
                 self.target = Some(first);
+                self.refresh_quick();
+                // Shortened runs are used only once one has failed as the workflow does.
+                if self.quick == QuickState::Untried {
+                    self.run_kind(&base, RunKind::Quick)?;
+                    continue;
+                }
                 // The flaky search runs the baseline again only when that tells it more than
                 // any other run would.
                 let flaky_search = repeat > 1
                     && self.settings.strategy == Strategy::Adaptive
                     && self.space.dims.len() <= hypotheses::MAX_DIMS;
-                if t.runs() >= repeat || flaky_search {
+                if self.evidence_of(&base).runs() >= repeat || flaky_search {
                     self.refresh_flaky();
                     return Ok(None);
                 }
-            } else if t.runs() >= tries {
+            } else if full.len() >= tries {
                 return Ok(Some(self.verdict(
                     VerdictKind::NotReproduced,
                     None,
-                    Some(format!("the baseline passed {0}/{0} runs", t.runs())),
+                    Some(format!("the baseline passed {0}/{0} runs", full.len())),
                 )));
             }
             self.run_once(&base)?;
@@ -447,12 +682,9 @@ impl<'a> Search<'a> {
             .iter()
             .find(|t| t.config.key == base_key)
             .and_then(|t| {
-                let failed = t
-                    .trials
-                    .iter()
-                    .map(|r| r.outcome)
-                    .find(|o| *o != Outcome::Pass);
-                failed.or(t.trials.first().map(|r| r.outcome))
+                let full = || t.trials.iter().filter(|r| r.kind == RunKind::Full);
+                let failed = full().map(|r| r.outcome).find(|o| *o != Outcome::Pass);
+                failed.or(full().next().map(|r| r.outcome))
             });
         Found {
             kind,
@@ -469,6 +701,7 @@ impl<'a> Search<'a> {
             )
             .then_some(1.0),
             failure_rate: None,
+            quick: self.quick.clone(),
         }
     }
 
@@ -522,6 +755,17 @@ impl<'a> Search<'a> {
             Strategy::Matrix => self.matrix()?,
         };
         let Some(choice) = found else {
+            // Confirmed on the workflow as it is: the configuration with the most changes.
+            if self.next_kind() == RunKind::Quick && !self.flaky {
+                let all: Vec<usize> = (0..self.space.dims.len()).collect();
+                let everything = self.largest_valid(&all);
+                if let Some(config) = self.space.config(&self.space.strong(&everything)) {
+                    self.run_kind(&config, RunKind::Full)?;
+                    if self.next_kind() == RunKind::Full {
+                        return self.search();
+                    }
+                }
+            }
             return Ok(self.verdict(
                 VerdictKind::NoFixFound,
                 None,
@@ -533,9 +777,15 @@ impl<'a> Search<'a> {
             .space
             .config(&choice)
             .expect("a found configuration is valid");
-        let already = self.last_run_key.as_deref() == Some(config.key.as_str())
+        // Always on the user's workflow as it is: a shortened pass is confirmed in full.
+        let already = self.last_run.as_ref() == Some(&(config.key.clone(), RunKind::Full))
             && self.settings.strategy == Strategy::Adaptive;
-        if !already && self.run_once(&config)? != Outcome::Pass {
+        let shortened = self.next_kind() == RunKind::Quick;
+        if !already && self.run_kind(&config, RunKind::Full)? != Outcome::Pass {
+            // The shortened runs misled the search: it goes on in full.
+            if shortened && self.next_kind() == RunKind::Full {
+                return self.search();
+            }
             return Ok(self.verdict(
                 VerdictKind::NoFixFound,
                 None,
@@ -625,7 +875,8 @@ impl<'a> Search<'a> {
             Some(None) if !dead.contains(&mask) => dead.push(mask),
             _ => {}
         };
-        for t in &self.tallies {
+        let evidence = self.evidence();
+        for t in &evidence {
             let strong = t
                 .config
                 .choice
@@ -643,7 +894,7 @@ impl<'a> Search<'a> {
             if let Some(c) = self.mask_config(*q) {
                 add(
                     *q,
-                    self.tallies
+                    evidence
                         .iter()
                         .find(|t| t.config.key == c.key)
                         .and_then(status),
@@ -849,6 +1100,23 @@ impl<'a> Search<'a> {
         }
         Ok(best)
     }
+}
+
+/// How a run ended, in words: "passed", "failed with oom in node 3", "... on prompt 2".
+fn ending(t: &Trial) -> String {
+    if t.outcome == Outcome::Pass {
+        return "passed".into();
+    }
+    let mut out = format!("failed with {}", t.outcome);
+    if let Some(at) = &t.failed_at {
+        if let Some(node) = &at.node {
+            out.push_str(&format!(" in node {node}"));
+        }
+        if at.iteration > 1 {
+            out.push_str(&format!(" on prompt {}", at.iteration));
+        }
+    }
+    out
 }
 
 /// The dimensions of a mask, in order.

@@ -2,13 +2,14 @@
 //! folder per run, and the result. `--resume` continues from the journal without repeating a
 //! finished run; a run cut short by Ctrl-C is not journaled, so it is the one redone.
 
-use super::search::{Oracle, Settings, Stopped, Strategy, Tally, Trial};
+use super::search::{FailedAt, Oracle, RunKind, Settings, Stopped, Strategy, Tally, Trial};
 use super::space::Config;
 use crate::error::{Error, Result, io_error};
 use crate::journal::Journal;
 use crate::outcome::Outcome;
 use crate::run::{self, Reporter, RunOptions};
 use crate::signals::{self, Stop};
+use crate::workflow::quick::Quick;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -42,6 +43,13 @@ pub struct SessionSpec {
     /// (sessions made before it existed: no).
     #[serde(default)]
     pub custom_nodes_check: bool,
+    /// `--quick` (sessions made before it existed: off).
+    #[serde(default = "quick_off")]
+    pub quick: Quick,
+}
+
+fn quick_off() -> Quick {
+    Quick::Off
 }
 
 /// One finished run, as journaled.
@@ -112,11 +120,15 @@ pub fn unreadable_lines(path: &Path) -> Vec<String> {
 pub fn tallies(entries: &[Entry]) -> Vec<Tally> {
     let mut out: Vec<Tally> = Vec::new();
     for e in entries {
+        let trial = Trial {
+            n: e.n,
+            ..e.trial.clone()
+        };
         match out.iter_mut().find(|t| t.config.key == e.config.key) {
-            Some(t) => t.trials.push(e.trial.clone()),
+            Some(t) => t.trials.push(trial),
             None => out.push(Tally {
                 config: e.config.clone(),
-                trials: vec![e.trial.clone()],
+                trials: vec![trial],
             }),
         }
     }
@@ -130,11 +142,13 @@ pub enum SessionEvent<'a> {
         n: u32,
         config: &'a Config,
         describe: String,
+        kind: RunKind,
     },
     RunFinished {
         n: u32,
         outcome: Outcome,
         duration_ms: u64,
+        kind: RunKind,
     },
 }
 
@@ -150,10 +164,61 @@ pub struct LiveOracle<'a> {
     pub reporter: &'a mut dyn SessionReporter,
     pub next: u32,
     pub describe: Box<dyn Fn(&Config) -> String + 'a>,
+    /// `--quick`: what a shortened run is (`Off`: runs are full).
+    pub quick: Quick,
+    /// Whether the workflow can be shortened: `None` until its API prompt is known (a
+    /// UI-format workflow is converted by the first run), then why not, or `Some(None)`.
+    pub unshortenable: Option<Option<String>>,
+}
+
+/// Whether `prompt` can be shortened as `quick` asks: `None` when it can, else why not.
+pub fn unshortenable(
+    prompt: &serde_json::Map<String, serde_json::Value>,
+    quick: Quick,
+) -> Option<String> {
+    crate::workflow::quick::for_mode(prompt, quick).err()
+}
+
+/// What is known of the workflow's shortening before a run: from the API prompt given, or
+/// from the prompt a finished run converted and kept.
+pub fn known_shortening(
+    workflow: &crate::workflow::Workflow,
+    quick: Quick,
+    entries: &[Entry],
+) -> Option<Option<String>> {
+    if quick == Quick::Off {
+        return Some(None);
+    }
+    if workflow.ui.is_none() {
+        return Some(unshortenable(&workflow.prompt, quick));
+    }
+    entries
+        .iter()
+        .filter_map(|e| e.trial.run_dir.as_deref())
+        .find_map(kept_prompt)
+        .map(|p| unshortenable(&p, quick))
+}
+
+/// The API prompt a run folder kept (`workflow.json`).
+fn kept_prompt(dir: &Path) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let text = std::fs::read_to_string(dir.join(run::folder::WORKFLOW)).ok()?;
+    serde_json::from_str(&text).ok()
 }
 
 impl Oracle for LiveOracle<'_> {
-    fn run(&mut self, config: &Config) -> std::result::Result<Trial, Stopped> {
+    fn can_shorten(&self) -> bool {
+        self.quick != Quick::Off && !matches!(self.unshortenable, Some(Some(_)))
+    }
+
+    fn unshortenable(&self) -> Option<String> {
+        self.unshortenable.clone().flatten()
+    }
+
+    fn quick_steps(&self) -> Option<u32> {
+        self.quick.steps()
+    }
+
+    fn run(&mut self, config: &Config, kind: RunKind) -> std::result::Result<Trial, Stopped> {
         if signals::requested() != Stop::No {
             return Err(Stopped::Interrupted);
         }
@@ -168,6 +233,10 @@ impl Oracle for LiveOracle<'_> {
         let mut opts = self.base.clone();
         opts.comfy_flags = config.flags.clone();
         opts.run_dir = run_dir.clone();
+        opts.quick = match kind {
+            RunKind::Quick => self.quick,
+            RunKind::Full => Quick::Off,
+        };
         // The session's first run is of the user's flags: logged at DEBUG, it is the log a
         // bug report needs (the level changes what is logged, not what memory does).
         opts.debug_log = n == 1 && config.choice.is_empty();
@@ -175,8 +244,14 @@ impl Oracle for LiveOracle<'_> {
             n,
             config,
             describe: (self.describe)(config),
+            kind,
         });
         let record = run::execute(&opts, &mut *self.reporter).map_err(Stopped::Failed)?;
+        if self.unshortenable.is_none()
+            && let Some(prompt) = kept_prompt(&run_dir)
+        {
+            self.unshortenable = Some(unshortenable(&prompt, self.quick));
+        }
         if record.outcome == Outcome::Interrupted && signals::requested() != Stop::No {
             return Err(Stopped::Interrupted);
         }
@@ -187,11 +262,26 @@ impl Oracle for LiveOracle<'_> {
             peak_vram_bytes: record.peaks.vram_used_bytes,
             peak_ram_bytes: record.peaks.ram_comfyui_bytes,
             ram_growth_bytes: record.ram_growth.as_ref().map(|g| g.per_prompt_bytes),
+            // What was asked for, unless the workflow ran in full (and says why).
+            kind: match record.quick.as_ref().and_then(|q| q.unshortened.as_ref()) {
+                Some(_) => RunKind::Full,
+                None => kind,
+            },
+            failed_at: (record.outcome != Outcome::Pass)
+                .then(|| run::record::overall(&record.iterations))
+                .flatten()
+                .map(|i| FailedAt {
+                    iteration: i.iteration,
+                    node: i.node.clone(),
+                }),
+            unshortened: record.quick.as_ref().and_then(|q| q.unshortened.clone()),
+            n,
         };
         self.reporter.session(&SessionEvent::RunFinished {
             n,
             outcome: record.outcome,
             duration_ms: record.duration_ms,
+            kind: trial.kind,
         });
         let journal = journal(&self.dir);
         let entry = Entry {

@@ -371,6 +371,7 @@ impl super::search::Oracle for NoGpu {
     fn run(
         &mut self,
         config: &super::space::Config,
+        _kind: super::search::RunKind,
     ) -> Result<super::search::Trial, super::search::Stopped> {
         use crate::outcome::Outcome;
         let has = |f: &str| config.flags.iter().any(|x| x == f);
@@ -440,6 +441,7 @@ fn a_start_that_failed_once_is_tried_again() {
         fn run(
             &mut self,
             config: &super::space::Config,
+            _kind: super::search::RunKind,
         ) -> Result<super::search::Trial, super::search::Stopped> {
             use crate::outcome::Outcome;
             let outcome = if config.flags == [SWITCHES[0]] && !self.failed {
@@ -475,6 +477,7 @@ impl super::search::Oracle for DiskFills {
     fn run(
         &mut self,
         _: &super::space::Config,
+        _kind: super::search::RunKind,
     ) -> Result<super::search::Trial, super::search::Stopped> {
         self.0 += 1;
         if self.0 == 2 {
@@ -520,8 +523,9 @@ impl super::search::Oracle for KilledOnce {
     fn run(
         &mut self,
         config: &super::space::Config,
+        kind: super::search::RunKind,
     ) -> Result<super::search::Trial, super::search::Stopped> {
-        let trial = self.inner.run(config)?;
+        let trial = self.inner.run(config, kind)?;
         if self.inner.runs == self.kill_at {
             return Ok(super::search::Trial::of(crate::outcome::Outcome::Crash));
         }
@@ -577,13 +581,17 @@ impl super::search::Oracle for StopAfter<'_> {
     fn run(
         &mut self,
         config: &super::space::Config,
+        kind: super::search::RunKind,
     ) -> Result<super::search::Trial, super::search::Stopped> {
         if self.left == 0 {
             return Err(super::search::Stopped::Interrupted);
         }
         self.left -= 1;
         self.ran.push(config.key.clone());
-        self.inner.run(config)
+        self.inner.run(config, kind)
+    }
+    fn can_shorten(&self) -> bool {
+        self.inner.can_shorten()
     }
 }
 
@@ -726,4 +734,239 @@ fn a_rare_flaky_failure_gets_the_budget_its_rate_needs() {
         reason.contains("the run budget (10 runs)") && reason.contains("% given 10 runs"),
         "{reason}"
     );
+}
+
+/// Shortened runs: the search runs shortened once one has failed as the workflow does, and
+/// every verdict is confirmed on the workflow as it is.
+mod quick {
+    use super::super::scripted::{Scripted, flag_set};
+    use super::super::search::{
+        FailedAt, Oracle, QuickState, RunKind, Search, Settings, Stopped, Trial, VerdictKind,
+    };
+    use super::super::space::Config;
+    use super::{SWITCHES, has, space};
+    use crate::outcome::Outcome;
+
+    fn kinds(search: &Search) -> (usize, usize) {
+        let all = || search.tallies.iter().flat_map(|t| &t.trials);
+        let quick = all().filter(|t| t.kind == RunKind::Quick).count();
+        (quick, all().count() - quick)
+    }
+
+    #[test]
+    fn a_culprit_found_on_shortened_runs_is_confirmed_in_full() {
+        for culprit in 0..6 {
+            let toggles = &SWITCHES[..6];
+            let fix = toggles[culprit].to_string();
+            let sp = space(&[], toggles);
+            let mut oracle = Scripted::deterministic(Box::new(move |s| has(s, &fix)));
+            oracle.quick = Some(true);
+            let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
+            let found = search.run().unwrap();
+            assert_eq!(found.kind, VerdictKind::FixedBy);
+            assert_eq!(found.fixing_flags, [toggles[culprit]]);
+            assert_eq!(
+                found.quick,
+                QuickState::Reproduces {
+                    reference: 1,
+                    check: 2
+                }
+            );
+            // The baseline and the confirmation are the only full runs.
+            let (quick, full) = kinds(&search);
+            assert_eq!(full, 2, "culprit {culprit}");
+            assert!(quick >= 3, "culprit {culprit}: {quick}");
+            let last = search
+                .tallies
+                .iter()
+                .flat_map(|t| &t.trials)
+                .max_by_key(|t| t.n);
+            assert_eq!(last.unwrap().kind, RunKind::Full);
+        }
+    }
+
+    #[test]
+    fn a_failure_that_needs_the_whole_length_costs_one_shortened_run() {
+        for culprit in 0..6 {
+            let toggles = &SWITCHES[..6];
+            let rule = |c: usize| {
+                let fix = toggles[c].to_string();
+                Box::new(move |s: &std::collections::BTreeSet<String>| has(s, &fix))
+            };
+            let mut off = Scripted::deterministic(rule(culprit));
+            let sp = space(&[], toggles);
+            let mut search = Search::new(&sp, &mut off, Settings::default(), Vec::new());
+            let without = search.run().unwrap();
+            let runs_off = search.runs;
+            let mut oracle = Scripted::deterministic(rule(culprit));
+            oracle.quick = Some(false);
+            let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
+            let found = search.run().unwrap();
+            assert_eq!(found.fixing_flags, without.fixing_flags);
+            assert_eq!(search.runs, runs_off + 1, "culprit {culprit}");
+            let QuickState::SetAside(why) = &found.quick else {
+                panic!("{:?}", found.quick)
+            };
+            assert_eq!(
+                why,
+                "the shortened run of your flags (run 2) passed, where your workflow failed with oom in node 3 (run 1)"
+            );
+            assert_eq!(kinds(&search).0, 1);
+        }
+    }
+
+    /// Fixes the shortened runs with either of two flags, the workflow only with the first.
+    struct QuickMisleads;
+
+    impl Oracle for QuickMisleads {
+        fn run(&mut self, config: &Config, kind: RunKind) -> Result<Trial, Stopped> {
+            let s = flag_set(config);
+            let fixed = has(&s, "--disable-dynamic-vram")
+                || (kind == RunKind::Quick && has(&s, "--disable-pinned-memory"));
+            let mut t = Trial::of(if fixed { Outcome::Pass } else { Outcome::Oom });
+            t.kind = kind;
+            if !fixed {
+                t.failed_at = Some(FailedAt {
+                    iteration: 1,
+                    node: Some("3".into()),
+                });
+            }
+            Ok(t)
+        }
+        fn can_shorten(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_full_run_that_disagrees_sends_the_search_back_to_full_runs() {
+        // The shortened search settles on --disable-pinned-memory (it splits first); its
+        // confirmation fails, and the search goes on in full to the real fix.
+        let toggles = ["--disable-pinned-memory", "--disable-dynamic-vram"];
+        let sp = space(&[], &toggles);
+        let mut oracle = QuickMisleads;
+        let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
+        let found = search.run().unwrap();
+        assert_eq!(found.kind, VerdictKind::FixedBy);
+        assert_eq!(found.fixing_flags, ["--disable-dynamic-vram"]);
+        let QuickState::SetAside(why) = &found.quick else {
+            panic!("{:?}", found.quick)
+        };
+        assert!(
+            why.starts_with("--disable-pinned-memory passed shortened (run "),
+            "{why}"
+        );
+        // Every pass the verdict rests on is a full one.
+        let fix = search
+            .tallies
+            .iter()
+            .find(|t| t.config.flags == ["--disable-dynamic-vram"])
+            .unwrap();
+        assert!(
+            fix.trials
+                .iter()
+                .any(|t| t.kind == RunKind::Full && t.outcome == Outcome::Pass)
+        );
+    }
+
+    #[test]
+    fn a_workflow_that_cannot_be_shortened_loses_no_run() {
+        let toggles = &SWITCHES[..6];
+        let sp = space(&[], toggles);
+        let oracle = Scripted::deterministic(Box::new(|s| has(s, "--disable-mmap")));
+        // Shortened runs are asked for, but the workflow has nothing to shorten.
+        struct Unshortenable(Scripted);
+        impl Oracle for Unshortenable {
+            fn run(&mut self, c: &Config, kind: RunKind) -> Result<Trial, Stopped> {
+                self.0.run(c, kind)
+            }
+            fn unshortenable(&self) -> Option<String> {
+                Some("it has no sampler vrambisect knows how to shorten".into())
+            }
+        }
+        let mut wrapped = Unshortenable(oracle);
+        let mut search = Search::new(&sp, &mut wrapped, Settings::default(), Vec::new());
+        let found = search.run().unwrap();
+        assert_eq!(found.fixing_flags, ["--disable-mmap"]);
+        assert_eq!(
+            found.quick,
+            QuickState::Off(Some(
+                "it has no sampler vrambisect knows how to shorten".into()
+            ))
+        );
+        let mut plain = Scripted::deterministic(Box::new(|s| has(s, "--disable-mmap")));
+        let mut search2 = Search::new(&sp, &mut plain, Settings::default(), Vec::new());
+        search2.run().unwrap();
+        assert_eq!(search.runs, search2.runs);
+    }
+
+    #[test]
+    fn a_flaky_failure_is_searched_shortened_and_confirmed_in_full() {
+        let toggles = &SWITCHES[..6];
+        let sp = space(&[], toggles);
+        let settings = Settings {
+            repeat: 3,
+            ..Settings::default()
+        };
+        let (mut right, mut seeds) = (0, 0);
+        for seed in 1..=40u64 {
+            let fix = toggles[(seed % 6) as usize].to_string();
+            let want = fix.clone();
+            let mut oracle = Scripted::new(Box::new(move |s| has(s, &fix)), 0.7, seed);
+            oracle.quick = Some(true);
+            let mut search = Search::new(&sp, &mut oracle, settings, Vec::new());
+            let found = search.run().unwrap();
+            seeds += 1;
+            if found.kind == VerdictKind::FixedBy && found.fixing_flags == [want.as_str()] {
+                right += 1;
+                let config = search
+                    .tallies
+                    .iter()
+                    .find(|t| t.config.flags == [want.as_str()])
+                    .unwrap();
+                assert!(
+                    config
+                        .trials
+                        .iter()
+                        .any(|t| t.kind == RunKind::Full && t.outcome == Outcome::Pass),
+                    "seed {seed}: the verdict was not confirmed in full"
+                );
+            }
+        }
+        assert!(right * 100 >= seeds * 95, "{right}/{seeds}");
+    }
+
+    #[test]
+    fn a_session_stopped_midway_resumes_to_the_same_verdict() {
+        let toggles = &SWITCHES[..6];
+        let sp = space(&[], toggles);
+        let rule = || Box::new(|s: &std::collections::BTreeSet<String>| has(s, "--cpu-vae"));
+        let mut whole = Scripted::deterministic(rule());
+        whole.quick = Some(true);
+        let mut search = Search::new(&sp, &mut whole, Settings::default(), Vec::new());
+        let found = search.run().unwrap();
+        let runs = search.runs;
+        for stop_at in 1..runs {
+            let mut inner = Scripted::deterministic(rule());
+            inner.quick = Some(true);
+            let mut first = super::StopAfter {
+                inner: &mut inner,
+                left: stop_at,
+                ran: Vec::new(),
+            };
+            let mut search = Search::new(&sp, &mut first, Settings::default(), Vec::new());
+            assert_eq!(search.run().unwrap().kind, VerdictKind::Incomplete);
+            let tallies = search.tallies.clone();
+            let mut again = Scripted::deterministic(rule());
+            again.quick = Some(true);
+            let mut resumed = Search::new(&sp, &mut again, Settings::default(), tallies);
+            let second = resumed.run().unwrap();
+            assert_eq!(
+                second.fixing_flags, found.fixing_flags,
+                "stopped at {stop_at}"
+            );
+            assert_eq!(second.quick, found.quick, "stopped at {stop_at}");
+            assert_eq!(resumed.runs, runs, "stopped at {stop_at}");
+        }
+    }
 }

@@ -7,7 +7,9 @@
 
 use super::folder::{self, Mark, write_json};
 use super::launch::{self, HOST, Heard, NotReady, Server};
-use super::record::{Effective, Iteration, Overhead, Peaks, RunRecord, Teardown, overall};
+use super::record::{
+    Effective, Iteration, Overhead, Peaks, RunKind, RunRecord, Shortening, Teardown, overall,
+};
 use super::watch::{Action, Input, Limits, PromptWatch, Watched};
 use super::{Reporter, RunEvent, RunOptions};
 use crate::classify::{Classification, ExitStatus};
@@ -20,6 +22,7 @@ use crate::sampler::{Sampler, SamplerConfig, Summary, rss_at, series};
 use crate::signals::{self, Stop};
 use crate::workflow::CacheBust;
 use crate::workflow::Workflow;
+use crate::workflow::quick::{self, Quick};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -115,6 +118,8 @@ struct Parts {
     overhead: Overhead,
     warnings: Vec<String>,
     gpu_wait_ms: u64,
+    run_kind: RunKind,
+    quick: Option<Shortening>,
 }
 
 impl Parts {
@@ -144,6 +149,8 @@ impl Parts {
             overhead: Overhead::default(),
             warnings: Vec::new(),
             gpu_wait_ms: 0,
+            run_kind: RunKind::Full,
+            quick: None,
         }
     }
 }
@@ -194,6 +201,8 @@ fn assemble(
         sampling: Vec::new(),
         gpu_wait_ms: parts.gpu_wait_ms,
         defaults: opts.target.defaults.clone(),
+        run_kind: parts.run_kind,
+        quick: parts.quick,
     };
     if let Some(summary) = summary {
         apply_samples(&mut record, summary);
@@ -322,6 +331,7 @@ fn run(
             None
         }
     };
+    let workflow = workflow.map(|w| shorten(opts, w, &mut parts, &mut problems));
     for n in 1..=opts.limits.iterations.max(1) {
         let Some(workflow) = &workflow else {
             break;
@@ -453,6 +463,37 @@ fn convert_workflow(opts: &RunOptions, client: &Client) -> Result<Workflow, Clas
     Ok(converted)
 }
 
+/// The workflow a run queues: the shortened copy when `--quick` asks for one and it can be
+/// made (kept beside the full prompt), else the workflow as it is, with why.
+fn shorten(
+    opts: &RunOptions,
+    w: Workflow,
+    parts: &mut Parts,
+    problems: &mut Vec<String>,
+) -> Workflow {
+    if opts.quick == Quick::Off {
+        return w;
+    }
+    match quick::for_mode(&w.prompt, opts.quick) {
+        Ok(s) => {
+            let kept = opts.run_dir.join(folder::WORKFLOW_QUICK);
+            if let Err(e) = write_json(&kept, &serde_json::Value::Object(s.prompt.clone())) {
+                problems.push(e.message);
+            }
+            parts.run_kind = RunKind::Quick;
+            parts.quick = Some(Shortening::of(&s));
+            Workflow {
+                prompt: s.prompt,
+                ..w
+            }
+        }
+        Err(why) => {
+            parts.quick = Some(Shortening::refused(why));
+            w
+        }
+    }
+}
+
 /// Connects the websocket (retrying for a moment right after readiness) and starts the thread
 /// that pumps it into the feed. Without it, prompts are followed through `/history`.
 fn connect_ws(
@@ -546,6 +587,7 @@ impl Prompt<'_> {
         it.started_ms = started_ms;
         it.duration_ms = t0.elapsed().as_millis() as u64;
         it.nodes_executed = watched.nodes;
+        it.node = watched.failed_node;
         (it, watched.exit, watched.stop_run)
     }
 
@@ -558,6 +600,7 @@ impl Prompt<'_> {
                 nodes: Vec::new(),
                 exit: None,
                 stop_run: true,
+                failed_node: None,
             })
         };
         match self.client.submit(prompt, self.client_id) {

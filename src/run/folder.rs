@@ -11,6 +11,8 @@ pub const COMFYUI_LOG: &str = "comfyui.log";
 pub const RECORD: &str = "record.json";
 /// The workflow as submitted (API format).
 pub const WORKFLOW: &str = "workflow.json";
+/// The shortened prompt a quick run queued (`--quick`), beside the full one.
+pub const WORKFLOW_QUICK: &str = "workflow.quick.json";
 /// The file the workflow was given as, kept beside the prompt made from it (a UI-format save,
 /// an image or video with the prompt inside): `workflow-source.json`, `workflow-source.png`.
 pub const WORKFLOW_SOURCE: &str = "workflow-source";

@@ -116,6 +116,7 @@ impl RunOptions {
             nvml_lib: None,
             cuda: false,
             debug_log: false,
+            quick: crate::workflow::quick::Quick::Off,
         }
     }
 }
@@ -143,6 +144,8 @@ pub struct RunOptions {
     /// Log at DEBUG (`--verbose DEBUG`, which also raises comfy-aimdo's level) when the
     /// install takes it and the user's flags set no level: the log a bug report wants.
     pub debug_log: bool,
+    /// Queue a shortened copy of the workflow (`--quick`); `Off` for the workflow as it is.
+    pub quick: crate::workflow::quick::Quick,
 }
 
 /// What the engine tells its displays as the run goes.

@@ -31,6 +31,62 @@ pub struct Iteration {
     pub nodes_executed: Vec<String>,
     /// ComfyUI's resident memory after the prompt minus before it: RAM not returned.
     pub ram_retained_bytes: Option<i64>,
+    /// The node the prompt failed in (the error's, the interrupted one, or the last that
+    /// started when ComfyUI died or hung); null for a pass.
+    #[serde(default)]
+    pub node: Option<String>,
+}
+
+/// Whether a run queued the user's workflow as it is or a shortened copy (`--quick`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunKind {
+    #[default]
+    Full,
+    Quick,
+}
+
+impl RunKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Full => "full",
+            RunKind::Quick => "quick",
+        }
+    }
+}
+
+/// How a run asked to be shortened was shortened, or why it ran in full.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Shortening {
+    /// The most sampling steps of the shortened prompt (0 when it ran in full).
+    pub steps: u64,
+    /// The most sampling steps of the user's workflow.
+    pub full_steps: u64,
+    /// Every input changed (node, class, input, from, to): nothing else differs.
+    pub changes: Vec<crate::workflow::quick::Change>,
+    /// Nodes with steps left as they are, and why.
+    pub left: Vec<String>,
+    /// Why the workflow ran in full although a shortened run was asked for.
+    pub unshortened: Option<String>,
+}
+
+impl Shortening {
+    pub fn of(s: &crate::workflow::quick::Shortened) -> Shortening {
+        Shortening {
+            steps: s.quick_steps,
+            full_steps: s.full_steps,
+            changes: s.changes.clone(),
+            left: s.left.clone(),
+            unshortened: None,
+        }
+    }
+
+    pub fn refused(why: String) -> Shortening {
+        Shortening {
+            unshortened: Some(why),
+            ..Shortening::default()
+        }
+    }
 }
 
 /// Peak readings of the run (from the sampler when it ran).
@@ -100,6 +156,12 @@ pub struct RunRecord {
     /// The ComfyUI folder and the Python this run used, and where each came from.
     #[serde(default)]
     pub defaults: crate::locate::Defaults,
+    /// `full`, or `quick` when a shortened copy of the workflow was queued.
+    #[serde(default)]
+    pub run_kind: RunKind,
+    /// What a shortened run changed, or why it ran in full (only when one was asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quick: Option<Shortening>,
 }
 
 /// RAM not given back after prompts: a finding of its own, whatever the outcome.
@@ -186,6 +248,7 @@ impl Iteration {
             started_ms: 0,
             nodes_executed: Vec::new(),
             ram_retained_bytes: None,
+            node: None,
         }
     }
 }

@@ -134,6 +134,8 @@ pub struct Watched {
     pub exit: Option<ExitStatus>,
     /// Whether the run must stop after this prompt (Ctrl-C, ComfyUI dead, hang, timeout).
     pub stop_run: bool,
+    /// The node it failed in: the error's or the interrupted one, else the last that started.
+    pub failed_node: Option<String>,
 }
 
 impl PromptWatch {
@@ -170,6 +172,7 @@ impl PromptWatch {
             nodes: Vec::new(),
             exit: None,
             stop_run: true,
+            failed_node: None,
         }
     }
 
@@ -443,11 +446,19 @@ impl PromptWatch {
                 }
             ));
         }
+        let failed_node = match &self.obs.end {
+            _ if verdict.outcome == crate::outcome::Outcome::Pass => None,
+            Some(PromptEnd::Error { node_id, .. } | PromptEnd::Interrupted { node_id }) => {
+                node_id.clone().or_else(|| self.nodes.last().cloned())
+            }
+            _ => self.nodes.last().cloned(),
+        };
         Watched {
             verdict,
             nodes: self.nodes,
             exit,
             stop_run,
+            failed_node,
         }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod embedded;
 pub mod nodes;
+pub mod quick;
 pub mod ui;
 
 use crate::error::{Error, Result};

@@ -12,7 +12,7 @@
 //! The journal holds only finished runs and the posterior is rebuilt from them before every
 //! choice, so a resumed session goes on exactly where it stopped.
 
-use super::{Found, bits};
+use super::{Found, RunKind, bits};
 use super::{OTHERS_TO_GIVE_UP, STARTS_TO_GIVE_UP, Search, Stopped, Tally, VerdictKind};
 use crate::bayes::{self, Posterior, percent};
 use crate::bisect::hypotheses;
@@ -102,16 +102,13 @@ impl Search<'_> {
                 let Some(mask) = answer else {
                     return Ok(self.flaky_verdict(VerdictKind::NoFixFound, None, &belief));
                 };
-                // The verdict names a configuration that ran and passed.
+                // The verdict names a configuration that ran and passed, as the user's
+                // workflow (a shortened pass is confirmed in full).
                 let config = self.mask_config(mask).expect("answers are valid");
-                let passed = self
-                    .tallies
-                    .iter()
-                    .any(|t| t.config.key == config.key && t.passes() > 0);
-                if passed {
+                if self.full_pass(&config) {
                     return self.flaky_fix(mask, &belief);
                 }
-                self.run_once(&config)?;
+                self.run_kind(&config, RunKind::Full)?;
                 continue;
             }
             let Some(q) = self.most_telling(&post, &masks, &tests, (&dead, gone), target) else {
@@ -140,7 +137,8 @@ impl Search<'_> {
         let mut post = Posterior::new(prior);
         let mut dead: Vec<u32> = Vec::new();
         let mut live: Vec<(u32, bool)> = Vec::new();
-        for t in &self.tallies {
+        let evidence = self.evidence();
+        for t in &evidence {
             let Some(q) = self.strong_mask(t) else {
                 continue;
             };
@@ -162,8 +160,7 @@ impl Search<'_> {
         let gone = hypotheses::cannot_start(&live, &dead);
         for (a, m) in masks.iter().enumerate() {
             let own = self.mask_config(*m).map(|c| c.key);
-            let own_dead = self
-                .tallies
+            let own_dead = evidence
                 .iter()
                 .any(|t| Some(&t.config.key) == own.as_ref() && cannot_run(t, target));
             if own_dead || m & gone != 0 {
@@ -215,15 +212,17 @@ impl Search<'_> {
         best.map(|(_, q)| q)
     }
 
-    /// The mean time of a pass and of a hunted failure, from the runs so far (a pass not yet
-    /// seen is taken to last as long as the longest run); equal when nothing was timed.
+    /// The mean time of a pass and of a hunted failure, from the runs so far of the kind the
+    /// search makes now (shortened or full; a pass not yet seen is taken to last as long as
+    /// the longest run); equal when nothing was timed.
     fn run_times(&self, target: Outcome) -> (f64, f64) {
+        let kind = self.next_kind();
         let mean = |want: &dyn Fn(Outcome) -> bool| {
             let times: Vec<f64> = self
                 .tallies
                 .iter()
                 .flat_map(|t| &t.trials)
-                .filter(|r| want(r.outcome) && r.duration_ms > 0)
+                .filter(|r| r.kind == kind && want(r.outcome) && r.duration_ms > 0)
                 .map(|r| r.duration_ms as f64)
                 .collect();
             (!times.is_empty()).then(|| times.iter().sum::<f64>() / times.len() as f64)
@@ -232,6 +231,7 @@ impl Search<'_> {
             .tallies
             .iter()
             .flat_map(|t| &t.trials)
+            .filter(|r| r.kind == kind)
             .map(|r| r.duration_ms as f64)
             .fold(0.0, f64::max);
         match (mean(&|o| o == Outcome::Pass), mean(&|o| o == target)) {
@@ -249,8 +249,27 @@ impl Search<'_> {
     /// The verdict of a flaky search that found its answer: the least value of each flag with
     /// several (as the deterministic search does), then the posterior's figures.
     fn flaky_fix(&mut self, mask: u32, belief: &Belief) -> Result<Found, Stopped> {
-        let choice = self.least_values(self.space.strong(&bits(mask)))?;
+        let strong = self.space.strong(&bits(mask));
+        let mut choice = self.least_values(strong.clone())?;
+        // A lesser value found on shortened runs is confirmed in full too; if it fails,
+        // the strongest (confirmed) stands.
+        if choice != strong
+            && let Some(config) = self.space.config(&choice)
+            && !self.full_pass(&config)
+            && self.run_kind(&config, RunKind::Full)? != Outcome::Pass
+        {
+            choice = strong;
+        }
         Ok(self.flaky_verdict(VerdictKind::FixedBy, Some(&choice), belief))
+    }
+
+    /// Whether `config` passed a run of the workflow as it is.
+    fn full_pass(&self, config: &super::Config) -> bool {
+        self.tallies
+            .iter()
+            .filter(|t| t.config.key == config.key)
+            .flat_map(|t| &t.trials)
+            .any(|r| r.kind == RunKind::Full && r.outcome == Outcome::Pass)
     }
 
     fn flaky_verdict(
