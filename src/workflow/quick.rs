@@ -325,6 +325,8 @@ pub fn shorten(prompt: &Map<String, Value>, steps: u32) -> Result<Shortened, Uns
             .and_then(|i| i.get(name))
     };
     let literal = |id: &str, name: &str| input(id, name).and_then(Value::as_u64);
+    // Where a step count lives: in the node, or in the `PrimitiveInt` it is wired to.
+    let source = |id: &str, name: &str| step_source(prompt, id, name);
 
     let splits = splits_of(prompt)?;
 
@@ -346,7 +348,7 @@ pub fn shorten(prompt: &Map<String, Value>, steps: u32) -> Result<Shortened, Uns
         };
         match role {
             Some(Role::Steps { steps: name, min }) => {
-                let Some(s) = literal(id, name) else {
+                let Some((at, input_name, s)) = source(id, name) else {
                     left.push(format!(
                         "node {id} ({class}): its {name} come from another node"
                     ));
@@ -366,14 +368,15 @@ pub fn shorten(prompt: &Map<String, Value>, steps: u32) -> Result<Shortened, Uns
                 if plan.to >= s {
                     continue;
                 }
-                set(&mut out, id, name, s, plan.to, class, &mut changes);
+                let at_class = class_of(&at).unwrap_or(class).to_string();
+                set(&mut out, &at, &input_name, s, plan.to, &at_class, &mut changes);
                 for (sid, k) in cuts {
                     let to = plan.map(k);
                     set(&mut out, &sid, "step", k, to, "SplitSigmas", &mut changes);
                 }
             }
-            Some(Role::Window { steps: name, .. }) => match literal(id, name) {
-                Some(s) => windows.entry(s).or_default().push(id.clone()),
+            Some(Role::Window { steps: name, .. }) => match source(id, name) {
+                Some((_, _, s)) => windows.entry(s).or_default().push(id.clone()),
                 None => left.push(format!(
                     "node {id} ({class}): its {name} come from another node"
                 )),
@@ -407,7 +410,10 @@ pub fn shorten(prompt: &Map<String, Value>, steps: u32) -> Result<Shortened, Uns
             let Some(Role::Window { steps, start, end }) = role(&class) else {
                 continue;
             };
-            set(&mut out, id, steps, s, plan.to, &class, &mut changes);
+            if let Some((at, input_name, _)) = source(id, steps) {
+                let at_class = class_of(&at).unwrap_or(&class).to_string();
+                set(&mut out, &at, &input_name, s, plan.to, &at_class, &mut changes);
+            }
             for name in [start, end] {
                 if let Some(v) = literal(id, name)
                     && v <= s
@@ -509,6 +515,41 @@ fn node_order(id: &str) -> (u64, String) {
     (id.parse().unwrap_or(u64::MAX), id.to_string())
 }
 
+/// Where the step count `name` of node `id` lives, and its value: the node's own input, or
+/// the `PrimitiveInt` it is wired to (ComfyUI's templates share one "Steps" primitive among
+/// their samplers) when that primitive feeds nothing but step counts of known nodes.
+fn step_source(prompt: &Map<String, Value>, id: &str, name: &str) -> Option<(String, String, u64)> {
+    let input = prompt.get(id)?.get("inputs")?.get(name)?;
+    if let Some(v) = input.as_u64() {
+        return Some((id.to_string(), name.to_string(), v));
+    }
+    let from = input.as_array()?.first()?.as_str()?;
+    let primitive = prompt.get(from)?;
+    if primitive.get("class_type")?.as_str()? != "PrimitiveInt" {
+        return None;
+    }
+    let value = primitive.get("inputs")?.get("value")?.as_u64()?;
+    let only_steps = prompt.values().all(|node| {
+        let steps_name = match node.get("class_type").and_then(Value::as_str).and_then(role) {
+            Some(Role::Steps { steps, .. } | Role::Window { steps, .. }) => Some(steps),
+            _ => None,
+        };
+        node.get("inputs")
+            .and_then(Value::as_object)
+            .is_none_or(|inputs| {
+                inputs.iter().all(|(k, v)| {
+                    let wired_here = v
+                        .as_array()
+                        .and_then(|l| l.first())
+                        .and_then(Value::as_str)
+                        == Some(from);
+                    !wired_here || Some(k.as_str()) == steps_name
+                })
+            })
+    });
+    only_steps.then(|| (from.to_string(), "value".to_string(), value))
+}
+
 fn set(
     out: &mut Map<String, Value>,
     id: &str,
@@ -518,7 +559,8 @@ fn set(
     class: &str,
     changes: &mut Vec<Change>,
 ) {
-    if from == to {
+    // A primitive shared by several samplers is changed once.
+    if from == to || changes.iter().any(|c| c.node == id && c.input == name) {
         return;
     }
     if let Some(inputs) = out
@@ -758,6 +800,96 @@ mod tests {
                 .unwrap_err()
                 .contains("come from another node")
         );
+    }
+
+    /// Every recorded frontend prompt (`fixtures/ui-workflows`): the shortened one differs
+    /// from it only in step inputs, every sampler stage keeps at least a step, and every
+    /// prompt with a sampler is shortened. With `VRAMBISECT_QUICK_OUT` set, the shortened
+    /// prompts are written there (`scripts/check-quick-real.py` queues them on a real ComfyUI).
+    #[test]
+    fn the_recorded_prompts_change_only_in_their_steps() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/ui-workflows/pairs");
+        let out = std::env::var_os("VRAMBISECT_QUICK_OUT").map(std::path::PathBuf::from);
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".api.json"))
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 50);
+        let mut shortened = 0;
+        for name in &names {
+            let text = std::fs::read_to_string(dir.join(name)).unwrap();
+            let full = prompt(serde_json::from_str(&text).unwrap());
+            let has_sampler = full.values().any(|n| {
+                matches!(
+                    n["class_type"].as_str(),
+                    Some("KSampler" | "KSamplerAdvanced" | "BasicScheduler")
+                )
+            });
+            let s = match shorten(&full, AUTO_STEPS) {
+                Ok(s) => s,
+                Err(why) => {
+                    assert!(!has_sampler || why.contains("already few"), "{name}: {why}");
+                    continue;
+                }
+            };
+            shortened += 1;
+            for (id, node) in &full {
+                let quick = &s.prompt[id];
+                assert_eq!(quick["class_type"], node["class_type"], "{name} {id}");
+                let (a, b) = (node["inputs"].as_object().unwrap(), quick["inputs"].as_object().unwrap());
+                assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>(), "{name} {id}");
+                for (k, v) in a {
+                    if v != &b[k] {
+                        assert!(
+                            ["steps", "start_at_step", "end_at_step", "step", "value"]
+                                .contains(&k.as_str()),
+                            "{name}: node {id} input {k} changed"
+                        );
+                        assert!(b[k].as_u64().unwrap() < v.as_u64().unwrap(), "{name} {id} {k}");
+                    }
+                }
+                if let (Some(start), Some(end), Some(steps)) = (
+                    b.get("start_at_step").and_then(Value::as_u64),
+                    b.get("end_at_step").and_then(Value::as_u64),
+                    b.get("steps").and_then(Value::as_u64),
+                ) && start < a["steps"].as_u64().unwrap()
+                {
+                    assert!(end.min(steps) > start, "{name} {id}: an empty stage");
+                }
+            }
+            assert_eq!(s.prompt.len(), full.len());
+            if let Some(out) = &out {
+                std::fs::create_dir_all(out).unwrap();
+                let text = serde_json::to_string_pretty(&Value::Object(s.prompt.clone())).unwrap();
+                std::fs::write(out.join(name), text).unwrap();
+            }
+        }
+        // The other 11 have no sampler (image edits, reroutes, primitives).
+        assert_eq!(shortened, 39);
+    }
+
+    #[test]
+    fn a_steps_primitive_shared_by_samplers_is_cut_once() {
+        // As ComfyUI's Wan 2.2 S2V template wires it.
+        let p = prompt(json!({
+            "103": {"class_type": "PrimitiveInt", "inputs": {"value": 20}},
+            "3": {"class_type": "KSampler", "inputs": {"steps": ["103", 0]}},
+            "79:77": {"class_type": "KSampler", "inputs": {"steps": ["103", 0]}},
+        }));
+        assert_eq!(
+            changed(&shorten(&p, 2).unwrap()),
+            ["node 103 (PrimitiveInt) value 20 → 2"]
+        );
+        // A primitive that also sets something else (a length) is left as it is.
+        let mut shared = p.clone();
+        shared.insert(
+            "50".into(),
+            json!({"class_type": "WanSoundImageToVideo", "inputs": {"length": ["103", 0]}}),
+        );
+        assert!(shorten(&shared, 2).is_err());
     }
 
     #[test]
