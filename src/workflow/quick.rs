@@ -369,7 +369,15 @@ pub fn shorten(prompt: &Map<String, Value>, steps: u32) -> Result<Shortened, Uns
                     continue;
                 }
                 let at_class = class_of(&at).unwrap_or(class).to_string();
-                set(&mut out, &at, &input_name, s, plan.to, &at_class, &mut changes);
+                set(
+                    &mut out,
+                    &at,
+                    &input_name,
+                    s,
+                    plan.to,
+                    &at_class,
+                    &mut changes,
+                );
                 for (sid, k) in cuts {
                     let to = plan.map(k);
                     set(&mut out, &sid, "step", k, to, "SplitSigmas", &mut changes);
@@ -412,7 +420,15 @@ pub fn shorten(prompt: &Map<String, Value>, steps: u32) -> Result<Shortened, Uns
             };
             if let Some((at, input_name, _)) = source(id, steps) {
                 let at_class = class_of(&at).unwrap_or(&class).to_string();
-                set(&mut out, &at, &input_name, s, plan.to, &at_class, &mut changes);
+                set(
+                    &mut out,
+                    &at,
+                    &input_name,
+                    s,
+                    plan.to,
+                    &at_class,
+                    &mut changes,
+                );
             }
             for name in [start, end] {
                 if let Some(v) = literal(id, name)
@@ -457,7 +473,7 @@ pub fn for_mode(prompt: &Map<String, Value>, quick: Quick) -> Result<Shortened, 
     let s = shorten(prompt, steps)?;
     if quick == Quick::Auto && s.full_steps < u64::from(AUTO_STEPS * AUTO_MIN_RATIO) {
         return Err(format!(
-            "its sampling has {} steps: a shortened run would save little (--quick {} asks for it anyway)",
+            "its sampling has only {} steps, too few for a shortened run to save much (--quick {} asks for one anyway)",
             s.full_steps, AUTO_STEPS
         ));
     }
@@ -530,7 +546,11 @@ fn step_source(prompt: &Map<String, Value>, id: &str, name: &str) -> Option<(Str
     }
     let value = primitive.get("inputs")?.get("value")?.as_u64()?;
     let only_steps = prompt.values().all(|node| {
-        let steps_name = match node.get("class_type").and_then(Value::as_str).and_then(role) {
+        let steps_name = match node
+            .get("class_type")
+            .and_then(Value::as_str)
+            .and_then(role)
+        {
             Some(Role::Steps { steps, .. } | Role::Window { steps, .. }) => Some(steps),
             _ => None,
         };
@@ -538,11 +558,8 @@ fn step_source(prompt: &Map<String, Value>, id: &str, name: &str) -> Option<(Str
             .and_then(Value::as_object)
             .is_none_or(|inputs| {
                 inputs.iter().all(|(k, v)| {
-                    let wired_here = v
-                        .as_array()
-                        .and_then(|l| l.first())
-                        .and_then(Value::as_str)
-                        == Some(from);
+                    let wired_here =
+                        v.as_array().and_then(|l| l.first()).and_then(Value::as_str) == Some(from);
                     !wired_here || Some(k.as_str()) == steps_name
                 })
             })
@@ -808,7 +825,8 @@ mod tests {
     /// prompts are written there (`scripts/check-quick-real.py` queues them on a real ComfyUI).
     #[test]
     fn the_recorded_prompts_change_only_in_their_steps() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/ui-workflows/pairs");
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/ui-workflows/pairs");
         let out = std::env::var_os("VRAMBISECT_QUICK_OUT").map(std::path::PathBuf::from);
         let mut names: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
@@ -839,8 +857,15 @@ mod tests {
             for (id, node) in &full {
                 let quick = &s.prompt[id];
                 assert_eq!(quick["class_type"], node["class_type"], "{name} {id}");
-                let (a, b) = (node["inputs"].as_object().unwrap(), quick["inputs"].as_object().unwrap());
-                assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>(), "{name} {id}");
+                let (a, b) = (
+                    node["inputs"].as_object().unwrap(),
+                    quick["inputs"].as_object().unwrap(),
+                );
+                assert_eq!(
+                    a.keys().collect::<Vec<_>>(),
+                    b.keys().collect::<Vec<_>>(),
+                    "{name} {id}"
+                );
                 for (k, v) in a {
                     if v != &b[k] {
                         assert!(
@@ -848,7 +873,10 @@ mod tests {
                                 .contains(&k.as_str()),
                             "{name}: node {id} input {k} changed"
                         );
-                        assert!(b[k].as_u64().unwrap() < v.as_u64().unwrap(), "{name} {id} {k}");
+                        assert!(
+                            b[k].as_u64().unwrap() < v.as_u64().unwrap(),
+                            "{name} {id} {k}"
+                        );
                     }
                 }
                 if let (Some(start), Some(end), Some(steps)) = (

@@ -15,6 +15,7 @@ mod gpu_check;
 mod interrupt_bisect;
 mod logscan_cli;
 mod parsers_prop;
+mod quick_cli;
 mod real_nvidia;
 mod regress_cli;
 mod report_cli;

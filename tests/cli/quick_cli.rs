@@ -1,0 +1,253 @@
+//! Shortened runs (`--quick`) end to end against the stand-in: the reproduce check, the
+//! confirmation on the workflow as it is, the fallback to full runs, and what a run folder
+//! keeps.
+
+use crate::support;
+
+use serde_json::{Value, json};
+use support::comfy::FakeComfy;
+
+const TWENTY: &str = "workflows/sd15_txt2img_20_steps.json";
+
+fn bisect(install: &FakeComfy, extra: &[&str]) -> (i32, Value, tempfile::TempDir) {
+    let mut args = vec!["--stall-timeout", "5s"];
+    args.extend_from_slice(extra);
+    support::on_install("bisect", install, TWENTY, "session", &args)
+}
+
+/// Every run of the result, in order: (n, kind, outcome).
+fn runs(doc: &Value) -> Vec<(u64, String, String)> {
+    let mut out: Vec<(u64, String, String)> = doc["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["each_run"].as_array().unwrap().clone())
+        .map(|r| {
+            (
+                r["n"].as_u64().unwrap(),
+                r["kind"].as_str().unwrap().to_string(),
+                r["outcome"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn dynamic_vram_oom(extra: Value) -> Value {
+    let mut rule =
+        json!({"when": {"state": {"dynamic_vram": true}}, "effect": "oom", "node": "KSampler"});
+    rule.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    json!({"rules": [rule]})
+}
+
+#[test]
+fn the_search_runs_shortened_once_one_fails_as_the_workflow_does() {
+    let install = FakeComfy::new("0.38.1", dynamic_vram_oom(json!({})));
+    let (code, doc, tmp) = bisect(&install, &[]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(
+        doc["verdict"]["fixing_flags"],
+        json!(["--disable-dynamic-vram"])
+    );
+    let runs = runs(&doc);
+    // Run 1 is the workflow as it is; run 2 its shortened copy, which fails the same way.
+    assert_eq!(runs[0], (1, "full".into(), "oom".into()));
+    assert_eq!(runs[1], (2, "quick".into(), "oom".into()));
+    // The verdict's run is the last, in full, and passes.
+    let last = runs.last().unwrap();
+    assert_eq!((last.1.as_str(), last.2.as_str()), ("full", "pass"));
+    assert!(
+        runs[2..runs.len() - 1].iter().all(|r| r.1 == "quick"),
+        "{runs:?}"
+    );
+    let quick = &doc["quick"];
+    assert_eq!(quick["state"], "used");
+    assert_eq!(quick["steps"], 2);
+    assert_eq!(quick["reproduced_by_run"], 2);
+    assert_eq!(quick["reference_run"], 1);
+    assert_eq!(quick["confirmed_by_run"], last.0);
+    assert_eq!(quick["runs_full"], 2);
+    let statement = doc["verdict"]["statement"].as_str().unwrap();
+    assert!(
+        statement.contains(&format!(
+            "Searched on 2-step runs, which fail as your workflow does (run 2); confirmed on your workflow (run {})",
+            last.0
+        )),
+        "{statement}"
+    );
+    // The run folder keeps both prompts, and its record says what changed.
+    let run2 = tmp.path().join("session/runs/002");
+    let full: Value =
+        serde_json::from_str(&std::fs::read_to_string(run2.join("workflow.json")).unwrap())
+            .unwrap();
+    let short: Value =
+        serde_json::from_str(&std::fs::read_to_string(run2.join("workflow.quick.json")).unwrap())
+            .unwrap();
+    assert_eq!(full["3"]["inputs"]["steps"], 20);
+    assert_eq!(short["3"]["inputs"]["steps"], 2);
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(run2.join("record.json")).unwrap()).unwrap();
+    assert_eq!(record["run_kind"], "quick");
+    assert_eq!(
+        record["quick"]["changes"],
+        json!([{"node": "3", "class": "KSampler", "input": "steps", "from": 20, "to": 2}])
+    );
+    // The stand-in's log shows the 2 steps it sampled.
+    let log = std::fs::read_to_string(
+        tmp.path()
+            .join(format!("session/runs/{:03}/comfyui.log", runs[2].0)),
+    )
+    .unwrap();
+    assert!(log.contains("2/2"), "{log}");
+    // Resumed, the finished session says the same.
+    let session = tmp.path().join("session");
+    let (code, again, _) = support::json(&["bisect", "--resume", session.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert_eq!(again["quick"], doc["quick"]);
+}
+
+#[test]
+fn a_failure_past_step_10_is_searched_in_full_after_one_shortened_run() {
+    let install = FakeComfy::new("0.38.1", dynamic_vram_oom(json!({"at_step": 12})));
+    let (code, doc, _tmp) = bisect(&install, &[]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(
+        doc["verdict"]["fixing_flags"],
+        json!(["--disable-dynamic-vram"])
+    );
+    let runs = runs(&doc);
+    let quick: Vec<_> = runs.iter().filter(|r| r.1 == "quick").collect();
+    assert_eq!(quick, [&(2, "quick".to_string(), "pass".to_string())]);
+    assert_eq!(doc["quick"]["state"], "set_aside");
+    assert_eq!(
+        doc["quick"]["reason"],
+        "the shortened run of your flags (run 2) passed, where your workflow failed with oom in node 3 (run 1)"
+    );
+    // As many runs as --quick off takes, and one.
+    let off_install = FakeComfy::new("0.38.1", dynamic_vram_oom(json!({"at_step": 12})));
+    let (_, off, _tmp2) = bisect(&off_install, &["--quick", "off"]);
+    assert_eq!(
+        off["verdict"]["fixing_flags"],
+        doc["verdict"]["fixing_flags"]
+    );
+    assert_eq!(
+        doc["runs_total"].as_u64().unwrap(),
+        off["runs_total"].as_u64().unwrap() + 1
+    );
+    assert_eq!(off["quick"]["state"], "not_used");
+    assert!(
+        off["configs"][0]["each_run"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["kind"] == "full")
+    );
+}
+
+#[test]
+fn a_failure_at_vae_decode_reproduces_shortened() {
+    let scenario = json!({"rules": [{"when": {"state": {"dynamic_vram": true}}, "effect": "oom", "node": "VAEDecode"}]});
+    let install = FakeComfy::new("0.38.1", scenario);
+    let (code, doc, _tmp) = bisect(&install, &[]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["quick"]["state"], "used");
+    assert_eq!(
+        doc["verdict"]["fixing_flags"],
+        json!(["--disable-dynamic-vram"])
+    );
+}
+
+#[test]
+fn a_workflow_with_few_steps_runs_in_full_and_says_why() {
+    let install = FakeComfy::new("0.38.1", dynamic_vram_oom(json!({})));
+    let (code, doc, _tmp) =
+        support::on_install("bisect", &install, "workflows/sd15_txt2img.json", "s", &[]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["quick"]["state"], "not_used");
+    let statement = doc["verdict"]["statement"].as_str().unwrap();
+    assert!(
+        statement.ends_with(
+            "Every run was of your workflow in full: its sampling has only 4 steps, too few for a shortened run to save much (--quick 2 asks for one anyway)."
+        ),
+        "{statement}"
+    );
+}
+
+#[test]
+fn run_queues_a_shortened_copy_when_given_steps() {
+    let install = FakeComfy::new("0.38.1", json!({"rules": []}));
+    let (code, doc, tmp) = support::on_install("run", &install, TWENTY, "run", &["--quick", "3"]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["run_kind"], "quick");
+    assert_eq!(doc["quick"]["steps"], 3);
+    assert!(tmp.path().join("run/workflow.quick.json").is_file());
+    // auto: a single run is of the workflow as it is.
+    let (code, doc, tmp) = support::on_install("run", &install, TWENTY, "run", &[]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["run_kind"], "full");
+    assert!(doc.get("quick").is_none());
+    assert!(!tmp.path().join("run/workflow.quick.json").exists());
+}
+
+#[test]
+fn a_bad_quick_value_is_one_line() {
+    let out = support::vrambisect()
+        .args(["bisect", "--workflow", "x.json", "--quick", "fast"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("'fast' is not auto, off or a number of steps (1 or more)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_full_run_that_disagrees_sends_the_search_back_to_full_runs() {
+    // --disable-pinned-memory only moves the failure past step 10: shortened runs pass with
+    // it, the workflow does not. Its confirmation fails, and the search goes on in full.
+    let scenario = json!({"rules": [
+        {"when": {"all": [{"state": {"dynamic_vram": true}}, {"flags": {"--disable-pinned-memory": true}}]},
+         "effect": "oom", "node": "KSampler", "at_step": 12},
+        {"when": {"state": {"dynamic_vram": true}}, "effect": "oom", "node": "KSampler"}
+    ]});
+    let install = FakeComfy::new("0.38.1", scenario);
+    let (code, doc, _tmp) = bisect(
+        &install,
+        &[
+            "--toggle",
+            "--disable-pinned-memory",
+            "--toggle",
+            "--disable-dynamic-vram",
+        ],
+    );
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(
+        doc["verdict"]["fixing_flags"],
+        json!(["--disable-dynamic-vram"])
+    );
+    assert_eq!(doc["quick"]["state"], "set_aside");
+    let reason = doc["quick"]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("--disable-pinned-memory passed shortened (run "),
+        "{reason}"
+    );
+    // The verdict rests on a full pass.
+    let fix = doc["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["flags"] == json!(["--disable-dynamic-vram"]))
+        .unwrap();
+    assert!(
+        fix["each_run"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "full" && r["outcome"] == "pass")
+    );
+}
