@@ -299,6 +299,8 @@ pub struct Search<'a> {
     last_run: Option<(String, RunKind)>,
     /// Whether runs are shortened (see [`QuickState`]); rebuilt from the runs.
     pub quick: QuickState,
+    /// The kind the next run is made as, when the search chose it for that run.
+    prefer: Option<RunKind>,
     /// The run budget as it stands (`max_runs`, or what a flaky search's posterior set).
     budget: u32,
     /// What a flaky search believed when it last chose a run (for a verdict cut short).
@@ -340,6 +342,7 @@ impl<'a> Search<'a> {
             runs,
             last_run,
             quick: QuickState::Untried,
+            prefer: None,
             budget: settings.max_runs,
             last_belief: None,
         };
@@ -361,9 +364,51 @@ impl<'a> Search<'a> {
         }
     }
 
-    /// Runs `config` once more: shortened while shortened runs reproduce the failure.
+    /// Runs `config` once more: shortened while shortened runs reproduce the failure (unless
+    /// the search prefers a full run for this one).
     fn run_once(&mut self, config: &Config) -> Result<Outcome, Stopped> {
-        self.run_kind(config, self.next_kind())
+        let kind = self.prefer.unwrap_or_else(|| self.next_kind());
+        self.run_kind(config, kind)
+    }
+
+    /// A run whose pass would be the verdict is made in full when that is expected to take
+    /// less ComfyUI time than a shortened run and then its confirmation: with the measured
+    /// mean times, when (1 − p)·(full failure − shortened failure) < p·(shortened pass), for
+    /// the chance p that it passes. A failure that strikes before sampling costs the same
+    /// either way, so such a run goes full; one late in the workflow stays shortened unless
+    /// the run is likely to pass.
+    fn final_run_kind(&self, q: u32, answers: &[u32], known: &[(u32, bool)]) -> Option<RunKind> {
+        if self.next_kind() != RunKind::Quick {
+            return None;
+        }
+        let (p, ends) = hypotheses::pass_outlook(q, answers, known);
+        if !ends {
+            return None;
+        }
+        let target = self.target?;
+        let mean = |kind: RunKind, passed: bool| {
+            let times: Vec<f64> = self
+                .tallies
+                .iter()
+                .flat_map(|t| &t.trials)
+                .filter(|r| {
+                    r.kind == kind
+                        && r.duration_ms > 0
+                        && if passed {
+                            r.outcome == Outcome::Pass
+                        } else {
+                            r.outcome == target
+                        }
+                })
+                .map(|r| r.duration_ms as f64)
+                .collect();
+            (!times.is_empty()).then(|| times.iter().sum::<f64>() / times.len() as f64)
+        };
+        let full_fail = mean(RunKind::Full, false)?;
+        let quick_fail = mean(RunKind::Quick, false)?;
+        // A shortened pass not measured yet lasts at least as long as a shortened failure.
+        let quick_pass = mean(RunKind::Quick, true).unwrap_or(quick_fail);
+        ((1.0 - p) * (full_fail - quick_fail).max(0.0) < p * quick_pass).then_some(RunKind::Full)
     }
 
     /// The kind of run the search makes now.
@@ -923,7 +968,10 @@ impl<'a> Search<'a> {
             match next {
                 hypotheses::Next::Run(q) => {
                     let before = self.runs;
-                    self.evaluate(&self.space.strong(&bits(q)))?;
+                    self.prefer = self.final_run_kind(q, &answers, &known);
+                    let evaluated = self.evaluate(&self.space.strong(&bits(q)));
+                    self.prefer = None;
+                    evaluated?;
                     if self.runs == before && asked.contains(&q) {
                         // Nothing new came of it: stop choosing.
                         break;
