@@ -319,6 +319,7 @@ fn run_regress(
                     .unwrap_or(crate::bisect::session::DEFAULT_MAX_RUNS),
                 confidence: args.confidence,
                 output: args.output,
+                quick: args.quick,
             }
         }
     };

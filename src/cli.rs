@@ -461,6 +461,11 @@ pub struct RegressArgs {
     /// this probable given the runs (0.5 to 0.9999).
     #[arg(long, value_name = "P", default_value_t = crate::bayes::DEFAULT_CONFIDENCE, value_parser = parse_confidence, conflicts_with = "resume")]
     pub confidence: f64,
+    /// Search on shortened runs: auto (2 sampling steps, when the workflow has 6 or more),
+    /// off, or a number of steps. Used only once the bad end's shortened run fails as the bad
+    /// end does; the first bad and last good commits are confirmed in full.
+    #[arg(long, value_name = "auto|off|STEPS", default_value = "auto", value_parser = crate::workflow::quick::Quick::parse, conflicts_with = "resume")]
+    pub quick: crate::workflow::quick::Quick,
     /// Your ComfyUI flags, used at every commit.
     #[arg(
         last = true,

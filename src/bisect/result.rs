@@ -362,25 +362,6 @@ fn quick_summary(
     steps: Option<u64>,
 ) -> QuickSummary {
     let all: Vec<&Trial> = tallies.iter().flat_map(|t| &t.trials).collect();
-    let runs_quick = all.iter().filter(|t| t.kind == RunKind::Quick).count();
-    let time_spent_ms = all.iter().map(|t| t.duration_ms).sum();
-    let steps = steps.or(asked.steps().map(u64::from));
-    let mean_full = |ended: &dyn Fn(Outcome) -> bool| {
-        let times: Vec<u64> = all
-            .iter()
-            .filter(|t| t.kind == RunKind::Full && ended(t.outcome))
-            .map(|t| t.duration_ms)
-            .collect();
-        (!times.is_empty()).then(|| times.iter().sum::<u64>() / times.len() as u64)
-    };
-    let full_runs_estimate_ms = all.iter().try_fold(0u64, |sum, t| {
-        let cost = match t.kind {
-            RunKind::Full => Some(t.duration_ms),
-            RunKind::Quick if t.outcome == Outcome::Pass => mean_full(&|o| o == Outcome::Pass),
-            RunKind::Quick => mean_full(&|o| o == t.outcome),
-        };
-        cost.map(|c| sum + c)
-    });
     // The full run that confirmed the verdict: the last full run of its configuration (for
     // no fix, the last full run after the shortened runs began).
     let confirmed_by_run = match &found.config {
@@ -406,10 +387,50 @@ fn quick_summary(
         }
         None => None,
     };
+    let runs: Vec<RunSummary> = all
+        .iter()
+        .map(|t| RunSummary {
+            n: t.n,
+            kind: t.kind,
+            outcome: t.outcome,
+            duration_ms: t.duration_ms,
+        })
+        .collect();
+    summarize_quick(&found.quick, &runs, asked, steps, confirmed_by_run)
+}
+
+/// What shortened runs did, from the search's state and every run (a bisect's or a
+/// regress's): the counts, the time, and the sentence.
+pub fn summarize_quick(
+    state: &QuickState,
+    runs: &[RunSummary],
+    asked: crate::workflow::quick::Quick,
+    steps: Option<u64>,
+    confirmed_by_run: Option<u32>,
+) -> QuickSummary {
+    let runs_quick = runs.iter().filter(|t| t.kind == RunKind::Quick).count();
+    let time_spent_ms = runs.iter().map(|t| t.duration_ms).sum();
+    let steps = steps.or(asked.steps().map(u64::from));
+    let mean_full = |ended: &dyn Fn(Outcome) -> bool| {
+        let times: Vec<u64> = runs
+            .iter()
+            .filter(|t| t.kind == RunKind::Full && ended(t.outcome))
+            .map(|t| t.duration_ms)
+            .collect();
+        (!times.is_empty()).then(|| times.iter().sum::<u64>() / times.len() as u64)
+    };
+    let full_runs_estimate_ms = runs.iter().try_fold(0u64, |sum, t| {
+        let cost = match t.kind {
+            RunKind::Full => Some(t.duration_ms),
+            RunKind::Quick if t.outcome == Outcome::Pass => mean_full(&|o| o == Outcome::Pass),
+            RunKind::Quick => mean_full(&|o| o == t.outcome),
+        };
+        cost.map(|c| sum + c)
+    });
     let mut out = QuickSummary {
         asked: asked.to_string(),
         runs_quick,
-        runs_full: all.len() - runs_quick,
+        runs_full: runs.len() - runs_quick,
         time_spent_ms,
         full_runs_estimate_ms,
         ..QuickSummary::default()
@@ -423,7 +444,7 @@ fn quick_summary(
         ),
         _ => String::new(),
     };
-    match &found.quick {
+    match state {
         QuickState::Reproduces { reference, check } => {
             out.state = "used".into();
             out.steps = steps;

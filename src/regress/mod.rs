@@ -14,11 +14,13 @@ pub use flaky::bisect as bisect_flaky;
 pub mod search;
 pub mod tree;
 
+use crate::bisect::search::{FailedAt, RunKind};
 use crate::error::{Error, ErrorKind, Result, exit};
 use crate::journal::Journal;
 use crate::outcome::Outcome;
 use crate::run::{self, Limits, RunOptions, Target};
 use crate::signals::{self, Stop};
+use crate::workflow::quick::Quick;
 use git::{CommitInfo, Repo};
 use serde::{Deserialize, Serialize};
 use std::io::{self, Write};
@@ -49,6 +51,13 @@ pub struct Spec {
     /// Kept as `iterations`, `timeout_ms`, `stall_timeout_ms` and `startup_timeout_ms`.
     #[serde(flatten)]
     pub limits: Limits,
+    /// `--quick` (sessions made before it existed: off).
+    #[serde(default = "quick_off")]
+    pub quick: Quick,
+}
+
+fn quick_off() -> Quick {
+    Quick::Off
 }
 
 fn default_confidence() -> f64 {
@@ -84,6 +93,7 @@ pub enum Request {
         max_runs: u32,
         confidence: f64,
         output: Option<PathBuf>,
+        quick: Quick,
     },
     Resume {
         dir: PathBuf,
@@ -111,6 +121,12 @@ pub struct Tested {
     /// Why it was skipped.
     pub reason: Option<String>,
     pub runs: Vec<PathBuf>,
+    /// Whether it ran the workflow as it is (`full`) or its shortened copy (`quick`).
+    #[serde(default)]
+    pub kind: RunKind,
+    /// Where its failing run failed (the prompt of the iterations and the node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_at: Option<FailedAt>,
 }
 
 /// A commit skipped, and why (`regress --json` `skipped`).
@@ -144,6 +160,9 @@ pub struct RegressResult {
     /// The checkout and the Python, and where each came from.
     #[serde(default)]
     pub defaults: crate::locate::Defaults,
+    /// Shortened runs: whether the search used them, which runs were full, the time.
+    #[serde(default)]
+    pub quick: crate::bisect::result::QuickSummary,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -179,13 +198,13 @@ impl Session<'_> {
     /// What the journal says of `commit`: its last test; in a flaky search, the test that
     /// answered the same ask before (the n-th ask of a commit is its n-th test), so a resumed
     /// session replays its journal in order and runs only what it had not.
-    fn known(&mut self, commit: &str) -> Option<Tested> {
+    fn known(&mut self, commit: &str, run_kind: RunKind) -> Option<Tested> {
         if !self.spec.flaky() {
             return self
                 .journal
                 .iter()
                 .rev()
-                .find(|t| t.commit == commit)
+                .find(|t| t.commit == commit && t.kind == run_kind)
                 .cloned();
         }
         let asked = self.asked.entry(commit.to_string()).or_insert(0);
@@ -199,8 +218,8 @@ impl Session<'_> {
     }
 
     /// Tests `commit` (or recalls it from the journal).
-    fn test(&mut self, commit: &str, kind: Option<Outcome>) -> Result<Tested> {
-        if let Some(t) = self.known(commit) {
+    fn test(&mut self, commit: &str, kind: Option<Outcome>, run_kind: RunKind) -> Result<Tested> {
+        if let Some(t) = self.known(commit, run_kind) {
             return Ok(t);
         }
         let info = self.repo.info(commit)?;
@@ -211,16 +230,23 @@ impl Session<'_> {
             mark: Mark::Skip,
             reason: None,
             runs: Vec::new(),
+            kind: RunKind::Full,
+            failed_at: None,
         };
         (self.progress)(&format!(
-            "testing {} ({}, {}) {}",
+            "testing {}{} ({}, {}) {}",
             info.short(),
+            if run_kind == RunKind::Quick {
+                " shortened"
+            } else {
+                ""
+            },
             info.version.as_deref().unwrap_or("version unknown"),
             info.date,
             info.subject
         ));
         let tree = tree::dir_of(&self.dir, commit);
-        let outcome = self.run_commit(commit, &tree, kind, &mut tested);
+        let outcome = self.run_commit(commit, &tree, (kind, run_kind), &mut tested);
         let _ = std::fs::remove_dir_all(&tree);
         if let Err(e) = outcome {
             // A Ctrl-C while git, tar or `main.py --help` ran makes them fail: that is a stop,
@@ -263,7 +289,7 @@ impl Session<'_> {
         &mut self,
         commit: &str,
         tree: &Path,
-        kind: Option<Outcome>,
+        (kind, run_kind): (Option<Outcome>, RunKind),
         tested: &mut Tested,
     ) -> Result<()> {
         if let Some(why) = tree::mismatch(
@@ -318,8 +344,23 @@ impl Session<'_> {
             let mut opts = RunOptions::new(target, limits, run_dir.clone());
             opts.comfy_flags = self.spec.flags.clone();
             opts.env = self.spec.env.clone();
+            if run_kind == RunKind::Quick {
+                opts.quick = self.spec.quick;
+            }
             let record = run::execute(&opts, &mut run::Silent)?;
             tested.outcome = Some(record.outcome);
+            // What was asked for, unless the workflow ran in full (and says why).
+            tested.kind = match record.quick.as_ref().and_then(|q| q.unshortened.as_ref()) {
+                Some(_) => RunKind::Full,
+                None => run_kind,
+            };
+            tested.failed_at = (record.outcome != Outcome::Pass)
+                .then(|| run::record::overall(&record.iterations))
+                .flatten()
+                .map(|i| FailedAt {
+                    iteration: i.iteration,
+                    node: i.node.clone(),
+                });
             if record.outcome == Outcome::Interrupted && signals::requested() != Stop::No {
                 self.stopped = true;
                 return Err(Error {
@@ -465,6 +506,7 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
             max_runs,
             confidence,
             output,
+            quick,
         } => {
             let repo = Repo::open(&comfyui.path)?;
             let install = crate::install::Install::open(&comfyui.path)?;
@@ -526,6 +568,7 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
                 max_runs,
                 confidence,
                 limits,
+                quick,
             };
             run::folder::write_json(&dir.join(SPEC_FILE), &spec)?;
             crate::private::create_dir_all(&dir.join("runs"))
@@ -565,13 +608,54 @@ impl search::CommitTester for Session<'_> {
         commit: &str,
         regress: Option<Outcome>,
     ) -> std::result::Result<Tested, search::Stop> {
-        Session::test(self, commit, regress).map_err(|e| {
-            if e.kind == ErrorKind::Environment {
-                search::Stop::Failed(e)
-            } else {
-                search::Stop::Incomplete
-            }
-        })
+        Session::test(self, commit, regress, RunKind::Full).map_err(stop_of)
+    }
+
+    fn test_quick(
+        &mut self,
+        commit: &str,
+        regress: Option<Outcome>,
+    ) -> std::result::Result<Tested, search::Stop> {
+        Session::test(self, commit, regress, RunKind::Quick).map_err(stop_of)
+    }
+
+    /// From the workflow given (an API prompt), or else the prompt the bad end's run
+    /// converted and kept.
+    fn shortenable(&mut self) -> std::result::Result<(), Option<String>> {
+        if self.spec.quick == Quick::Off {
+            return Err(None);
+        }
+        if self.spec.flaky() {
+            return Err(Some(
+                "regress's flaky search (--repeat 2 or more) runs every commit in full".into(),
+            ));
+        }
+        let workflow =
+            crate::workflow::Workflow::load(&self.spec.workflow).map_err(|e| Some(e.message))?;
+        let prompt = if workflow.ui.is_none() {
+            Some(workflow.prompt)
+        } else {
+            self.journal.iter().flat_map(|t| &t.runs).find_map(|dir| {
+                let text = std::fs::read_to_string(dir.join(run::folder::WORKFLOW)).ok()?;
+                serde_json::from_str(&text).ok()
+            })
+        };
+        let Some(prompt) = prompt else {
+            return Err(Some("the converted workflow was not kept".into()));
+        };
+        match crate::workflow::quick::for_mode(&prompt, self.spec.quick) {
+            Ok(_) => Ok(()),
+            Err(why) => Err(Some(why)),
+        }
+    }
+}
+
+/// A commit's test that ended the session: a stop (resumable), or the machine's error.
+fn stop_of(e: Error) -> search::Stop {
+    if e.kind == ErrorKind::Environment {
+        search::Stop::Failed(e)
+    } else {
+        search::Stop::Incomplete
     }
 }
 
@@ -602,6 +686,8 @@ fn finish(
         confidence,
         failure_rate,
         best_so_far,
+        quick,
+        confirmed_by,
     } = found;
     let found_flaky = (confidence, failure_rate, best_so_far);
     let kind_name = answer.as_str();
@@ -686,22 +772,13 @@ fn finish(
         }
         _ => None,
     };
-    let statement = how_sure(statement, kind_name, &found_flaky, s.runs);
-    let continue_with = (kind_name == "incomplete").then(|| {
-        format!(
-            "{}{}",
-            origin.command_line(&[
-                "regress".into(),
-                "--resume".into(),
-                s.dir.display().to_string()
-            ]),
-            if s.runs >= spec.max_runs {
-                format!(" --max-runs {}", (spec.max_runs * 2).max(s.runs + 16))
-            } else {
-                String::new()
-            }
-        )
-    });
+    let mut statement = how_sure(statement, kind_name, &found_flaky, s.runs);
+    let quick = quick_summary(s, &quick, &confirmed_by);
+    if !quick.statement.is_empty() && kind_name == "first_bad_found" {
+        statement.push(' ');
+        statement.push_str(&quick.statement);
+    }
+    let continue_with = (kind_name == "incomplete").then(|| continue_line(s, origin));
     Ok(RegressResult {
         defaults: spec.defaults.clone(),
         verdict: Verdict {
@@ -738,7 +815,60 @@ fn finish(
         session_dir: s.dir.clone(),
         reproduce,
         continue_with,
+        quick,
     })
+}
+
+/// The command that continues a session stopped early (with a larger budget when the
+/// budget stopped it).
+fn continue_line(s: &Session<'_>, origin: &crate::locate::Origin) -> String {
+    let spec = &s.spec;
+    format!(
+        "{}{}",
+        origin.command_line(&[
+            "regress".into(),
+            "--resume".into(),
+            s.dir.display().to_string()
+        ]),
+        if s.runs >= spec.max_runs {
+            format!(" --max-runs {}", (spec.max_runs * 2).max(s.runs + 16))
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// What shortened runs did for a regress session, from its journal and run records.
+fn quick_summary(
+    s: &Session<'_>,
+    state: &crate::bisect::search::QuickState,
+    confirmed_by: &[String],
+) -> crate::bisect::result::QuickSummary {
+    use crate::bisect::result::{RunSummary, summarize_quick};
+    let mut runs: Vec<RunSummary> = Vec::new();
+    let mut steps = None;
+    for t in &s.journal {
+        for dir in &t.runs {
+            let Ok(record) = run::RunRecord::load(dir) else {
+                continue;
+            };
+            if steps.is_none() && t.kind == RunKind::Quick {
+                steps = record.quick.as_ref().map(|q| q.steps).filter(|s| *s > 0);
+            }
+            runs.push(RunSummary {
+                n: dir
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0),
+                kind: t.kind,
+                outcome: record.outcome,
+                duration_ms: record.duration_ms,
+            });
+        }
+    }
+    let confirmed = confirmed_by.iter().filter_map(|n| n.parse().ok()).max();
+    summarize_quick(state, &runs, s.spec.quick, steps, confirmed)
 }
 
 /// The statement with what a flaky search says of how sure it is, from the runs that

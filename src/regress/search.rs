@@ -6,6 +6,7 @@
 //! scripted history tests it without a repository.
 
 use super::{Mark, Tested};
+use crate::bisect::search::{QuickState, RunKind};
 use crate::error::Error;
 use crate::outcome::Outcome;
 
@@ -50,6 +51,16 @@ pub trait CommitTester {
     /// Tests `commit` (or recalls it) with `regress` as what counts as bad (`None`: any
     /// failure). A commit that cannot be tested comes back marked [`Mark::Skip`].
     fn test(&mut self, commit: &str, regress: Option<Outcome>) -> Result<Tested, Stop>;
+    /// Tests `commit` on the shortened copy of the workflow (`--quick`); a tester that cannot
+    /// shorten tests it in full.
+    fn test_quick(&mut self, commit: &str, regress: Option<Outcome>) -> Result<Tested, Stop> {
+        self.test(commit, regress)
+    }
+    /// Whether shortened runs may be used, once the ends are known: why not, otherwise
+    /// (`None`: `--quick off`).
+    fn shortenable(&mut self) -> Result<(), Option<String>> {
+        Err(None)
+    }
 }
 
 /// The search's result: the answer, what counted as bad, and the boundary.
@@ -68,6 +79,11 @@ pub struct Bisection {
     pub failure_rate: Option<(f64, f64)>,
     /// A flaky search stopped early: its best answer so far, in words.
     pub best_so_far: Option<String>,
+    /// Whether the search ran on shortened runs, and why (or why not).
+    pub quick: QuickState,
+    /// The full runs that confirmed the first bad and the last good commit (a shortened
+    /// search's answer), in order.
+    pub confirmed_by: Vec<String>,
 }
 
 impl Bisection {
@@ -81,6 +97,8 @@ impl Bisection {
             confidence: None,
             failure_rate: None,
             best_so_far: None,
+            quick: QuickState::default(),
+            confirmed_by: Vec::new(),
         }
     }
 }
@@ -110,6 +128,119 @@ pub fn bisect(
         Ok(_) => return Ok(Bisection::ended(Answer::Untestable, kind)),
         Err(stop) => return stopped(stop, kind),
     }
+    // Shortened runs, only once the shortened bad end fails as the bad end did.
+    let mut quick = match tester.shortenable() {
+        Err(why) => QuickState::Off(why),
+        Ok(()) => match tester.test_quick(bad, kind) {
+            Ok(check) if check.kind == RunKind::Quick => {
+                if check.mark == Mark::Bad
+                    && check.outcome == bad_end.outcome
+                    && check.failed_at == bad_end.failed_at
+                {
+                    QuickState::Reproduces {
+                        reference: last_run(&bad_end),
+                        check: last_run(&check),
+                    }
+                } else {
+                    QuickState::SetAside(format!(
+                        "the shortened run of the bad end (run {}) {}, where the workflow {} (run {})",
+                        last_run(&check),
+                        ending(&check),
+                        ending(&bad_end),
+                        last_run(&bad_end)
+                    ))
+                }
+            }
+            Ok(check) => QuickState::Off(check.reason.clone()),
+            Err(stop) => return stopped(stop, kind),
+        },
+    };
+    loop {
+        let shortened = matches!(quick, QuickState::Reproduces { .. });
+        let mut found = match split(tester, good, commits, kind, shortened) {
+            Ok(found) => found,
+            Err(stop) => return stopped(stop, kind),
+        };
+        // The answer is about the workflow as it is: a boundary found on shortened runs is
+        // confirmed in full (the ends already ran in full).
+        if shortened {
+            let first_bad = found.first_bad.clone().expect("a boundary");
+            let last_good = found.last_good.clone().expect("a boundary");
+            let mut disagrees = None;
+            for (commit, want) in [(first_bad, Mark::Bad), (last_good, Mark::Good)] {
+                if commit == bad || commit == good {
+                    continue;
+                }
+                let t = match tester.test(&commit, kind) {
+                    Ok(t) => t,
+                    Err(stop) => return stopped(stop, kind),
+                };
+                found.confirmed_by.push(format!("{}", last_run(&t)));
+                if t.mark != want {
+                    disagrees = Some(format!(
+                        "commit {} {} shortened but its full run (run {}) {}",
+                        &commit[..7.min(commit.len())],
+                        if want == Mark::Bad {
+                            "failed"
+                        } else {
+                            "passed"
+                        },
+                        last_run(&t),
+                        ending(&t)
+                    ));
+                    break;
+                }
+            }
+            if let Some(why) = disagrees {
+                quick = QuickState::SetAside(why);
+                continue;
+            }
+        }
+        found.regress = kind;
+        found.quick = quick;
+        return Ok(found);
+    }
+}
+
+/// The number of a tested commit's last run (its folder's name), 0 when it has none.
+fn last_run(t: &Tested) -> u32 {
+    t.runs
+        .last()
+        .and_then(|p| p.file_name())
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// How a tested commit ended, in words.
+fn ending(t: &Tested) -> String {
+    match (t.mark.clone(), t.outcome) {
+        (Mark::Good, _) => "passed".into(),
+        (_, Some(o)) => {
+            let mut out = format!("failed with {o}");
+            if let Some(at) = &t.failed_at {
+                if let Some(node) = &at.node {
+                    out.push_str(&format!(" in node {node}"));
+                }
+                if at.iteration > 1 {
+                    out.push_str(&format!(" on prompt {}", at.iteration));
+                }
+            }
+            out
+        }
+        (_, None) => "could not be tested".into(),
+    }
+}
+
+/// Bisects first-parent history between ends known to pass and fail: the commit nearest the
+/// middle of what is left, shortened or in full.
+fn split(
+    tester: &mut dyn CommitTester,
+    good: &str,
+    commits: &[String],
+    kind: Option<Outcome>,
+    shortened: bool,
+) -> Result<Bisection, Stop> {
     // `lo` passed (-1: the good end), `hi` failed (n - 1: the bad end).
     let (mut lo, mut hi) = (-1i64, commits.len() as i64 - 1);
     let mut skipped: Vec<i64> = Vec::new();
@@ -121,13 +252,16 @@ pub fn bisect(
         else {
             break;
         };
-        match tester.test(&commits[pick as usize], kind) {
-            Ok(t) => match t.mark {
-                Mark::Bad => hi = pick,
-                Mark::Good => lo = pick,
-                Mark::Skip => skipped.push(pick),
-            },
-            Err(stop) => return stopped(stop, kind),
+        let commit = &commits[pick as usize];
+        let t = if shortened {
+            tester.test_quick(commit, kind)?
+        } else {
+            tester.test(commit, kind)?
+        };
+        match t.mark {
+            Mark::Bad => hi = pick,
+            Mark::Good => lo = pick,
+            Mark::Skip => skipped.push(pick),
         }
     }
     Ok(Bisection {
@@ -145,6 +279,8 @@ pub fn bisect(
         confidence: Some(1.0),
         failure_rate: None,
         best_so_far: None,
+        quick: QuickState::default(),
+        confirmed_by: Vec::new(),
     })
 }
 
@@ -191,6 +327,8 @@ impl CommitTester for FlakyHistory {
             mark: if fails { Mark::Bad } else { Mark::Good },
             reason: None,
             runs: Vec::new(),
+            kind: RunKind::Full,
+            failed_at: None,
         })
     }
 }
@@ -262,6 +400,8 @@ mod tests {
                 mark,
                 reason: None,
                 runs: Vec::new(),
+                kind: RunKind::Full,
+                failed_at: None,
             })
         }
     }
@@ -332,6 +472,86 @@ mod tests {
         // --regress: a different failure at the bad end is not the one asked about.
         let mut h = History::new(5, 3, &[]);
         assert_eq!(h.run("good", Some(Outcome::Hang)).answer, Answer::BadPasses);
+    }
+
+    /// A history whose shortened runs fail from `quick_first_bad` on, its full runs from
+    /// `first_bad` on.
+    struct Shortened {
+        inner: History,
+        quick_first_bad: usize,
+        asked: Vec<(String, RunKind)>,
+    }
+
+    impl CommitTester for Shortened {
+        fn test(&mut self, commit: &str, regress: Option<Outcome>) -> Result<Tested, Stop> {
+            self.asked.push((commit.to_string(), RunKind::Full));
+            self.inner.test(commit, regress)
+        }
+        fn test_quick(&mut self, commit: &str, _: Option<Outcome>) -> Result<Tested, Stop> {
+            self.asked.push((commit.to_string(), RunKind::Quick));
+            let i: usize = commit.trim_start_matches('c').parse().unwrap_or(0);
+            let bad = commit != "good" && i >= self.quick_first_bad;
+            Ok(Tested {
+                commit: commit.to_string(),
+                version: None,
+                outcome: Some(if bad { Outcome::Oom } else { Outcome::Pass }),
+                mark: if bad { Mark::Bad } else { Mark::Good },
+                reason: None,
+                runs: Vec::new(),
+                kind: RunKind::Quick,
+                failed_at: None,
+            })
+        }
+        fn shortenable(&mut self) -> Result<(), Option<String>> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_boundary_found_shortened_is_confirmed_in_full() {
+        let mut h = Shortened {
+            inner: History::new(16, 9, &[]),
+            quick_first_bad: 9,
+            asked: Vec::new(),
+        };
+        let line = h.inner.line();
+        let b = bisect(&mut h, "good", "c16", &line, None).unwrap();
+        assert_eq!(b.first_bad.as_deref(), Some("c9"));
+        assert!(
+            matches!(b.quick, QuickState::Reproduces { .. }),
+            "{:?}",
+            b.quick
+        );
+        let full: Vec<&str> = h
+            .asked
+            .iter()
+            .filter(|(_, k)| *k == RunKind::Full)
+            .map(|(c, _)| c.as_str())
+            .collect();
+        assert_eq!(full, ["c16", "good", "c9", "c8"]);
+    }
+
+    #[test]
+    fn a_full_run_that_disagrees_sends_the_search_back_to_full_runs() {
+        // Shortened runs fail from c3 on (say, a node that errors with few steps), the
+        // workflow from c6: the shortened boundary c3 passes in full, and the search goes on
+        // in full.
+        let mut h = Shortened {
+            inner: History::new(10, 6, &[]),
+            quick_first_bad: 3,
+            asked: Vec::new(),
+        };
+        let line = h.inner.line();
+        let b = bisect(&mut h, "good", "c10", &line, None).unwrap();
+        assert_eq!(b.first_bad.as_deref(), Some("c6"));
+        assert_eq!(b.last_good.as_deref(), Some("c5"));
+        let QuickState::SetAside(why) = &b.quick else {
+            panic!("{:?}", b.quick)
+        };
+        assert!(
+            why.starts_with("commit c3 failed shortened but its full run"),
+            "{why}"
+        );
     }
 
     #[test]

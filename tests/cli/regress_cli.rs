@@ -97,10 +97,19 @@ impl Repo {
         extra: &[&str],
         env: &[(&str, &Path)],
     ) -> (i32, Value, tempfile::TempDir) {
+        self.regress_on(SD15, extra, env)
+    }
+
+    fn regress_on(
+        &self,
+        workflow: &str,
+        extra: &[&str],
+        env: &[(&str, &Path)],
+    ) -> (i32, Value, tempfile::TempDir) {
         let before = self.state();
         let out = tempfile::tempdir().unwrap();
         let session = out.path().join("session");
-        let wf = fixture(SD15);
+        let wf = fixture(workflow);
         let mut args = vec![
             "regress",
             "--comfyui",
@@ -562,4 +571,105 @@ fn a_journal_torn_mid_write_resumes_with_nothing_lost() {
     let tested =
         result["tested"].as_array().unwrap().len() + result["skipped"].as_array().unwrap().len();
     assert_eq!(tested, read.len(), "{result:#}");
+}
+
+/// The runs of a regress result, in order: (commit subject, kind, mark).
+fn tested_kinds(doc: &Value, repo: &Repo) -> Vec<(String, String, String)> {
+    let subject_of = |commit: &str| git(&repo.dir, &["log", "-1", "--format=%s", commit]);
+    doc["tested"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                subject_of(t["commit"].as_str().unwrap()),
+                t["kind"].as_str().unwrap().to_string(),
+                t["mark"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn shortened_runs_search_history_and_the_boundary_is_confirmed_in_full() {
+    let repo = Repo::new(12, |i| {
+        if i == 7 {
+            vec![("scenario.json", oom())]
+        } else {
+            vec![]
+        }
+    });
+    let (code, doc, _out) = repo.regress_on(
+        "workflows/sd15_txt2img_20_steps.json",
+        &["--good", "good"],
+        &[],
+    );
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(subject(&doc, "first_bad"), "commit 7");
+    assert_eq!(subject(&doc, "last_good"), "commit 6");
+    assert_eq!(doc["quick"]["state"], "used");
+    let tested = tested_kinds(&doc, &repo);
+    // The ends in full, the bad end shortened (the check), then shortened commits, then the
+    // boundary in full.
+    assert_eq!(tested[0], ("commit 12".into(), "full".into(), "bad".into()));
+    assert_eq!(tested[1], ("commit 0".into(), "full".into(), "good".into()));
+    assert_eq!(
+        tested[2],
+        ("commit 12".into(), "quick".into(), "bad".into())
+    );
+    let n = tested.len();
+    assert_eq!(
+        tested[n - 2],
+        ("commit 7".into(), "full".into(), "bad".into())
+    );
+    assert_eq!(
+        tested[n - 1],
+        ("commit 6".into(), "full".into(), "good".into())
+    );
+    assert!(
+        tested[3..n - 2].iter().all(|t| t.1 == "quick"),
+        "{tested:?}"
+    );
+    let statement = doc["verdict"]["statement"].as_str().unwrap();
+    assert!(
+        statement.contains("Searched on 2-step runs, which fail as your workflow does"),
+        "{statement}"
+    );
+}
+
+#[test]
+fn a_regression_past_step_10_is_searched_in_full() {
+    let late = "{\"rules\": [{\"effect\": \"oom\", \"node\": \"KSampler\", \"at_step\": 12}]}\n";
+    let repo = Repo::new(8, |i| {
+        if i == 3 {
+            vec![("scenario.json", late.to_string())]
+        } else {
+            vec![]
+        }
+    });
+    let (code, doc, _out) = repo.regress_on(
+        "workflows/sd15_txt2img_20_steps.json",
+        &["--good", "good"],
+        &[],
+    );
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(subject(&doc, "first_bad"), "commit 3");
+    assert_eq!(doc["quick"]["state"], "set_aside");
+    let tested = tested_kinds(&doc, &repo);
+    assert_eq!(
+        tested.iter().filter(|t| t.1 == "quick").count(),
+        1,
+        "{tested:?}"
+    );
+    // With --quick off: one run fewer.
+    let (_, off, _out2) = repo.regress_on(
+        "workflows/sd15_txt2img_20_steps.json",
+        &["--good", "good", "--quick", "off"],
+        &[],
+    );
+    assert_eq!(subject(&off, "first_bad"), "commit 3");
+    assert_eq!(
+        doc["runs_total"].as_u64().unwrap(),
+        off["runs_total"].as_u64().unwrap() + 1
+    );
 }
