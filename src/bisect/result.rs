@@ -476,7 +476,7 @@ pub fn summarize_quick(
             out.state = "not_used".into();
             out.reason = why.clone();
             if let Some(why) = why {
-                out.statement = format!("Every run was of your workflow in full: {why}.");
+                out.statement = format!("All runs were full: {why}.");
             }
         }
         QuickState::Untried => out.state = "not_used".into(),

@@ -614,6 +614,11 @@ fn regress_commits(o: &mut String, res: &crate::regress::RegressResult) {
                 .map(|x| x.to_string())
                 .unwrap_or_else(|| "-".into()),
             format!("{:?}", t.mark).to_lowercase()
+                + if t.kind == crate::bisect::search::RunKind::Quick {
+                    " (shortened)"
+                } else {
+                    ""
+                }
         );
     }
     for sk in &res.skipped {
@@ -890,10 +895,23 @@ fn verdict_and_matrix(o: &mut String, res: &crate::bisect::result::BisectResult)
     );
     let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
     for c in &res.configs {
+        // A shortened run is marked: its workflow is `workflow.quick.json` in its folder.
+        let shortened = |name: &str| {
+            c.each_run
+                .iter()
+                .any(|r| r.kind == crate::bisect::search::RunKind::Quick && name.parse() == Ok(r.n))
+        };
         let runs: Vec<String> = c
             .run_dirs
             .iter()
             .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .map(|n| {
+                if shortened(&n) {
+                    format!("{n} (shortened)")
+                } else {
+                    n
+                }
+            })
             .collect();
         let ram = match c.ram_growth_per_prompt_bytes {
             Some(g) => format!(

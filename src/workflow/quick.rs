@@ -473,8 +473,8 @@ pub fn for_mode(prompt: &Map<String, Value>, quick: Quick) -> Result<Shortened, 
     let s = shorten(prompt, steps)?;
     if quick == Quick::Auto && s.full_steps < u64::from(AUTO_STEPS * AUTO_MIN_RATIO) {
         return Err(format!(
-            "its sampling has only {} steps, too few for a shortened run to save much (--quick {} asks for one anyway)",
-            s.full_steps, AUTO_STEPS
+            "its sampling has only {} steps, too few to shorten",
+            s.full_steps
         ));
     }
     Ok(s)
