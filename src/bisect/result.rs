@@ -309,6 +309,7 @@ pub fn build(
         found,
         &baseline,
         verdict_tally,
+        base,
         ran.len() - untestable,
         untestable,
         runs_total,
@@ -372,7 +373,7 @@ fn quick_summary(
             .filter(|t| t.kind == RunKind::Full && t.outcome == Outcome::Pass)
             .map(|t| t.n)
             .max(),
-        None if found.kind == VerdictKind::NoFixFound => {
+        None if found.kind == VerdictKind::NoFixFound && !found.flaky => {
             let first_quick = all
                 .iter()
                 .filter(|t| t.kind == RunKind::Quick)
@@ -484,12 +485,26 @@ pub fn summarize_quick(
     out
 }
 
+/// "hits/runs" of the full runs of a configuration, and of its shortened ones when it has
+/// any ("2/2 shortened").
+fn split_counts(t: &Tally, hit: &dyn Fn(&Trial) -> bool) -> (String, Option<String>) {
+    let count = |kind: RunKind| {
+        let runs: Vec<&Trial> = t.trials.iter().filter(|r| r.kind == kind).collect();
+        (runs.iter().filter(|r| hit(r)).count(), runs.len())
+    };
+    let (fh, fr) = count(RunKind::Full);
+    let (qh, qr) = count(RunKind::Quick);
+    let short = (qr > 0).then(|| format!("{qh}/{qr} shortened"));
+    (format!("{fh}/{fr}"), short)
+}
+
 /// The one sentence: "Fails 3/3 with your flags (CUDA out of memory); passes 5/5 with
 /// --disable-async-offload."
 pub fn statement(
     found: &Found,
     baseline: &Baseline,
     verdict: Option<&Tally>,
+    base: Option<&Tally>,
     configs_tried: usize,
     untestable: usize,
     runs: u32,
@@ -500,12 +515,20 @@ pub fn statement(
         n => format!(" ({n} more could not start on this machine: untestable here, not failures)"),
     };
     let what = found.target.map(|o| o.describe()).unwrap_or("failure");
-    let fails = format!(
-        "fails {}/{} with your flags ({what})",
-        baseline.failures, baseline.runs
-    );
+    // Runs of the workflow as it is, and shortened ones apart ("1/1 (2/2 shortened)").
+    let fails = match base.map(|t| split_counts(t, &|r| r.outcome != Outcome::Pass)) {
+        Some((full, Some(short))) => format!("fails {full} with your flags ({what}; {short})"),
+        Some((full, None)) => format!("fails {full} with your flags ({what})"),
+        None => format!(
+            "fails {}/{} with your flags ({what})",
+            baseline.failures, baseline.runs
+        ),
+    };
     let passes = verdict
-        .map(|t| format!("{}/{}", t.passes(), t.runs()))
+        .map(|t| match split_counts(t, &|r| r.outcome == Outcome::Pass) {
+            (full, Some(short)) => format!("{full} ({short})"),
+            (full, None) => full,
+        })
         .unwrap_or_default();
     let with: Vec<String> = found
         .fixing_flags

@@ -480,12 +480,6 @@ impl<'a> Search<'a> {
         }
     }
 
-    /// Whether failures are taken to be flaky (some configuration both passed and failed, or
-    /// the user asked for repeats).
-    fn flaky_mode(&self) -> bool {
-        self.flaky || self.settings.repeat > 1
-    }
-
     /// Decides [`QuickState`] from the runs so far: the shortened run of the baseline against
     /// its first full failure, then every configuration's shortened runs against its full
     /// ones. Set aside, shortened runs stay set aside.
@@ -527,7 +521,9 @@ impl<'a> Search<'a> {
             ));
             return;
         }
-        let flaky = self.flaky_mode();
+        // Fixed for the session (not `self.flaky`, which a resumed session learns only later),
+        // so a resume rebuilds the same state.
+        let flaky = self.settings.repeat > 1;
         for t in &self.tallies {
             let find = |kind: RunKind, failed: bool| {
                 t.trials.iter().find(|r| {
@@ -805,7 +801,16 @@ impl<'a> Search<'a> {
                 let all: Vec<usize> = (0..self.space.dims.len()).collect();
                 let everything = self.largest_valid(&all);
                 if let Some(config) = self.space.config(&self.space.strong(&everything)) {
-                    self.run_kind(&config, RunKind::Full)?;
+                    let outcome = self.run_kind(&config, RunKind::Full)?;
+                    // It passes as the user's workflow: the shortened runs that found no fix
+                    // are set aside (also when that configuration never ran shortened).
+                    if outcome == Outcome::Pass && self.next_kind() == RunKind::Quick {
+                        self.quick = QuickState::SetAside(format!(
+                            "{} passed as your workflow (run {}) where the shortened runs found no fix",
+                            self.describe_config(&config),
+                            self.runs
+                        ));
+                    }
                     if self.next_kind() == RunKind::Full {
                         return self.search();
                     }

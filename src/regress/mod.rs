@@ -230,7 +230,9 @@ impl Session<'_> {
             mark: Mark::Skip,
             reason: None,
             runs: Vec::new(),
-            kind: RunKind::Full,
+            // What is asked for (also for a commit skipped before it ran), unless the run
+            // says the workflow ran in full.
+            kind: run_kind,
             failed_at: None,
         };
         (self.progress)(&format!(

@@ -151,7 +151,7 @@ pub fn bisect(
                     ))
                 }
             }
-            Ok(check) => QuickState::Off(check.reason.clone()),
+            Ok(_) => QuickState::Off(Some("the workflow could not be shortened".into())),
             Err(stop) => return stopped(stop, kind),
         },
     };

@@ -98,6 +98,20 @@ pub fn summary(rec: &RunRecord, style: &Style, out: &mut dyn Write) -> io::Resul
             rec.flags.join(" ")
         }
     )?;
+    if let Some(q) = &rec.quick {
+        let what = match &q.unshortened {
+            Some(why) => format!("no, the workflow ran in full: {why}"),
+            None => format!(
+                "yes, {} (workflow.quick.json)",
+                q.changes
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        writeln!(out, "{:<14} {what}", style.bold("Shortened"))?;
+    }
     writeln!(
         out,
         "{:<14} {dynamic} (from the log)",

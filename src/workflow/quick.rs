@@ -330,8 +330,9 @@ pub fn shorten(prompt: &Map<String, Value>, steps: u32) -> Result<Shortened, Uns
 
     let splits = splits_of(prompt)?;
 
-    // Windows of one schedule, grouped by their step count.
+    // Windows of one schedule, grouped by their step count; the schedules left as they are.
     let mut windows: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    let mut blocked: std::collections::BTreeSet<u64> = Default::default();
     for (id, node) in prompt {
         let class = node.get("class_type").and_then(Value::as_str).unwrap_or("");
         let role = match role(class) {
@@ -383,8 +384,25 @@ pub fn shorten(prompt: &Map<String, Value>, steps: u32) -> Result<Shortened, Uns
                     set(&mut out, &sid, "step", k, to, "SplitSigmas", &mut changes);
                 }
             }
-            Some(Role::Window { steps: name, .. }) => match source(id, name) {
-                Some((_, _, s)) => windows.entry(s).or_default().push(id.clone()),
+            Some(Role::Window {
+                steps: name,
+                start,
+                end,
+            }) => match source(id, name) {
+                Some((_, _, s)) => {
+                    // A window bound wired from another node cannot be moved with the steps:
+                    // the whole schedule stays as it is.
+                    if let Some(b) = [start, end]
+                        .into_iter()
+                        .find(|b| input(id, b).is_some_and(Value::is_array))
+                    {
+                        left.push(format!(
+                            "node {id} ({class}): its {b} comes from another node"
+                        ));
+                        blocked.insert(s);
+                    }
+                    windows.entry(s).or_default().push(id.clone())
+                }
                 None => left.push(format!(
                     "node {id} ({class}): its {name} come from another node"
                 )),
@@ -401,42 +419,8 @@ pub fn shorten(prompt: &Map<String, Value>, steps: u32) -> Result<Shortened, Uns
     }
     for (s, ids) in windows {
         full_steps = full_steps.max(s);
-        let mut bounds = Vec::new();
-        for id in &ids {
-            let Some(Role::Window { start, end, .. }) = class_of(id).and_then(role) else {
-                continue;
-            };
-            bounds.extend(literal(id, start));
-            bounds.extend(literal(id, end));
-        }
-        let plan = Plan::new(s, &bounds, q);
-        if plan.to >= s {
-            continue;
-        }
-        for id in &ids {
-            let class = class_of(id).unwrap_or("").to_string();
-            let Some(Role::Window { steps, start, end }) = role(&class) else {
-                continue;
-            };
-            if let Some((at, input_name, _)) = source(id, steps) {
-                let at_class = class_of(&at).unwrap_or(&class).to_string();
-                set(
-                    &mut out,
-                    &at,
-                    &input_name,
-                    s,
-                    plan.to,
-                    &at_class,
-                    &mut changes,
-                );
-            }
-            for name in [start, end] {
-                if let Some(v) = literal(id, name)
-                    && v <= s
-                {
-                    set(&mut out, id, name, v, plan.map(v), &class, &mut changes);
-                }
-            }
+        if !blocked.contains(&s) {
+            shorten_windows(prompt, s, &ids, q, &mut out, &mut changes);
         }
     }
     if changes.is_empty() {
@@ -450,7 +434,7 @@ pub fn shorten(prompt: &Map<String, Value>, steps: u32) -> Result<Shortened, Uns
     }
     let quick_steps = changes
         .iter()
-        .filter(|c| matches!(c.input.as_str(), "steps"))
+        .filter(|c| matches!(c.input.as_str(), "steps" | "value"))
         .map(|c| c.to)
         .max()
         .unwrap_or(0);
@@ -478,6 +462,60 @@ pub fn for_mode(prompt: &Map<String, Value>, quick: Quick) -> Result<Shortened, 
         ));
     }
     Ok(s)
+}
+
+/// Cuts one schedule of `s` steps shared by window nodes (`KSamplerAdvanced` stages): every
+/// stage keeps a step, in order and proportion.
+fn shorten_windows(
+    prompt: &Map<String, Value>,
+    s: u64,
+    ids: &[String],
+    q: u64,
+    out: &mut Map<String, Value>,
+    changes: &mut Vec<Change>,
+) {
+    let class_of = |id: &str| -> Option<&str> {
+        prompt
+            .get(id)
+            .and_then(|n| n.get("class_type"))
+            .and_then(Value::as_str)
+    };
+    let literal = |id: &str, name: &str| {
+        prompt
+            .get(id)
+            .and_then(|n| n.get("inputs"))
+            .and_then(|i| i.get(name))
+            .and_then(Value::as_u64)
+    };
+    let mut bounds = Vec::new();
+    for id in ids {
+        let Some(Role::Window { start, end, .. }) = class_of(id).and_then(role) else {
+            continue;
+        };
+        bounds.extend(literal(id, start));
+        bounds.extend(literal(id, end));
+    }
+    let plan = Plan::new(s, &bounds, q);
+    if plan.to >= s {
+        return;
+    }
+    for id in ids {
+        let class = class_of(id).unwrap_or("").to_string();
+        let Some(Role::Window { steps, start, end }) = role(&class) else {
+            continue;
+        };
+        if let Some((at, input_name, _)) = step_source(prompt, id, steps) {
+            let at_class = class_of(&at).unwrap_or(&class).to_string();
+            set(out, &at, &input_name, s, plan.to, &at_class, changes);
+        }
+        for name in [start, end] {
+            if let Some(v) = literal(id, name)
+                && v <= s
+            {
+                set(out, id, name, v, plan.map(v), &class, changes);
+            }
+        }
+    }
 }
 
 /// The `SplitSigmas` of each scheduler (scheduler id → split node ids); an error naming a
@@ -545,6 +583,45 @@ fn step_source(prompt: &Map<String, Value>, id: &str, name: &str) -> Option<(Str
         return None;
     }
     let value = primitive.get("inputs")?.get("value")?.as_u64()?;
+    // Its consumers must take one plan: windows of one schedule, or step counts with the same
+    // least value and no split of their sigmas (else one would get another's plan).
+    let consumers: Vec<(&String, Role)> = prompt
+        .iter()
+        .filter_map(|(cid, node)| {
+            let r = node
+                .get("class_type")
+                .and_then(Value::as_str)
+                .and_then(role)?;
+            let wired = node
+                .get("inputs")
+                .and_then(Value::as_object)?
+                .values()
+                .any(|v| {
+                    v.as_array().and_then(|l| l.first()).and_then(Value::as_str) == Some(from)
+                });
+            wired.then_some((cid, r))
+        })
+        .collect();
+    let split_of = |cid: &str| {
+        prompt.values().any(|n| {
+            n.get("class_type").and_then(Value::as_str) == Some("SplitSigmas")
+                && n.get("inputs")
+                    .and_then(|i| i.get("sigmas"))
+                    .and_then(Value::as_array)
+                    .and_then(|l| l.first())
+                    .and_then(Value::as_str)
+                    == Some(cid)
+        })
+    };
+    let one_plan = consumers.len() <= 1
+        || consumers.iter().all(|(_, r)| matches!(r, Role::Window { .. }))
+        || consumers.iter().all(|(cid, r)| {
+            matches!(r, Role::Steps { min, .. } if Some(*min) == consumers.iter().find_map(|(_, r0)| match r0 { Role::Steps { min, .. } => Some(*min), _ => None }))
+                && !split_of(cid)
+        });
+    if !one_plan {
+        return None;
+    }
     let only_steps = prompt.values().all(|node| {
         let steps_name = match node
             .get("class_type")
@@ -918,6 +995,43 @@ mod tests {
             json!({"class_type": "WanSoundImageToVideo", "inputs": {"length": ["103", 0]}}),
         );
         assert!(shorten(&shared, 2).is_err());
+    }
+
+    #[test]
+    fn a_window_bound_from_another_node_leaves_its_schedule_in_full() {
+        // A community Wan 2.2 pattern: the split step is a primitive of its own.
+        let p = prompt(json!({
+            "90": {"class_type": "PrimitiveInt", "inputs": {"value": 10}},
+            "57": {"class_type": "KSamplerAdvanced", "inputs": {"steps": 20, "start_at_step": 0, "end_at_step": ["90", 0]}},
+            "58": {"class_type": "KSamplerAdvanced", "inputs": {"steps": 20, "start_at_step": ["90", 0], "end_at_step": 10000}},
+        }));
+        let why = shorten(&p, 2).unwrap_err();
+        assert!(
+            why.contains("node 57 (KSamplerAdvanced): its end_at_step comes from another node"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_primitive_feeding_step_counts_of_different_plans_is_left_alone() {
+        // A KSampler (least 1) and an OptimalStepsScheduler (least 3) on one primitive: one
+        // value cannot be right for both.
+        let p = prompt(json!({
+            "1": {"class_type": "PrimitiveInt", "inputs": {"value": 20}},
+            "2": {"class_type": "KSampler", "inputs": {"steps": ["1", 0]}},
+            "3": {"class_type": "OptimalStepsScheduler", "inputs": {"steps": ["1", 0]}},
+        }));
+        assert!(
+            shorten(&p, 2)
+                .unwrap_err()
+                .contains("come from another node")
+        );
+        // The step count of a primitive's cut is reported.
+        let one = prompt(json!({
+            "1": {"class_type": "PrimitiveInt", "inputs": {"value": 20}},
+            "2": {"class_type": "KSampler", "inputs": {"steps": ["1", 0]}},
+        }));
+        assert_eq!(shorten(&one, 2).unwrap().quick_steps, 2);
     }
 
     #[test]

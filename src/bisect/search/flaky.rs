@@ -251,6 +251,7 @@ impl Search<'_> {
     fn flaky_fix(&mut self, mask: u32, belief: &Belief) -> Result<Found, Stopped> {
         let strong = self.space.strong(&bits(mask));
         let mut choice = self.least_values(strong.clone())?;
+        let shortened = self.next_kind() == RunKind::Quick;
         // A lesser value found on shortened runs is confirmed in full too; if it fails,
         // the strongest (confirmed) stands.
         if choice != strong
@@ -258,6 +259,10 @@ impl Search<'_> {
             && !self.full_pass(&config)
             && self.run_kind(&config, RunKind::Full)? != Outcome::Pass
         {
+            // The shortened runs misled it: the posterior is made again from full runs.
+            if shortened && self.next_kind() == RunKind::Full {
+                return self.flaky_search();
+            }
             choice = strong;
         }
         Ok(self.flaky_verdict(VerdictKind::FixedBy, Some(&choice), belief))
