@@ -197,7 +197,25 @@ fn one_layer(lines: &[Vec<u8>]) -> Option<Layer> {
         .filter(|(_, left)| *left == most)
         .map(|(l, _)| l)
         .max_by_key(|l| (levels_left(l, lines), l.0.len()))?;
-    changes_the_reading(&best, lines).then_some(best)
+    (changes_the_reading(&best, lines) && leaves_lines(&best, lines)).then_some(best)
+}
+
+/// Whether what the layer leads is lines of their own: what is left once it is stripped
+/// has a letter in most of them, and is not one and the same text everywhere (a line printed
+/// again and again, an OOM of a retry loop, repeats its start as a wrapper's prefix does, but
+/// its "prefix" is the line itself).
+fn leaves_lines(layer: &Layer, lines: &[Vec<u8>]) -> bool {
+    let rests: Vec<&[u8]> = lines
+        .iter()
+        .filter_map(|l| layer.len_in(l).map(|n| &l[n..]))
+        .collect();
+    let readable = rests
+        .iter()
+        .filter(|r| r.iter().any(u8::is_ascii_alphabetic))
+        .count();
+    let first = rests.first();
+    let all_the_same = rests.iter().all(|r| Some(r) == first);
+    readable * 2 > rests.len() && !all_the_same
 }
 
 /// Of the lines that carry the layer, how many are one of ComfyUI's structural lines as they
@@ -341,6 +359,24 @@ impl<R: Read> Read for Stripper<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_printed_again_and_again_is_no_prefix() {
+        let oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.14 GiB.\n";
+        for n in [3, 20, 1000] {
+            assert!(detect(oom.repeat(n).as_bytes()).is_empty(), "{n} lines");
+        }
+        // A counter that changes is no prefix either: stripped, it leaves nothing to read.
+        let done: String = (0..40)
+            .map(|i| format!("Prompt executed in {i}.{i} seconds\n"))
+            .collect();
+        assert!(detect(done.as_bytes()).is_empty());
+        // A wrapper's prefix on a line repeated by a retry loop is still found.
+        let relayed: String = (0..5)
+            .map(|i| format!("[ComfyUI-0/STDERR] {oom}[ComfyUI-0/STDERR] Retrying ({i})\n"))
+            .collect();
+        assert!(!detect(relayed.as_bytes()).is_empty());
+    }
 
     fn stripped(log: &str) -> String {
         let p = detect(log.as_bytes());

@@ -282,3 +282,22 @@ fn a_closed_stdout_keeps_the_answers_exit_status() {
         assert_eq!(status.code(), Some(code), "{file}");
     }
 }
+
+/// One OOM line printed again and again (a retry loop), 3 lines to 100 MB: an OOM, exit 1.
+#[test]
+fn a_log_of_one_oom_line_repeated_is_an_oom() {
+    let line = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.14 GiB. GPU 0 has a total capacity of 23.99 GiB of which 0 bytes is free.\n";
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, count) in [
+        ("3-lines", 3usize),
+        ("20-mb", (20 << 20) / line.len()),
+        ("100-mb", (100 << 20) / line.len()),
+    ] {
+        let path = tmp.path().join(format!("{name}.log"));
+        std::fs::write(&path, line.repeat(count)).unwrap();
+        let out = vrambisect(&["logscan", "--json", path.to_str().unwrap()], None);
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["outcome"], "oom", "{name}: {doc:#}");
+        assert_eq!(out.status.code(), Some(1), "{name}");
+    }
+}
