@@ -331,6 +331,11 @@ fn run(
             None
         }
     };
+    // What the conversion did that the user should know of: on screen and in the record.
+    for line in workflow.iter().flat_map(|w| &w.warnings) {
+        reporter.event(&RunEvent::Notice(line.clone()));
+        problems.push(line.clone());
+    }
     let workflow = workflow.map(|w| shorten(opts, w, &mut parts, &mut problems));
     for n in 1..=opts.limits.iterations.max(1) {
         let Some(workflow) = &workflow else {

@@ -23,6 +23,8 @@ pub struct Workflow {
     /// Where it was found when the file was not workflow JSON: "the prompt saved inside this
     /// PNG image".
     pub origin: Option<String>,
+    /// What converting a UI-format workflow did that the user should know of, a line each.
+    pub warnings: Vec<String>,
 }
 
 /// The largest media file searched for a prompt.
@@ -105,10 +107,12 @@ impl Workflow {
         let Some(doc) = &self.ui else {
             return Ok(self.clone());
         };
+        let (prompt, warnings) = ui::convert_with_warnings(doc, defs)?;
         Ok(Workflow {
-            prompt: ui::convert(doc, defs)?,
+            prompt,
             ui: None,
             origin: self.origin.clone(),
+            warnings,
         })
     }
 

@@ -13,9 +13,10 @@
 //!   followed across its edges; a legacy group node's as `group:index`, its widget values
 //!   being its inner nodes' one after the other.
 //!
-//! What cannot be converted with certainty (a class this install lacks, a widget count that
-//! does not match the definition, a random choice in a dynamic prompt) is refused, naming the
-//! node: nothing is guessed.
+//! A node saved by another version of it (a widget count unlike the definition) is converted
+//! as the frontend does it, values by position, with a warning naming the node. What the
+//! frontend could not queue either (a class this install lacks, a random choice in a dynamic
+//! prompt) is refused, naming the node: nothing is guessed.
 
 use super::nodes::{NodeDefs, Widget};
 use serde_json::{Map, Value, json};
@@ -95,6 +96,15 @@ enum Source {
 
 /// Converts a UI-format workflow with the node definitions of the install it will run on.
 pub fn convert(doc: &Value, defs: &NodeDefs) -> Result<Map<String, Value>, Refusal> {
+    convert_with_warnings(doc, defs).map(|(prompt, _)| prompt)
+}
+
+/// [`convert`], with a line for each thing the frontend does that the user should know of (a
+/// node whose saved values do not match this ComfyUI's widgets, mapped by position).
+pub fn convert_with_warnings(
+    doc: &Value,
+    defs: &NodeDefs,
+) -> Result<(Map<String, Value>, Vec<String>), Refusal> {
     let whole = |reason: String| Refusal {
         node: "the workflow".into(),
         reason,
@@ -129,6 +139,7 @@ pub fn convert(doc: &Value, defs: &NodeDefs) -> Result<Map<String, Value>, Refus
         scopes: &scopes,
         subgraphs: &subgraphs,
         defs,
+        warnings: Default::default(),
     };
     let mut out = Map::new();
     for (i, scope) in scopes.iter().enumerate() {
@@ -142,7 +153,7 @@ pub fn convert(doc: &Value, defs: &NodeDefs) -> Result<Map<String, Value>, Refus
         }
     }
     drop_links_to_left_out(&mut out);
-    Ok(out)
+    Ok((out, conv.warnings.into_inner()))
 }
 
 /// Adds a scope for every subgraph node in scope `at`, and for those inside them.
@@ -185,6 +196,8 @@ struct Converter<'a> {
     scopes: &'a [Scope<'a>],
     subgraphs: &'a HashMap<String, Graph<'a>>,
     defs: &'a NodeDefs,
+    /// What the user should know of the conversion, a line each.
+    warnings: std::cell::RefCell<Vec<String>>,
 }
 
 impl<'a> Converter<'a> {
@@ -315,16 +328,28 @@ impl<'a> Converter<'a> {
                 ));
             }
         };
+        // Saved by another version of the node: the frontend maps the values to this
+        // ComfyUI's widgets by position from the start, drops those past the last widget and
+        // gives missing ones their default. What it queues is what runs, said in a warning.
         if let Some(values) = saved
             && values.len() != widgets.len()
         {
-            return Err(refusal(
-                node,
-                &format!(
-                    "it has {} widget values where this ComfyUI's definition makes {} widgets (saved by another version of the node, or a custom node's frontend changed them)",
-                    values.len(),
-                    widgets.len()
-                ),
+            let what = if values.len() > widgets.len() {
+                format!("the last {} dropped", values.len() - widgets.len())
+            } else {
+                let missing: Vec<&str> = widgets[values.len()..]
+                    .iter()
+                    .filter(|w| w.serialized)
+                    .map(|w| w.name.as_str())
+                    .collect();
+                format!("{} at its default", missing.join(", "))
+            };
+            let r = refusal(node, "");
+            self.warnings.borrow_mut().push(format!(
+                "{}: {} saved widget values where this ComfyUI's definition makes {} widgets (saved by another version of the node): mapped by position as the frontend does, {what}",
+                r.node,
+                values.len(),
+                widgets.len()
             ));
         }
         let mut out = Map::new();
@@ -333,9 +358,9 @@ impl<'a> Converter<'a> {
                 continue;
             }
             // No values saved: the widgets start at their defaults, as a new node's do.
-            let value = match (&w.fixed, saved) {
+            let value = match (&w.fixed, saved.and_then(|v| v.get(i))) {
                 (Some(fixed), _) => fixed.clone(),
-                (None, Some(values)) => values[i].clone(),
+                (None, Some(value)) => value.clone(),
                 (None, None) => w.default.clone().ok_or_else(|| {
                     refusal(
                         node,

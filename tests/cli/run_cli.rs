@@ -338,6 +338,45 @@ fn ui_format_workflow() {
     assert!(dir.join("workflow-source.json").is_file());
 }
 
+/// A node saved by a newer version of it (one widget value more): queued as the frontend
+/// would, with a warning naming it, kept in the record.
+#[test]
+fn a_node_saved_by_another_version_runs_with_a_warning() {
+    let install = FakeComfy::new("0.38.1", Value::Null);
+    let mut ui: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("workflows/ui_default.json")).unwrap(),
+    )
+    .unwrap();
+    let ksampler = ui["nodes"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|n| n["type"] == "KSampler")
+        .unwrap();
+    ksampler["widgets_values"]
+        .as_array_mut()
+        .unwrap()
+        .push(Value::from("a newer widget"));
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = tmp.path().join("newer.json");
+    std::fs::write(&wf, ui.to_string()).unwrap();
+    let (code, doc, _out) = run(&install, wf.to_str().unwrap(), &[]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["outcome"], "pass");
+    let warnings: Vec<&str> = doc["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        warnings.iter().any(|w| w.contains(
+            "(KSampler): 8 saved widget values where this ComfyUI's definition makes 7 widgets"
+        ) && w.ends_with("the last 1 dropped")),
+        "{warnings:?}"
+    );
+}
+
 #[test]
 fn malformed_workflow() {
     let install = FakeComfy::new("0.38.1", Value::Null);

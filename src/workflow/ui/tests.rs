@@ -200,19 +200,56 @@ fn dynamic_prompts_as_the_frontend_processes_them() {
     assert!(err.contains("at random"), "{err}");
 }
 
+/// Saved by another version of a node: values mapped to this ComfyUI's widgets by position
+/// from the start, as frontends 1.27 and 1.58 both do, with a warning naming the node.
 #[test]
-fn a_widget_count_unlike_the_definition_is_refused_naming_the_node() {
-    let mut ui = read(fixtures().join("pairs/template_default.ui.json"));
-    let ksampler = ui["nodes"]
-        .as_array_mut()
+fn a_widget_count_unlike_the_definition_maps_by_position_with_a_warning() {
+    let ui = read(fixtures().join("pairs/template_default.ui.json"));
+    let want = read(fixtures().join("pairs/template_default.api.json"));
+    let ksampler_id = want
+        .as_object()
         .unwrap()
-        .iter_mut()
-        .find(|n| n["type"] == "KSampler")
+        .iter()
+        .find(|(_, n)| n["class_type"] == "KSampler")
+        .map(|(id, _)| id.clone())
         .unwrap();
-    ksampler["widgets_values"].as_array_mut().unwrap().pop();
-    let err = convert(&ui, &defs()).unwrap_err();
-    assert!(err.node.ends_with("(KSampler)"), "{err}");
-    assert!(err.reason.contains("6 widget values"), "{err}");
+    let with = |f: &dyn Fn(&mut Vec<Value>)| {
+        let mut ui = ui.clone();
+        let k = ui["nodes"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|n| n["type"] == "KSampler")
+            .unwrap();
+        f(k["widgets_values"].as_array_mut().unwrap());
+        convert_with_warnings(&ui, &defs()).unwrap()
+    };
+    // One value fewer (denoise, last): it takes its default, 1.0.
+    let (prompt, warnings) = with(&|v| {
+        v.pop();
+    });
+    assert_eq!(prompt[&ksampler_id]["inputs"]["denoise"], json!(1.0));
+    assert_eq!(
+        prompt[&ksampler_id]["inputs"]["steps"],
+        want[&ksampler_id]["inputs"]["steps"]
+    );
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains(
+            "(KSampler): 6 saved widget values where this ComfyUI's definition makes 7 widgets"
+        ) && warnings[0]
+            .ends_with("mapped by position as the frontend does, denoise at its default"),
+        "{warnings:?}"
+    );
+    // One more (a widget a newer version added): dropped, the rest as saved.
+    let (prompt, warnings) = with(&|v| v.push(json!("extra")));
+    for (id, node) in want.as_object().unwrap() {
+        assert_eq!(prompt[id]["inputs"], node["inputs"], "node {id}");
+    }
+    assert!(warnings[0].ends_with("the last 1 dropped"), "{warnings:?}");
+    // As saved: no warning.
+    let (_, warnings) = with(&|_| {});
+    assert!(warnings.is_empty());
 }
 
 #[test]
