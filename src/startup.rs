@@ -14,6 +14,10 @@ pub struct StartupFacts {
     pub comfyui_version: Option<String>,
     pub comfy_aimdo_version: Option<String>,
     pub comfy_kitchen_version: Option<String>,
+    /// The frontend package ComfyUI has installed (`ComfyUI frontend version: 1.27.10`): the
+    /// frontend it serves unless started with `--front-end-root` or `--front-end-version`.
+    #[serde(default)]
+    pub frontend_version: Option<String>,
     pub pytorch_version: Option<String>,
     pub python_version: Option<String>,
     /// `true` once `DynamicVRAM support detected and enabled` is seen; `false` when a
@@ -90,6 +94,8 @@ impl StartupFacts {
             }
         } else if let Some(v) = line.strip_prefix("comfy-aimdo version: ") {
             self.comfy_aimdo_version = Some(v.trim().to_string());
+        } else if let Some(v) = line.strip_prefix("ComfyUI frontend version: ") {
+            self.frontend_version = Some(v.trim().to_string());
         } else if let Some(v) = line.strip_prefix("comfy-kitchen version: ") {
             self.comfy_kitchen_version = Some(v.trim().to_string());
         } else if line == "Disabling smart memory management" {
@@ -183,6 +189,20 @@ mod tests {
             f.observe(&normalize(line).text);
         }
         f
+    }
+
+    #[test]
+    fn the_frontend_version_is_read() {
+        let f = read("[2026-12-01 10:00:00.000] ComfyUI frontend version: 1.27.10\n");
+        assert_eq!(f.frontend_version.as_deref(), Some("1.27.10"));
+        let f = read(
+            &std::fs::read_to_string(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("fixtures/logs/format-crlf-windows.log"),
+            )
+            .unwrap(),
+        );
+        assert!(f.frontend_version.is_some(), "{f:?}");
     }
 
     #[test]
