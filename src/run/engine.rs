@@ -324,7 +324,8 @@ fn run(
     let mut problems = Vec::new();
     // A UI-format workflow becomes the prompt the frontend would queue, with the nodes this
     // ComfyUI has; what cannot be converted ends the run as an invalid workflow.
-    let workflow = match convert_workflow(opts, &client) {
+    let installed = server.feed.startup.frontend_version.clone();
+    let workflow = match convert_workflow(opts, &client, installed.as_deref()) {
         Ok(w) => Some(w),
         Err(verdict) => {
             parts.iterations.push(Iteration::from_verdict(1, &verdict));
@@ -434,11 +435,16 @@ fn keep_workflow(opts: &RunOptions) -> Result<()> {
 /// The workflow to queue: the API prompt as given, or a UI-format workflow converted with the
 /// node definitions of the ComfyUI that runs (`GET /object_info`); the verdict of a run whose
 /// workflow cannot be converted with certainty.
-fn convert_workflow(opts: &RunOptions, client: &Client) -> Result<Workflow, Classification> {
+fn convert_workflow(
+    opts: &RunOptions,
+    client: &Client,
+    installed: Option<&str>,
+) -> Result<Workflow, Classification> {
     let workflow = &opts.target.workflow;
     if workflow.ui.is_none() {
         return Ok(workflow.clone());
     }
+    let served = served_frontend(&opts.comfy_flags, installed);
     let invalid = |evidence: String, explanation: &str| Classification {
         outcome: Outcome::InvalidWorkflow,
         evidence: vec![evidence],
@@ -455,7 +461,7 @@ fn convert_workflow(opts: &RunOptions, client: &Client) -> Result<Workflow, Clas
                 "the UI-format workflow could not be converted: give the API format (Workflow → Export (API))",
             )
         })?;
-    let converted = workflow.converted(&defs).map_err(|r| {
+    let converted = workflow.converted(&defs, served.as_deref()).map_err(|r| {
         invalid(
             format!("cannot convert the UI-format workflow: {r}"),
             "the workflow could not be converted as the frontend would: open it in ComfyUI and use Workflow → Export (API), then pass that file",
@@ -497,6 +503,30 @@ fn shorten(
             w
         }
     }
+}
+
+/// The frontend version ComfyUI serves: `--front-end-version OWNER/REPO@1.30.2`'s, else the
+/// installed package's the log reported; not known for `--front-end-root` or `@latest`.
+fn served_frontend(flags: &[String], installed: Option<&str>) -> Option<String> {
+    let value = |name: &str| {
+        flags.iter().enumerate().find_map(|(i, f)| {
+            f.strip_prefix(&format!("{name}="))
+                .map(str::to_string)
+                .or_else(|| (f == name).then(|| flags.get(i + 1).cloned()).flatten())
+        })
+    };
+    if value("--front-end-root").is_some() {
+        return None;
+    }
+    if let Some(v) = value("--front-end-version") {
+        let version = v.rsplit('@').next().unwrap_or("").trim_start_matches('v');
+        return version
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_digit())
+            .then(|| version.to_string());
+    }
+    installed.map(str::to_string)
 }
 
 /// Connects the websocket (retrying for a moment right after readiness) and starts the thread

@@ -27,6 +27,39 @@ pub struct Workflow {
     pub warnings: Vec<String>,
 }
 
+/// A version as numbers (`1.58.1` → [1, 58, 1]).
+fn version_key(v: &str) -> Vec<u32> {
+    v.trim()
+        .split('.')
+        .map(|p| p.parse().unwrap_or(0))
+        .collect()
+}
+
+/// The node ids two prompts queue differently (`_meta` aside), at most eight named.
+fn differing_nodes(a: &Map<String, Value>, b: &Map<String, Value>) -> Vec<String> {
+    let strip = |n: &Value| {
+        let mut n = n.clone();
+        if let Some(o) = n.as_object_mut() {
+            o.remove("_meta");
+        }
+        n
+    };
+    let mut ids: Vec<&String> = a.keys().chain(b.keys()).collect();
+    ids.sort();
+    ids.dedup();
+    let mut out: Vec<String> = ids
+        .into_iter()
+        .filter(|id| a.get(*id).map(strip) != b.get(*id).map(strip))
+        .map(|id| id.to_string())
+        .collect();
+    if out.len() > 8 {
+        let more = out.len() - 8;
+        out.truncate(8);
+        out.push(format!("and {more} more"));
+    }
+    out
+}
+
 /// The largest media file searched for a prompt.
 const MAX_MEDIA: u64 = 512 << 20;
 
@@ -102,12 +135,53 @@ impl Workflow {
     }
 
     /// The workflow as ComfyUI's frontend would queue it on an install with these nodes
-    /// (an API workflow as it is).
-    pub fn converted(&self, defs: &nodes::NodeDefs) -> std::result::Result<Workflow, ui::Refusal> {
+    /// (an API workflow as it is), by the rules of the frontend it serves (`served`: its
+    /// version, when known; else 1.27's). Where another frontend would queue something else
+    /// and that matters (the file was saved by a newer frontend, or the one served lies
+    /// between the two recorded), a warning names the nodes.
+    pub fn converted(
+        &self,
+        defs: &nodes::NodeDefs,
+        served: Option<&str>,
+    ) -> std::result::Result<Workflow, ui::Refusal> {
         let Some(doc) = &self.ui else {
             return Ok(self.clone());
         };
-        let (prompt, warnings) = ui::convert_with_warnings(doc, defs)?;
+        let frontend = served.map_or(ui::Frontend::V1_27, ui::Frontend::of_version);
+        let (prompt, mut warnings) = ui::convert_for(doc, defs, frontend)?;
+        let other = match frontend {
+            ui::Frontend::V1_27 => ui::Frontend::V1_58,
+            ui::Frontend::V1_58 => ui::Frontend::V1_27,
+        };
+        let saved_by = doc
+            .pointer("/extra/frontendVersion")
+            .and_then(Value::as_str);
+        let newer = |a: &str, b: &str| version_key(a) > version_key(b);
+        // Saved by a newer frontend whose rules differ from the served one's.
+        let saved_newer = saved_by
+            .zip(served)
+            .filter(|(s, v)| newer(s, v) && ui::Frontend::of_version(s) != frontend);
+        let unrecorded = served.is_none_or(|v| !ui::Frontend::recorded(v));
+        if (saved_newer.is_some() || unrecorded)
+            && let Ok((alt, _)) = ui::convert_for(doc, defs, other)
+        {
+            let differ = differing_nodes(&prompt, &alt);
+            if !differ.is_empty() {
+                let nodes = differ.join(", ");
+                warnings.push(match (saved_newer, served) {
+                    (Some((saved, served)), _) => format!(
+                        "saved by frontend {saved}, newer than the {served} this ComfyUI serves: converted as {served} queues it; newer frontends queue nodes {nodes} otherwise"
+                    ),
+                    (None, Some(v)) => format!(
+                        "this ComfyUI serves frontend {v}, between the two whose conversions were recorded (1.27.10, 1.58.1): converted by the {} rules; by the other, nodes {nodes} would be queued otherwise",
+                        if frontend == ui::Frontend::V1_27 { "1.27" } else { "1.58" }
+                    ),
+                    (None, None) => format!(
+                        "which frontend this ComfyUI serves is not known: converted by the 1.27 rules; by the 1.58 rules, nodes {nodes} would be queued otherwise"
+                    ),
+                });
+            }
+        }
         Ok(Workflow {
             prompt,
             ui: None,

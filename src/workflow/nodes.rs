@@ -26,6 +26,9 @@ pub struct Widget {
     pub default: Option<Value>,
     /// The value it always sends, whatever was saved (the audio player sends "").
     pub fixed: Option<Value>,
+    /// One the frontend itself adds (the audio player, PreviewAny's text): frontend 1.27
+    /// sends it, later frontends do not.
+    pub frontend_only: bool,
 }
 
 impl Widget {
@@ -37,6 +40,7 @@ impl Widget {
             dynamic_prompts: false,
             default: None,
             fixed: None,
+            frontend_only: false,
         }
     }
 }
@@ -161,6 +165,7 @@ fn widgets_of(name: &str, spec: &Value, out: &mut Vec<Widget>) -> Result<(), Str
         dynamic_prompts: kind == "STRING" && flag("dynamicPrompts"),
         default,
         fixed: None,
+        frontend_only: false,
     });
     let control = flag("control_after_generate")
         || (kind == "INT" && (name == "seed" || name == "noise_seed"));
@@ -185,6 +190,7 @@ fn extras_of_required(class: &str, required: Option<&Map<String, Value>>, out: &
             dynamic_prompts: false,
             default: Some(Value::String(String::new())),
             fixed: Some(Value::String(String::new())),
+            frontend_only: true,
         });
     }
     if AUDIO_UI.contains(&class) {
@@ -194,6 +200,7 @@ fn extras_of_required(class: &str, required: Option<&Map<String, Value>>, out: &
             dynamic_prompts: false,
             default: Some(Value::String(String::new())),
             fixed: Some(Value::String(String::new())),
+            frontend_only: true,
         });
     }
     let option = |spec: &Value, key: &str| {

@@ -36,6 +36,42 @@ impl std::fmt::Display for Refusal {
     }
 }
 
+/// The frontend whose rules a conversion follows: ComfyUI's own frontend changed what
+/// `graphToPrompt` sends between the two lines recorded here (`fixtures/ui-workflows/pairs`
+/// with 1.27.10, `pairs-1.58` with 1.58.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frontend {
+    /// 1.27 (what ComfyUI 0.3.64 pins) and before.
+    V1_27,
+    /// 1.58 (the current line): nodes inside a bypassed subgraph are not sent; widgets the
+    /// frontend adds (the audio player, PreviewAny's text) are not sent.
+    V1_58,
+}
+
+impl Frontend {
+    /// The rules of a frontend version (`1.33.4`); from 1.28 on, the 1.58 rules (the
+    /// versions between were not recorded: where the two give different prompts the
+    /// conversion says so).
+    pub fn of_version(version: &str) -> Frontend {
+        let mut parts = version
+            .trim()
+            .split('.')
+            .map(|p| p.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        if (major, minor) < (1, 28) {
+            Frontend::V1_27
+        } else {
+            Frontend::V1_58
+        }
+    }
+
+    /// Whether conversions by this frontend's rules were recorded from that very line.
+    pub fn recorded(version: &str) -> bool {
+        let v = version.trim();
+        v.starts_with("1.27.") || v.starts_with("1.58.")
+    }
+}
+
 /// Whether `doc` is a UI-format workflow (nodes and links, not `{id: {class_type, inputs}}`).
 pub fn is_ui_format(doc: &Value) -> bool {
     doc.get("nodes").is_some_and(Value::is_array) && doc.get("links").is_some()
@@ -99,11 +135,185 @@ pub fn convert(doc: &Value, defs: &NodeDefs) -> Result<Map<String, Value>, Refus
     convert_with_warnings(doc, defs).map(|(prompt, _)| prompt)
 }
 
-/// [`convert`], with a line for each thing the frontend does that the user should know of (a
-/// node whose saved values do not match this ComfyUI's widgets, mapped by position).
+/// [`convert`] by the rules of frontend 1.27.
 pub fn convert_with_warnings(
     doc: &Value,
     defs: &NodeDefs,
+) -> Result<(Map<String, Value>, Vec<String>), Refusal> {
+    convert_for(doc, defs, Frontend::V1_27)
+}
+
+/// The prompt `frontend` would queue, with a line for each thing it does that the user should
+/// know of (a node whose saved values do not match this ComfyUI's widgets, mapped by
+/// position).
+pub fn convert_for(
+    doc: &Value,
+    defs: &NodeDefs,
+    frontend: Frontend,
+) -> Result<(Map<String, Value>, Vec<String>), Refusal> {
+    if frontend == Frontend::V1_27 {
+        return convert_doc(doc, defs, frontend);
+    }
+    // Later frontends give nodes new ids on load; converted from the renumbered workflow, the
+    // group nodes' `instance:index` ids then take theirs.
+    let (doc, renames) = renumber_on_load(doc);
+    let (prompt, warnings) = convert_doc(&doc, defs, frontend)?;
+    Ok((rename_ids(prompt, &renames), warnings))
+}
+
+/// What frontend 1.58 does to ids on load (observed in `pairs-1.58`): each legacy group node
+/// becomes a subgraph whose inner nodes get the next ids after the workflow's last, in the
+/// group's order, and then the instance one more; then, in the order of the subgraph
+/// definitions, an inner node whose id is taken (by the root graph or an earlier
+/// definition) gets the next id, in the order the definition lists its nodes. Returns the
+/// renumbered workflow and the prompt ids group nodes' nodes take (`15:0` → `18:16`).
+fn renumber_on_load(doc: &Value) -> (Value, HashMap<String, String>) {
+    let mut doc = doc.clone();
+    let mut renames = HashMap::new();
+    let id_of = |n: &Value| n.get("id").and_then(Value::as_i64);
+    let root: Vec<i64> = doc
+        .get("nodes")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(id_of).collect())
+        .unwrap_or_default();
+    let mut last = [
+        doc.get("last_node_id").and_then(Value::as_i64),
+        doc.pointer("/state/lastNodeId").and_then(Value::as_i64),
+        root.iter().copied().max(),
+    ]
+    .into_iter()
+    .flatten()
+    .max()
+    .unwrap_or(0);
+    let mut used: std::collections::HashSet<i64> = root.iter().copied().collect();
+    // Legacy group nodes.
+    let groups: HashMap<String, usize> = doc
+        .pointer("/extra/groupNodes")
+        .and_then(Value::as_object)
+        .map(|g| {
+            g.iter()
+                .map(|(name, def)| {
+                    let n = def
+                        .get("nodes")
+                        .and_then(Value::as_array)
+                        .map_or(0, Vec::len);
+                    (name.clone(), n)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut inner_of: HashMap<String, i64> = HashMap::new();
+    for node in doc
+        .get("nodes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let kind = kind_of(node);
+        let Some(name) = kind
+            .strip_prefix("workflow>")
+            .or_else(|| kind.strip_prefix("workflow/"))
+        else {
+            continue;
+        };
+        let Some(&count) = groups.get(name) else {
+            continue;
+        };
+        let first = *inner_of.entry(name.to_string()).or_insert_with(|| {
+            let first = last + 1;
+            last += count as i64;
+            first
+        });
+        last += 1;
+        let instance = last;
+        used.insert(instance);
+        for index in 0..count {
+            used.insert(first + index as i64);
+            renames.insert(
+                format!("{}:{index}", id_text(node)),
+                format!("{instance}:{}", first + index as i64),
+            );
+        }
+    }
+    // Subgraph definitions.
+    if let Some(defs) = doc
+        .pointer_mut("/definitions/subgraphs")
+        .and_then(Value::as_array_mut)
+    {
+        for def in defs {
+            let mut map: HashMap<i64, i64> = HashMap::new();
+            for node in def
+                .get_mut("nodes")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                let Some(id) = id_of(node) else { continue };
+                if used.contains(&id) {
+                    last += 1;
+                    map.insert(id, last);
+                    node["id"] = json!(last);
+                    used.insert(last);
+                } else {
+                    used.insert(id);
+                }
+            }
+            if map.is_empty() {
+                continue;
+            }
+            for link in def
+                .get_mut("links")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                for (key, index) in [("origin_id", 1), ("target_id", 3)] {
+                    let slot = match link {
+                        Value::Object(o) => o.get_mut(key),
+                        Value::Array(a) => a.get_mut(index),
+                        _ => None,
+                    };
+                    if let Some(v) = slot
+                        && let Some(new) = v.as_i64().and_then(|old| map.get(&old))
+                    {
+                        *v = json!(new);
+                    }
+                }
+            }
+        }
+    }
+    (doc, renames)
+}
+
+/// The prompt with group nodes' ids renamed (keys and the links that point at them).
+fn rename_ids(prompt: Map<String, Value>, renames: &HashMap<String, String>) -> Map<String, Value> {
+    if renames.is_empty() {
+        return prompt;
+    }
+    let rename = |id: &str| renames.get(id).cloned().unwrap_or_else(|| id.to_string());
+    prompt
+        .into_iter()
+        .map(|(id, mut entry)| {
+            if let Some(inputs) = entry.get_mut("inputs").and_then(Value::as_object_mut) {
+                for v in inputs.values_mut() {
+                    if let Some(a) = v.as_array_mut()
+                        && a.len() == 2
+                        && let Some(from) = a[0].as_str()
+                    {
+                        a[0] = json!(rename(from));
+                    }
+                }
+            }
+            (rename(&id), entry)
+        })
+        .collect()
+}
+
+/// The prompt `frontend` queues for the workflow as it was loaded.
+fn convert_doc(
+    doc: &Value,
+    defs: &NodeDefs,
+    frontend: Frontend,
 ) -> Result<(Map<String, Value>, Vec<String>), Refusal> {
     let whole = |reason: String| Refusal {
         node: "the workflow".into(),
@@ -140,6 +350,7 @@ pub fn convert_with_warnings(
         subgraphs: &subgraphs,
         defs,
         warnings: Default::default(),
+        frontend,
     };
     let mut out = Map::new();
     for (i, scope) in scopes.iter().enumerate() {
@@ -198,6 +409,7 @@ struct Converter<'a> {
     defs: &'a NodeDefs,
     /// What the user should know of the conversion, a line each.
     warnings: std::cell::RefCell<Vec<String>>,
+    frontend: Frontend,
 }
 
 impl<'a> Converter<'a> {
@@ -205,7 +417,8 @@ impl<'a> Converter<'a> {
     /// inside a bypassed one, though links through it pass it by.)
     fn inside_left_out(&self, mut i: usize) -> bool {
         while let Some((parent, node)) = self.scopes[i].parent {
-            if mode(node) == MUTED {
+            // Later frontends leave a bypassed subgraph's nodes out too.
+            if mode(node) == MUTED || (self.frontend == Frontend::V1_58 && mode(node) == BYPASSED) {
                 return true;
             }
             i = parent;
@@ -354,7 +567,7 @@ impl<'a> Converter<'a> {
         }
         let mut out = Map::new();
         for (i, w) in widgets.iter().enumerate() {
-            if !w.serialized {
+            if !w.serialized || (w.frontend_only && self.frontend == Frontend::V1_58) {
                 continue;
             }
             // No values saved: the widgets start at their defaults, as a new node's do.

@@ -35,11 +35,18 @@ fn bare(prompt: &Map<String, Value>) -> Value {
     )
 }
 
-/// Converts the pair `name` and compares it with the frontend's.
+/// Converts the pair `name` and compares it with frontend 1.27.10's.
 fn pair(name: &str) {
+    pair_of(name, "pairs", Frontend::V1_27);
+}
+
+/// Converts the pair `name` by `frontend`'s rules and compares it with that frontend's
+/// recording in `dir`.
+fn pair_of(name: &str, dir: &str, frontend: Frontend) {
     let ui = read(fixtures().join(format!("pairs/{name}.ui.json")));
-    let expected = read(fixtures().join(format!("pairs/{name}.api.json")));
-    let got = convert(&ui, &defs()).unwrap_or_else(|r| panic!("{name}: refused: {r}"));
+    let expected = read(fixtures().join(format!("{dir}/{name}.api.json")));
+    let (got, _) =
+        convert_for(&ui, &defs(), frontend).unwrap_or_else(|r| panic!("{name}: refused: {r}"));
     let expected = bare(expected.as_object().unwrap());
     let got = bare(&got);
     if got != expected {
@@ -285,4 +292,79 @@ fn malformed_or_exploding_graphs_are_refused_not_panicked_on() {
 fn braces_nested_without_end_are_refused() {
     let err = dynamic_prompt(&"{".repeat(200_000)).unwrap_err();
     assert!(err.contains("more than 64 deep"), "{err}");
+}
+
+/// Every pair recorded with frontend 1.58.1 (`pairs-1.58`, against the same ComfyUI 0.3.64)
+/// converts to the same prompt by the 1.58 rules, but for the pairs listed in `GAPS_1_58`
+/// (what the 1.58 rules do not do yet), which must differ: the list is exact.
+#[test]
+fn the_pairs_recorded_with_frontend_1_58_convert_by_its_rules() {
+    let dir = fixtures().join("pairs-1.58");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_suffix(".api.json")
+                .map(String::from)
+        })
+        .collect();
+    names.sort();
+    let mut differ: Vec<String> = Vec::new();
+    for name in &names {
+        let outcome = std::panic::catch_unwind(|| pair_of(name, "pairs-1.58", Frontend::V1_58));
+        if outcome.is_err() {
+            differ.push(name.clone());
+        }
+    }
+    let gaps: Vec<String> = GAPS_1_58.iter().map(|(n, _)| n.to_string()).collect();
+    assert_eq!(differ, gaps, "pairs that differ by the 1.58 rules");
+}
+
+/// Pairs frontend 1.58.1 converts otherwise than the 1.58 rules here, and why.
+const GAPS_1_58: &[(&str, &str)] = &[];
+
+#[test]
+fn the_served_frontend_decides_and_a_difference_is_said() {
+    use crate::workflow::Workflow;
+    assert_eq!(Frontend::of_version("1.27.10"), Frontend::V1_27);
+    assert_eq!(Frontend::of_version("1.58.1"), Frontend::V1_58);
+    assert_eq!(Frontend::of_version("1.33.4"), Frontend::V1_58);
+    let mut ui = read(fixtures().join("pairs/template_video_wan2_2_14B_s2v.ui.json"));
+    let text = |ui: &Value| Workflow::parse(&ui.to_string()).unwrap();
+    // Served 1.27.10, saved by 1.58.1: converted as 1.27 queues it, the differing nodes named.
+    ui["extra"]["frontendVersion"] = json!("1.58.1");
+    let w = text(&ui).converted(&defs(), Some("1.27.10")).unwrap();
+    assert!(w.prompt.contains_key("85:76"));
+    assert_eq!(w.warnings.len(), 1, "{:?}", w.warnings);
+    assert!(
+        w.warnings[0].starts_with("saved by frontend 1.58.1, newer than the 1.27.10 this ComfyUI serves: converted as 1.27.10 queues it; newer frontends queue nodes ")
+            && w.warnings[0].contains("85:182"),
+        "{:?}",
+        w.warnings
+    );
+    // Served 1.58.1: its own ids, nothing to say.
+    let w = text(&ui).converted(&defs(), Some("1.58.1")).unwrap();
+    assert!(
+        w.prompt.contains_key("85:182") && w.warnings.is_empty(),
+        "{:?}",
+        w.warnings
+    );
+    // A version between the two recorded: said.
+    let w = text(&ui).converted(&defs(), Some("1.40.2")).unwrap();
+    assert!(
+        w.warnings[0].starts_with("this ComfyUI serves frontend 1.40.2, between the two"),
+        "{:?}",
+        w.warnings
+    );
+    // A workflow both convert alike: nothing to say.
+    let plain = read(fixtures().join("pairs/template_default.ui.json"));
+    assert!(
+        text(&plain)
+            .converted(&defs(), None)
+            .unwrap()
+            .warnings
+            .is_empty()
+    );
 }
