@@ -16,18 +16,27 @@ waits until `window.app` (the ComfyApp) is set up, then runs in the page:
     const p = await app.graphToPrompt()
     JSON.stringify(p.output, null, 2)          // what the frontend's "Export (API)" writes
 
-and writes that text (plus a final newline) to pairs/NAME.api.json. Every workflow is recorded
-twice, each time in a fresh page; the two results must be identical (graphToPrompt must not move
-a seed with control_after_generate), otherwise the script stops with exit status 1.
+and writes that text (plus a final newline) to pairs/NAME.api.json (or to NAME.api.json in the
+--out folder). Every workflow is recorded twice, each time in a fresh page; the two results must
+be identical (graphToPrompt must not move a seed with control_after_generate), otherwise the
+script writes nothing for it and exits with status 1 at the end. An exception thrown in the page
+(loadGraphData or graphToPrompt failing) stops the script with a traceback.
 
 Options:
     --fixtures DIR   the fixtures folder (default: fixtures/ui-workflows beside this script's repo)
+    --out DIR        where NAME.api.json files are written (and, with --check, read from)
+                     (default: the pairs folder, DIR/pairs of --fixtures)
+    --frontend V     the frontend version the page must report (default: each entry's "frontend"
+                     field in pairs.json)
     --check          do not write; compare each recording with the stored .api.json and exit 1
                      on any difference
     --port N         Chromium's remote-debugging port (default 9222)
 
 The frontend version the page reports (window.__COMFYUI_FRONTEND_VERSION__) is printed and must
-equal the "frontend" field of each recorded entry in pairs.json.
+equal --frontend, or else the "frontend" field of each recorded entry in pairs.json.
+
+To record with another frontend version, serve it with ComfyUI's --front-end-root and write the
+results elsewhere, e.g. `--out fixtures/ui-workflows/pairs-1.58 --frontend 1.58.1`.
 """
 
 import argparse
@@ -200,6 +209,8 @@ def main():
     ap.add_argument("--url", required=True, help="ComfyUI's URL, e.g. http://127.0.0.1:8188")
     ap.add_argument("--chromium", required=True, help="path of a chromium binary")
     ap.add_argument("--fixtures", default=str(ROOT / "fixtures" / "ui-workflows"))
+    ap.add_argument("--out", help="folder for NAME.api.json (default: the pairs folder)")
+    ap.add_argument("--frontend", help="frontend version the page must report (default: pairs.json's)")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--port", type=int, default=9222)
     ap.add_argument("names", nargs="*")
@@ -213,19 +224,23 @@ def main():
     if unknown:
         sys.exit(f"not in pairs.json: {', '.join(unknown)}")
 
+    out = pathlib.Path(args.out) if args.out else fixtures / "pairs"
+    if not args.check:
+        out.mkdir(parents=True, exist_ok=True)
     url = args.url.rstrip("/") + "/"
     browser = Browser(args.chromium, args.port)
     failed = 0
     try:
         for name in names:
             ui_path = fixtures / "pairs" / f"{name}.ui.json"
-            api_path = fixtures / "pairs" / f"{name}.api.json"
+            api_path = out / f"{name}.api.json"
             ui_text = ui_path.read_text(encoding="utf-8")
             json.loads(ui_text)  # must be JSON as stored
             first, version = record_once(browser, url, ui_text)
             second, _ = record_once(browser, url, ui_text)
-            if version != by_name[name].get("frontend"):
-                print(f"{name}: page reports frontend {version}, pairs.json says {by_name[name].get('frontend')}")
+            expected = args.frontend or by_name[name].get("frontend")
+            if version != expected:
+                print(f"{name}: page reports frontend {version}, expected {expected}")
                 failed += 1
             if first != second:
                 print(f"{name}: two recordings differ")
