@@ -308,8 +308,10 @@ pub const SIGNATURES: &[Signature] = &[
         phase: Phase::Prompt,
         // The case of "Error code" and "Cuda" varies between TensorRT versions (`fixtures/logs/sig-tensorrt.log` and the cases below);
         // the file name and ComfyUI_TensorRT's own messages do not, which keeps the literal
-        // part case-sensitive for `logscan`'s pre-filter.
-        pattern: r"[dD]efault[aA]llocator\.cpp.*(?i:error code 1: cuda runtime)|DefaultAllocator::allocate: \d+ \(out of memory\)|TensorRT has encountered an error|Failed to load TensorRT engine|Requested amount of GPU memory \(\d+ bytes\) could not be allocated|Error Code 2: OutOfMemory",
+        // part case-sensitive for `logscan`'s pre-filter. "Failed to load TensorRT engine" is
+        // not one of them: TensorRT node packs print it for an engine built by another
+        // TensorRT version too, which they rebuild (unseen batch-19, entry 28).
+        pattern: r"[dD]efault[aA]llocator\.cpp.*(?i:error code 1: cuda runtime)|DefaultAllocator::allocate: \d+ \(out of memory\)|TensorRT has encountered an error|Requested amount of GPU memory \(\d+ bytes\) could not be allocated|Error Code 2: OutOfMemory",
         title: "TensorRT allocator error",
         meaning: "TensorRT's own CUDA allocator failed; its nodes ignore the result, so the prompt can 'succeed' with garbage output. Dynamic VRAM holding VRAM TensorRT cannot reclaim is the suspected cause",
         flags_to_try: &[
