@@ -204,7 +204,11 @@ pub fn run(
             }
         }),
         quick: spec.quick,
-        unshortenable: session::known_shortening(&target_workflow, spec.quick, &entries),
+        unshortenable: session::known_shortening(
+            &target_workflow,
+            spec.quick,
+            entries.iter().filter_map(|e| e.trial.run_dir.as_deref()),
+        ),
     };
     let mut search = Search::new(
         &space,

@@ -1160,8 +1160,14 @@ fn ending(t: &Trial) -> String {
     if t.outcome == Outcome::Pass {
         return "passed".into();
     }
-    let mut out = format!("failed with {}", t.outcome);
-    if let Some(at) = &t.failed_at {
+    failed_with(t.outcome, t.failed_at.as_ref())
+}
+
+/// A failure in words: "failed with oom in node 3 on prompt 2" (a bisect's run, a regress's
+/// commit).
+pub(crate) fn failed_with(outcome: Outcome, at: Option<&FailedAt>) -> String {
+    let mut out = format!("failed with {outcome}");
+    if let Some(at) = at {
         if let Some(node) = &at.node {
             out.push_str(&format!(" in node {node}"));
         }

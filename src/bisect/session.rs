@@ -181,10 +181,10 @@ pub fn unshortenable(
 
 /// What is known of the workflow's shortening before a run: from the API prompt given, or
 /// from the prompt a finished run converted and kept.
-pub fn known_shortening(
+pub fn known_shortening<'a>(
     workflow: &crate::workflow::Workflow,
     quick: Quick,
-    entries: &[Entry],
+    run_dirs: impl IntoIterator<Item = &'a Path>,
 ) -> Option<Option<String>> {
     if quick == Quick::Off {
         return Some(None);
@@ -192,9 +192,8 @@ pub fn known_shortening(
     if workflow.ui.is_none() {
         return Some(unshortenable(&workflow.prompt, quick));
     }
-    entries
-        .iter()
-        .filter_map(|e| e.trial.run_dir.as_deref())
+    run_dirs
+        .into_iter()
         .find_map(kept_prompt)
         .map(|p| unshortenable(&p, quick))
 }

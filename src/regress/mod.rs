@@ -634,20 +634,15 @@ impl search::CommitTester for Session<'_> {
         }
         let workflow =
             crate::workflow::Workflow::load(&self.spec.workflow).map_err(|e| Some(e.message))?;
-        let prompt = if workflow.ui.is_none() {
-            Some(workflow.prompt)
-        } else {
-            self.journal.iter().flat_map(|t| &t.runs).find_map(|dir| {
-                let text = std::fs::read_to_string(dir.join(run::folder::WORKFLOW)).ok()?;
-                serde_json::from_str(&text).ok()
-            })
-        };
-        let Some(prompt) = prompt else {
-            return Err(Some("the converted workflow was not kept".into()));
-        };
-        match crate::workflow::quick::for_mode(&prompt, self.spec.quick) {
-            Ok(_) => Ok(()),
-            Err(why) => Err(Some(why)),
+        let runs = self
+            .journal
+            .iter()
+            .flat_map(|t| &t.runs)
+            .map(PathBuf::as_path);
+        match crate::bisect::session::known_shortening(&workflow, self.spec.quick, runs) {
+            Some(None) => Ok(()),
+            Some(Some(why)) => Err(Some(why)),
+            None => Err(Some("the converted workflow was not kept".into())),
         }
     }
 }

@@ -216,18 +216,7 @@ fn last_run(t: &Tested) -> u32 {
 fn ending(t: &Tested) -> String {
     match (t.mark.clone(), t.outcome) {
         (Mark::Good, _) => "passed".into(),
-        (_, Some(o)) => {
-            let mut out = format!("failed with {o}");
-            if let Some(at) = &t.failed_at {
-                if let Some(node) = &at.node {
-                    out.push_str(&format!(" in node {node}"));
-                }
-                if at.iteration > 1 {
-                    out.push_str(&format!(" on prompt {}", at.iteration));
-                }
-            }
-            out
-        }
+        (_, Some(o)) => crate::bisect::search::failed_with(o, t.failed_at.as_ref()),
         (_, None) => "could not be tested".into(),
     }
 }

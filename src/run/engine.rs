@@ -444,7 +444,7 @@ fn convert_workflow(
     if workflow.ui.is_none() {
         return Ok(workflow.clone());
     }
-    let served = served_frontend(&opts.comfy_flags, installed);
+    let served = served_frontend(&opts.target.flags, &opts.comfy_flags, installed);
     let invalid = |evidence: String, explanation: &str| Classification {
         outcome: Outcome::InvalidWorkflow,
         evidence: vec![evidence],
@@ -505,20 +505,20 @@ fn shorten(
     }
 }
 
-/// The frontend version ComfyUI serves: `--front-end-version OWNER/REPO@1.30.2`'s, else the
-/// installed package's the log reported; not known for `--front-end-root` or `@latest`.
-fn served_frontend(flags: &[String], installed: Option<&str>) -> Option<String> {
-    let value = |name: &str| {
-        flags.iter().enumerate().find_map(|(i, f)| {
-            f.strip_prefix(&format!("{name}="))
-                .map(str::to_string)
-                .or_else(|| (f == name).then(|| flags.get(i + 1).cloned()).flatten())
-        })
-    };
-    if value("--front-end-root").is_some() {
+/// The frontend version ComfyUI serves: `--front-end-version OWNER/REPO@1.30.2`'s (read as
+/// argparse reads it, abbreviations too), else the installed package's the log reported; not
+/// known for `--front-end-root` or `@latest`.
+fn served_frontend(
+    flags: &crate::flags::help::FlagSet,
+    args: &[String],
+    installed: Option<&str>,
+) -> Option<String> {
+    let parsed = argparse::parse(flags, args, None);
+    if parsed.has("--front-end-root") {
         return None;
     }
-    if let Some(v) = value("--front-end-version") {
+    if let Some(given) = parsed.last("--front-end-version") {
+        let v = given.values.last()?;
         let version = v.rsplit('@').next().unwrap_or("").trim_start_matches('v');
         return version
             .chars()
@@ -983,6 +983,29 @@ mod tests {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         let parsed = argparse::parse(&p.flags, &args, Some(&p.version));
         decide::decide(&parsed, &Context::new(Platform::Linux))
+    }
+
+    #[test]
+    fn the_served_frontend_is_the_flags_or_the_installed_one() {
+        let p = crate::flags::profile::builtin(None);
+        let served = |args: &[&str]| {
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            served_frontend(&p.flags, &args, Some("1.27.10"))
+        };
+        assert_eq!(served(&[]).as_deref(), Some("1.27.10"));
+        assert_eq!(
+            served(&["--front-end-version", "Comfy-Org/ComfyUI_frontend@v1.58.1"]).as_deref(),
+            Some("1.58.1")
+        );
+        assert_eq!(
+            served(&["--front-end-v=Comfy-Org/ComfyUI_frontend@1.30.2"]).as_deref(),
+            Some("1.30.2")
+        );
+        assert_eq!(
+            served(&["--front-end-version", "Comfy-Org/ComfyUI_frontend@latest"]),
+            None
+        );
+        assert_eq!(served(&["--front-end-root", "/srv/frontend"]), None);
     }
 
     #[test]

@@ -312,18 +312,8 @@ pub fn shorten(prompt: &Map<String, Value>, steps: u32) -> Result<Shortened, Uns
     let mut changes: Vec<Change> = Vec::new();
     let mut left: Vec<String> = Vec::new();
     let mut full_steps = 0u64;
-    let class_of = |id: &str| -> Option<&str> {
-        prompt
-            .get(id)
-            .and_then(|n| n.get("class_type"))
-            .and_then(Value::as_str)
-    };
-    let input = |id: &str, name: &str| -> Option<&Value> {
-        prompt
-            .get(id)
-            .and_then(|n| n.get("inputs"))
-            .and_then(|i| i.get(name))
-    };
+    let class_of = |id: &str| class_of(prompt, id);
+    let input = |id: &str, name: &str| input(prompt, id, name);
     let literal = |id: &str, name: &str| input(id, name).and_then(Value::as_u64);
     // Where a step count lives: in the node, or in the `PrimitiveInt` it is wired to.
     let source = |id: &str, name: &str| step_source(prompt, id, name);
@@ -474,19 +464,8 @@ fn shorten_windows(
     out: &mut Map<String, Value>,
     changes: &mut Vec<Change>,
 ) {
-    let class_of = |id: &str| -> Option<&str> {
-        prompt
-            .get(id)
-            .and_then(|n| n.get("class_type"))
-            .and_then(Value::as_str)
-    };
-    let literal = |id: &str, name: &str| {
-        prompt
-            .get(id)
-            .and_then(|n| n.get("inputs"))
-            .and_then(|i| i.get(name))
-            .and_then(Value::as_u64)
-    };
+    let class_of = |id: &str| class_of(prompt, id);
+    let literal = |id: &str, name: &str| input(prompt, id, name).and_then(Value::as_u64);
     let mut bounds = Vec::new();
     for id in ids {
         let Some(Role::Window { start, end, .. }) = class_of(id).and_then(role) else {
@@ -521,18 +500,8 @@ fn shorten_windows(
 /// The `SplitSigmas` of each scheduler (scheduler id → split node ids); an error naming a
 /// split this module cannot follow to a scheduler it knows.
 fn splits_of(prompt: &Map<String, Value>) -> Result<BTreeMap<String, Vec<String>>, Unshortened> {
-    let class_of = |id: &str| -> Option<&str> {
-        prompt
-            .get(id)
-            .and_then(|n| n.get("class_type"))
-            .and_then(Value::as_str)
-    };
-    let input = |id: &str, name: &str| -> Option<&Value> {
-        prompt
-            .get(id)
-            .and_then(|n| n.get("inputs"))
-            .and_then(|i| i.get(name))
-    };
+    let class_of = |id: &str| class_of(prompt, id);
+    let input = |id: &str, name: &str| input(prompt, id, name);
     let literal = |id: &str, name: &str| input(id, name).and_then(Value::as_u64);
     let mut splits: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (id, node) in prompt {
@@ -562,6 +531,22 @@ fn splits_of(prompt: &Map<String, Value>) -> Result<BTreeMap<String, Vec<String>
     }
 
     Ok(splits)
+}
+
+/// A node's class in the prompt.
+fn class_of<'a>(prompt: &'a Map<String, Value>, id: &str) -> Option<&'a str> {
+    prompt
+        .get(id)
+        .and_then(|n| n.get("class_type"))
+        .and_then(Value::as_str)
+}
+
+/// A node's input in the prompt (a value, or a link `[node, slot]`).
+fn input<'a>(prompt: &'a Map<String, Value>, id: &str, name: &str) -> Option<&'a Value> {
+    prompt
+        .get(id)
+        .and_then(|n| n.get("inputs"))
+        .and_then(|i| i.get(name))
 }
 
 /// Node ids in number order where they are numbers ("3" before "10").

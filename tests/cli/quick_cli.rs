@@ -102,6 +102,23 @@ fn the_search_runs_shortened_once_one_fails_as_the_workflow_does() {
     )
     .unwrap();
     assert!(log.contains("2/2"), "{log}");
+    // The progress file gives the time per run of each kind as measured.
+    let progress: Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("session/progress.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        progress["kind"], "full",
+        "the last run was the full confirmation"
+    );
+    assert!(
+        progress["seconds_per_run"]["full"].as_f64().unwrap() > 0.0,
+        "{progress}"
+    );
+    assert!(
+        progress["seconds_per_run"]["quick"].as_f64().unwrap() > 0.0,
+        "{progress}"
+    );
     // Resumed, the finished session says the same.
     let session = tmp.path().join("session");
     let (code, again, _) = support::json(&["bisect", "--resume", session.to_str().unwrap()]);
