@@ -282,6 +282,21 @@ fn run_regress(
 ) -> Result<i32, Failure> {
     use crate::regress::Request;
     crate::signals::install();
+    if args.clean_cache {
+        let root = crate::regress::env::root();
+        let (count, bytes) = crate::regress::env::clean()
+            .map_err(|e| crate::error::io_error("remove the environments in", &root, &e))?;
+        let _ = writeln!(
+            err,
+            "regress: removed {} ({}) from {}",
+            crate::text::plural(count, "environment"),
+            crate::text::mib(bytes),
+            root.display()
+        );
+        if args.resume.is_none() && args.workflow.is_none() {
+            return Ok(crate::error::exit::OK);
+        }
+    }
     let req = match args.resume {
         Some(dir) => Request::Resume {
             dir,
@@ -320,6 +335,7 @@ fn run_regress(
                 confidence: args.confidence,
                 output: args.output,
                 quick: args.quick,
+                install: !args.no_install,
             }
         }
     };

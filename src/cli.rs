@@ -423,11 +423,11 @@ pub struct RegressArgs {
     #[arg(long, value_name = "DIR", conflicts_with = "resume")]
     pub comfyui: Option<PathBuf>,
     /// The workflow: the .json ComfyUI saved, its API export, or a file ComfyUI made with it.
-    #[arg(long, value_name = "FILE", required_unless_present = "resume")]
+    #[arg(long, value_name = "FILE", required_unless_present_any = ["resume", "clean_cache"])]
     pub workflow: Option<PathBuf>,
     /// A commit or tag where the workflow worked, or a ComfyUI-Manager snapshot (.json) taken
     /// then.
-    #[arg(long, value_name = "REV", required_unless_present = "resume")]
+    #[arg(long, value_name = "REV", required_unless_present_any = ["resume", "clean_cache"])]
     pub good: Option<String>,
     /// A commit or tag where it fails (default: the checkout's HEAD).
     #[arg(long, value_name = "REV", conflicts_with = "resume")]
@@ -466,6 +466,14 @@ pub struct RegressArgs {
     /// end does; the first bad and last good commits are confirmed in full.
     #[arg(long, value_name = "auto|off|STEPS", default_value = "auto", value_parser = crate::workflow::quick::Quick::parse, conflicts_with = "resume")]
     pub quick: crate::workflow::quick::Quick,
+    /// Skip a commit whose requirements.txt pins another comfy-aimdo or comfy-kitchen than
+    /// your Python has, instead of installing those pins into an environment of their own.
+    #[arg(long, conflicts_with = "resume")]
+    pub no_install: bool,
+    /// Remove the environments made for pinned packages (kept for later sessions in the
+    /// cache folder; docs/regress.md) and stop, unless a session is asked for too.
+    #[arg(long)]
+    pub clean_cache: bool,
     /// Your ComfyUI flags, used at every commit.
     #[arg(
         last = true,

@@ -8,6 +8,7 @@
 //! some other way) is skipped, never called bad. Every tested commit is journaled, so
 //! `--resume` repeats nothing.
 
+pub mod env;
 mod flaky;
 pub mod git;
 pub use flaky::bisect as bisect_flaky;
@@ -54,6 +55,10 @@ pub struct Spec {
     /// `--quick` (sessions made before it existed: off).
     #[serde(default = "quick_off")]
     pub quick: Quick,
+    /// Whether a commit that pins other package versions gets an environment with them
+    /// (sessions made before environments existed: no, they skipped such commits).
+    #[serde(default)]
+    pub install: bool,
 }
 
 fn quick_off() -> Quick {
@@ -94,6 +99,7 @@ pub enum Request {
         confidence: f64,
         output: Option<PathBuf>,
         quick: Quick,
+        install: bool,
     },
     Resume {
         dir: PathBuf,
@@ -127,6 +133,31 @@ pub struct Tested {
     /// Where its failing run failed (the prompt of the iterations and the node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_at: Option<FailedAt>,
+    /// The versions its runs had of the packages that move with ComfyUI (comfy-aimdo,
+    /// comfy-kitchen): the Python's own, or those installed for it.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub packages: std::collections::BTreeMap<String, String>,
+    /// The environment its pins were installed into, when the Python's own differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<crate::run::Overlay>,
+}
+
+impl Tested {
+    /// `commit` not tested yet (skipped until its runs say otherwise), asked as `kind`.
+    pub fn of(commit: &str, kind: RunKind) -> Tested {
+        Tested {
+            commit: commit.to_string(),
+            version: None,
+            outcome: None,
+            mark: Mark::Skip,
+            reason: None,
+            runs: Vec::new(),
+            kind,
+            failed_at: None,
+            packages: Default::default(),
+            environment: None,
+        }
+    }
 }
 
 /// A commit skipped, and why (`regress --json` `skipped`).
@@ -163,6 +194,54 @@ pub struct RegressResult {
     /// Shortened runs: whether the search used them, which runs were full, the time.
     #[serde(default)]
     pub quick: crate::bisect::result::QuickSummary,
+    /// The exact pins that differ between the last good and the first bad commit.
+    #[serde(default)]
+    pub pin_changes: Vec<PinChange>,
+    /// When the first bad commit changes nothing but pins: the package the regression is in.
+    #[serde(default)]
+    pub culprit_package: Option<Culprit>,
+    /// The environments this session ran commits in (their pins, folder, and whether this
+    /// session installed them or found them in the cache).
+    #[serde(default)]
+    pub environments: Vec<EnvironmentUse>,
+}
+
+/// A pinned package whose version differs between two commits (`None`: not pinned there).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinChange {
+    pub name: String,
+    pub from: Option<String>,
+    pub to: Option<String>,
+}
+
+impl std::fmt::Display for PinChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let side = |v: &Option<String>| v.clone().unwrap_or_else(|| "unpinned".into());
+        write!(
+            f,
+            "{} {} -> {}",
+            self.name,
+            side(&self.from),
+            side(&self.to)
+        )
+    }
+}
+
+/// The package a pin-only commit moved to, and where its code lives.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Culprit {
+    pub name: String,
+    pub version: String,
+    pub repository: Option<String>,
+}
+
+/// An environment a session used.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EnvironmentUse {
+    pub packages: Vec<(String, String)>,
+    pub site: PathBuf,
+    /// Installed by this session (false: found in the cache).
+    pub installed: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -192,6 +271,11 @@ struct Session<'a> {
     stopped: bool,
     /// How often each commit was asked about in this process (a flaky search asks again).
     asked: std::collections::HashMap<String, usize>,
+    /// The environments had in this process, by their pins (or why one cannot be had).
+    envs: std::collections::BTreeMap<
+        Vec<(String, String)>,
+        std::result::Result<EnvironmentUse, String>,
+    >,
 }
 
 impl Session<'_> {
@@ -223,17 +307,11 @@ impl Session<'_> {
             return Ok(t);
         }
         let info = self.repo.info(commit)?;
+        // What is asked for (also for a commit skipped before it ran), unless the run says
+        // the workflow ran in full.
         let mut tested = Tested {
-            commit: commit.to_string(),
             version: info.version.clone(),
-            outcome: None,
-            mark: Mark::Skip,
-            reason: None,
-            runs: Vec::new(),
-            // What is asked for (also for a commit skipped before it ran), unless the run
-            // says the workflow ran in full.
-            kind: run_kind,
-            failed_at: None,
+            ..Tested::of(commit, run_kind)
         };
         (self.progress)(&format!(
             "testing {}{} ({}, {}) {}",
@@ -294,12 +372,21 @@ impl Session<'_> {
         (kind, run_kind): (Option<Outcome>, RunKind),
         tested: &mut Tested,
     ) -> Result<()> {
-        if let Some(why) = tree::mismatch(
-            self.repo.show(commit, "requirements.txt").as_deref(),
-            &self.spec.python,
-        ) {
-            return Err(Error::untestable(why));
-        }
+        let requirements = self.repo.show(commit, "requirements.txt");
+        let (mut packages, differing) = tree::held(requirements.as_deref(), &self.spec.python);
+        let overlay = if differing.is_empty() {
+            None
+        } else {
+            let used = self.environment(&differing)?;
+            packages.extend(used.packages.iter().cloned());
+            let overlay = crate::run::Overlay {
+                site: used.site,
+                packages: used.packages,
+            };
+            tested.environment = Some(overlay.clone());
+            Some(overlay)
+        };
+        tested.packages = packages;
         tree::prepare(&self.repo, commit, &self.spec.comfyui, tree)?;
         let target = Target::load(
             &self.export(tree, commit),
@@ -349,6 +436,7 @@ impl Session<'_> {
             if run_kind == RunKind::Quick {
                 opts.quick = self.spec.quick;
             }
+            opts.overlay = overlay.clone();
             let record = run::execute(&opts, &mut run::Silent)?;
             tested.outcome = Some(record.outcome);
             // What was asked for, unless the workflow ran in full (and says why).
@@ -406,6 +494,65 @@ impl Session<'_> {
             tested.mark = Mark::Good;
         }
         Ok(())
+    }
+}
+
+impl Session<'_> {
+    /// The environment with the pins this Python does not satisfy: made once per session
+    /// (from the cache when an earlier session made it). Untestable when it cannot be had.
+    fn environment(&mut self, differing: &[env::Differing]) -> Result<EnvironmentUse> {
+        let listed = differing
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        if !self.spec.install {
+            return Err(Error::untestable(format!(
+                "its requirements.txt pins {listed}: not installed (--no-install)"
+            )));
+        }
+        let pins: Vec<(String, String)> = differing
+            .iter()
+            .map(|d| (d.name.clone(), d.want.clone()))
+            .collect();
+        if let Some(known) = self.envs.get(&pins) {
+            return known.clone().map_err(Error::untestable);
+        }
+        let wanted = pins
+            .iter()
+            .map(|(n, v)| format!("{n}=={v}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let progress = &mut *self.progress;
+        let mut installing = || {
+            progress(&format!(
+                "installing {wanted} into an environment of its own (your Python is not changed)"
+            ))
+        };
+        let made = env::prepare(&self.spec.python, &pins, &mut installing);
+        if signals::requested() != Stop::No {
+            self.stopped = true;
+            return Err(Error {
+                kind: ErrorKind::Interrupted,
+                ..Error::usage("stopped")
+            });
+        }
+        let used = made
+            .map(|(overlay, how)| EnvironmentUse {
+                packages: overlay.packages,
+                site: overlay.site,
+                installed: how == env::Made::Installed,
+            })
+            .map_err(|why| {
+                format!("its requirements.txt pins {listed}, which could not be installed: {why}")
+            });
+        if let Ok(u) = &used
+            && !u.installed
+        {
+            (self.progress)(&format!("{wanted}: from the cache, {}", u.site.display()));
+        }
+        self.envs.insert(pins, used.clone());
+        used.map_err(Error::untestable)
     }
 }
 
@@ -509,6 +656,7 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
             confidence,
             output,
             quick,
+            install: install_pins,
         } => {
             let repo = Repo::open(&comfyui.path)?;
             let install = crate::install::Install::open(&comfyui.path)?;
@@ -571,6 +719,7 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
                 confidence,
                 limits,
                 quick,
+                install: install_pins,
             };
             run::folder::write_json(&dir.join(SPEC_FILE), &spec)?;
             crate::private::create_dir_all(&dir.join("runs"))
@@ -590,6 +739,7 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
         progress,
         stopped: false,
         asked: Default::default(),
+        envs: Default::default(),
     };
     let result = search(&mut s, &commits);
     let _ = std::fs::remove_dir_all(s.dir.join("trees"));
@@ -769,6 +919,35 @@ fn finish(
         }
         _ => None,
     };
+    let (pin_changes, culprit_package) = match (&last_good, &first_bad) {
+        (Some(lg), Some(fb)) => pins_between(&s.repo, &lg.commit, &fb.commit),
+        _ => (Vec::new(), None),
+    };
+    // Which commit is first bad is not known when some could not be tested.
+    let culprit_package = culprit_package.filter(|_| could_be.is_empty());
+    let statement = match (&culprit_package, pin_changes.is_empty()) {
+        (Some(c), _) => format!(
+            "{} It changes only the pin of {}: the regression is in {} {}{}.",
+            statement,
+            c.name,
+            c.name,
+            c.version,
+            c.repository
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        ),
+        (None, false) => format!(
+            "{} Pins changed between them: {}.",
+            statement,
+            pin_changes
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        (None, true) => statement,
+    };
     let mut statement = how_sure(statement, kind_name, &found_flaky, s.runs);
     let quick = quick_summary(s, &quick, &confirmed_by);
     if !quick.statement.is_empty() && kind_name == "first_bad_found" {
@@ -813,7 +992,70 @@ fn finish(
         reproduce,
         continue_with,
         quick,
+        pin_changes,
+        culprit_package,
+        environments: s.envs.values().filter_map(|e| e.clone().ok()).collect(),
     })
+}
+
+/// Where the code of a pinned package lives.
+fn repository_of(package: &str) -> Option<&'static str> {
+    Some(match package {
+        "comfy-aimdo" => "https://github.com/Comfy-Org/comfy-aimdo",
+        "comfy-kitchen" => "https://github.com/Comfy-Org/comfy-kitchen",
+        "comfyui-frontend-package" => "https://github.com/Comfy-Org/ComfyUI_frontend",
+        "comfyui-workflow-templates" => "https://github.com/Comfy-Org/workflow_templates",
+        "comfyui-embedded-docs" => "https://github.com/Comfy-Org/embedded-docs",
+        _ => return None,
+    })
+}
+
+/// The exact pins of `requirements.txt` that differ from `a` to `b`.
+fn pin_changes(repo: &Repo, a: &str, b: &str) -> Vec<PinChange> {
+    let read = |c: &str| -> std::collections::BTreeMap<String, String> {
+        repo.show(c, "requirements.txt")
+            .map(|r| tree::pins(&r).into_iter().collect())
+            .unwrap_or_default()
+    };
+    let (before, after) = (read(a), read(b));
+    let names: std::collections::BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    names
+        .into_iter()
+        .filter(|n| before.get(*n) != after.get(*n))
+        .map(|n| PinChange {
+            name: n.clone(),
+            from: before.get(n).cloned(),
+            to: after.get(n).cloned(),
+        })
+        .collect()
+}
+
+/// The pins that changed from the last good to the first bad commit, and the package the
+/// regression is in when the first bad commit changes only `requirements.txt` and in it the
+/// pin of one package.
+fn pins_between(
+    repo: &Repo,
+    last_good: &str,
+    first_bad: &str,
+) -> (Vec<PinChange>, Option<Culprit>) {
+    let changes = pin_changes(repo, last_good, first_bad);
+    if changes.is_empty() {
+        return (changes, None);
+    }
+    let parent = format!("{first_bad}^");
+    let files = repo
+        .git(&["diff", "--name-only", &parent, first_bad])
+        .unwrap_or_default();
+    let own = pin_changes(repo, &parent, first_bad);
+    let culprit = match (files.trim(), own.as_slice()) {
+        ("requirements.txt", [one]) => one.to.as_ref().map(|v| Culprit {
+            name: one.name.clone(),
+            version: v.clone(),
+            repository: repository_of(&one.name).map(str::to_string),
+        }),
+        _ => None,
+    };
+    (changes, culprit)
 }
 
 /// The command that continues a session stopped early (with a larger budget when the
@@ -902,7 +1144,15 @@ pub fn render(
             t.outcome
                 .map(|o| o.to_string())
                 .unwrap_or_else(|| "-".into()),
-            format!("{:?}", t.mark).to_lowercase(),
+            format!("{:?}", t.mark).to_lowercase()
+                + &t.environment
+                    .as_ref()
+                    .map(|e| {
+                        let pins: Vec<String> =
+                            e.packages.iter().map(|(n, v)| format!("{n} {v}")).collect();
+                        format!(" ({} installed for it)", pins.join(", "))
+                    })
+                    .unwrap_or_default(),
         ]);
     }
     for sk in &r.skipped {

@@ -310,14 +310,9 @@ impl CommitTester for FlakyHistory {
         let i: usize = commit.trim_start_matches('c').parse().unwrap_or(0);
         let fails = i >= self.first_bad && self.next() < self.rate;
         Ok(Tested {
-            commit: commit.to_string(),
-            version: None,
             outcome: Some(if fails { Outcome::Oom } else { Outcome::Pass }),
             mark: if fails { Mark::Bad } else { Mark::Good },
-            reason: None,
-            runs: Vec::new(),
-            kind: RunKind::Full,
-            failed_at: None,
+            ..Tested::of(commit, RunKind::Full)
         })
     }
 }
@@ -383,14 +378,9 @@ mod tests {
                 Some(_) => Mark::Good,
             };
             Ok(Tested {
-                commit: commit.to_string(),
-                version: None,
                 outcome,
                 mark,
-                reason: None,
-                runs: Vec::new(),
-                kind: RunKind::Full,
-                failed_at: None,
+                ..Tested::of(commit, RunKind::Full)
             })
         }
     }
@@ -481,14 +471,9 @@ mod tests {
             let i: usize = commit.trim_start_matches('c').parse().unwrap_or(0);
             let bad = commit != "good" && i >= self.quick_first_bad;
             Ok(Tested {
-                commit: commit.to_string(),
-                version: None,
                 outcome: Some(if bad { Outcome::Oom } else { Outcome::Pass }),
                 mark: if bad { Mark::Bad } else { Mark::Good },
-                reason: None,
-                runs: Vec::new(),
-                kind: RunKind::Quick,
-                failed_at: None,
+                ..Tested::of(commit, RunKind::Quick)
             })
         }
         fn shortenable(&mut self) -> Result<(), Option<String>> {

@@ -77,8 +77,19 @@ fn normalise(name: &str) -> String {
 
 /// The installed versions of `names` in `python` (absent: not installed).
 pub fn installed(python: &Path, names: &[String]) -> BTreeMap<String, String> {
-    let script = "import sys\nimport importlib.metadata as m\nfor n in sys.argv[1:]:\n    try:\n        print(n, m.version(n))\n    except Exception:\n        pass\n";
+    installed_with(python, None, names)
+}
+
+/// The versions of `names` that `python` imports with `site` (an environment's folder) in
+/// front of its own packages.
+pub fn installed_with(
+    python: &Path,
+    site: Option<&Path>,
+    names: &[String],
+) -> BTreeMap<String, String> {
+    let script = "import sys\nimport importlib.metadata as m\nif sys.argv[1]:\n    sys.path.insert(0, sys.argv[1])\nfor n in sys.argv[2:]:\n    try:\n        print(n, m.version(n))\n    except Exception:\n        pass\n";
     let mut args: Vec<String> = vec!["-c".into(), script.into()];
+    args.push(site.map(|s| s.display().to_string()).unwrap_or_default());
     args.extend(names.iter().cloned());
     // As an OsStr: duct would run a bare `python3` given as a Path as `./python3`.
     let out = crate::process::output_with_timeout(
@@ -96,35 +107,35 @@ pub fn installed(python: &Path, names: &[String]) -> BTreeMap<String, String> {
     found
 }
 
-/// Why this commit's requirements make a run with `python` meaningless: comfy-aimdo or
-/// comfy-kitchen pinned to another version than the one installed (they move with ComfyUI).
-/// A pinned package that is not installed at all says nothing about this Python and is left
-/// alone.
-pub fn mismatch(requirements: Option<&str>, python: &Path) -> Option<String> {
+/// The held pins of a commit's requirements (see [`HELD`]) and the versions `python` has of
+/// them: those it has at another version differ. A pinned package that is not installed at
+/// all says nothing about this Python and is left alone.
+pub fn held(
+    requirements: Option<&str>,
+    python: &Path,
+) -> (BTreeMap<String, String>, Vec<super::env::Differing>) {
     // The frontend, template and docs packages are pinned exactly too and move every few
     // days, but an older one does not change what a workflow does to memory.
-    let pins: Vec<(String, String)> = pins(requirements?)
+    let pins: Vec<(String, String)> = requirements
+        .map(pins)
+        .unwrap_or_default()
         .into_iter()
         .filter(|(n, _)| HELD.contains(&n.as_str()))
         .collect();
-    if pins.is_empty() {
-        return None;
-    }
-    let names: Vec<String> = pins.iter().map(|(n, _)| n.clone()).collect();
+    let names: Vec<String> = HELD.iter().map(|n| n.to_string()).collect();
     let have = installed(python, &names);
-    let wrong: Vec<String> = pins
+    let differing = pins
         .iter()
         .filter_map(|(n, want)| {
             let got = have.get(n)?;
-            (got != want).then(|| format!("{n}=={want} (this Python has {got})"))
+            (got != want).then(|| super::env::Differing {
+                name: n.clone(),
+                want: want.clone(),
+                have: got.clone(),
+            })
         })
         .collect();
-    (!wrong.is_empty()).then(|| {
-        format!(
-            "its requirements.txt pins {}: install them in a separate environment to test it",
-            wrong.join(", ")
-        )
-    })
+    (have, differing)
 }
 
 /// The pinned packages whose version decides how ComfyUI uses memory.

@@ -603,13 +603,31 @@ fn regress_commits(o: &mut String, res: &crate::regress::RegressResult) {
         "Commits tested on first-parent history (vrambisect regress, {}):\n",
         crate::text::plural(res.runs_total as usize, "run")
     );
-    let _ = writeln!(o, "| commit | version | outcome | |\n|---|---|---|---|");
+    let _ = writeln!(
+        o,
+        "| commit | version | packages | outcome | |\n|---|---|---|---|---|"
+    );
     for t in &res.tested {
+        let packages: Vec<String> = t
+            .packages
+            .iter()
+            .map(|(n, v)| {
+                let installed = t
+                    .environment
+                    .as_ref()
+                    .is_some_and(|e| e.packages.iter().any(|(p, _)| p == n));
+                format!(
+                    "{n} {v}{}",
+                    if installed { " (installed for it)" } else { "" }
+                )
+            })
+            .collect();
         let _ = writeln!(
             o,
-            "| `{}` | {} | {} | {} |",
+            "| `{}` | {} | {} | {} | {} |",
             &t.commit[..7.min(t.commit.len())],
             t.version.as_deref().unwrap_or("?"),
+            cell(&packages.join(", ")),
             t.outcome
                 .map(|x| x.to_string())
                 .unwrap_or_else(|| "-".into()),
@@ -624,7 +642,7 @@ fn regress_commits(o: &mut String, res: &crate::regress::RegressResult) {
     for sk in &res.skipped {
         let _ = writeln!(
             o,
-            "| `{}` | | skipped | {} |",
+            "| `{}` | | | skipped | {} |",
             &sk.commit[..7.min(sk.commit.len())],
             cell(&sk.reason)
         );

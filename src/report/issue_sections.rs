@@ -276,8 +276,11 @@ fn the_commits_a_regress_tested() {
         "last_good": {"commit": "e0620950000000000000000000000000000000cd", "subject": "docs", "version": "0.38.1", "date": "2026-11-19"},
         "could_be": [], "runs_total": 4,
         "tested": [
-            {"commit": "85bd36f0000000000000000000000000000000ab", "version": "0.38.1", "outcome": "oom", "mark": "bad", "reason": null, "runs": ["/s/runs/001"]},
-            {"commit": "e0620950000000000000000000000000000000cd", "version": "0.38.1", "outcome": "pass", "mark": "good", "reason": null, "runs": ["/s/runs/002"]}
+            {"commit": "85bd36f0000000000000000000000000000000ab", "version": "0.38.1", "outcome": "oom", "mark": "bad", "reason": null, "runs": ["/s/runs/001"],
+             "packages": {"comfy-aimdo": "0.5.5", "comfy-kitchen": "0.2.7"}},
+            {"commit": "e0620950000000000000000000000000000000cd", "version": "0.38.1", "outcome": "pass", "mark": "good", "reason": null, "runs": ["/s/runs/002"],
+             "packages": {"comfy-aimdo": "0.5.4", "comfy-kitchen": "0.2.7"},
+             "environment": {"site": "/cache/envs/comfy-aimdo-0.5.4-0123456789abcdef/site-packages", "packages": [["comfy-aimdo", "0.5.4"]]}}
         ],
         "skipped": [{"commit": "aaaaaaa000000000000000000000000000000000", "reason": "it does not take these flags: unrecognized arguments: --disable-dynamic-vram"}],
         "commits": 10, "session_dir": "/s",

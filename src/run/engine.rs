@@ -203,6 +203,7 @@ fn assemble(
         defaults: opts.target.defaults.clone(),
         run_kind: parts.run_kind,
         quick: parts.quick,
+        overlay: opts.overlay.clone(),
     };
     if let Some(summary) = summary {
         apply_samples(&mut record, summary);

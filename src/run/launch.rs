@@ -196,9 +196,13 @@ pub fn launch(
             ("PYTHONIOENCODING".into(), "utf-8".into()),
         ];
         env.extend(opts.env.iter().cloned());
+        let args: Vec<String> = match &opts.overlay {
+            Some(o) => o.boot_args().into_iter().chain(argv.clone()).collect(),
+            None => argv.clone(),
+        };
         let spec = process::Spec {
             program: opts.target.python.path.as_os_str(),
-            args: &argv,
+            args: &args,
             dir: &opts.target.install.dir,
             env: &env,
         };

@@ -117,6 +117,7 @@ impl RunOptions {
             cuda: false,
             debug_log: false,
             quick: crate::workflow::quick::Quick::Off,
+            overlay: None,
         }
     }
 }
@@ -146,7 +147,39 @@ pub struct RunOptions {
     pub debug_log: bool,
     /// Queue a shortened copy of the workflow (`--quick`); `Off` for the workflow as it is.
     pub quick: crate::workflow::quick::Quick,
+    /// Packages put in front of the Python's own (regress's environment for a commit that
+    /// pins other versions).
+    pub overlay: Option<Overlay>,
 }
+
+/// A folder of packages put in front of the Python's own when ComfyUI starts, and the
+/// `name==version` pins it was made for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Overlay {
+    pub site: PathBuf,
+    pub packages: Vec<(String, String)>,
+}
+
+impl Overlay {
+    /// What goes between the interpreter and `main.py`: a few lines that add the folder in
+    /// front of the Python's packages (as a site folder: its `.pth` files count) and run
+    /// `main.py` as `python main.py` would. `PYTHONPATH` would do for a venv or conda, but
+    /// the portable build's embeddable Python ignores it (its `._pth` file), and keeps the
+    /// script's folder off `sys.path` (the folder of the `main.py` run is put first).
+    pub fn boot_args(&self) -> Vec<String> {
+        vec!["-c".into(), BOOT.into(), self.site.display().to_string()]
+    }
+}
+
+const BOOT: &str = "import os, runpy, site, sys\n\
+d = sys.argv[1]\n\
+m = os.path.abspath(sys.argv[2])\n\
+b = [p for p in sys.path if p]\n\
+site.addsitedir(d)\n\
+n = [p for p in sys.path if p not in b]\n\
+sys.path[:] = [os.path.dirname(m)] + n + b\n\
+sys.argv = sys.argv[2:]\n\
+runpy.run_path(m, run_name='__main__')\n";
 
 /// What the engine tells its displays as the run goes.
 #[derive(Debug, Clone, PartialEq)]

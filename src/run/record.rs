@@ -162,6 +162,10 @@ pub struct RunRecord {
     /// What a shortened run changed, or why it ran in full (only when one was asked for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quick: Option<Shortening>,
+    /// Packages installed for this run in front of the Python's own (regress's environment
+    /// for a commit that pins other versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<super::Overlay>,
 }
 
 /// RAM not given back after prompts: a finding of its own, whatever the outcome.

@@ -18,6 +18,7 @@ mod parsers_prop;
 mod quick_cli;
 mod real_nvidia;
 mod regress_cli;
+mod regress_pins;
 mod report_cli;
 mod run_cli;
 mod run_sampling;

@@ -15,12 +15,12 @@ use support::{fixture, json, root};
 const SD15: &str = "workflows/sd15_txt2img.json";
 
 /// A git repository made from the stand-in.
-struct Repo {
+pub(crate) struct Repo {
     _tmp: tempfile::TempDir,
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
@@ -55,19 +55,35 @@ fn copy_dir(from: &Path, to: &Path) {
 
 impl Repo {
     /// Commit 0 is the stand-in passing; then one commit per step, each changing the files
-    /// `step(i)` returns (path, content) and committed as `commit i`.
-    fn new(n: usize, step: impl Fn(usize) -> Vec<(&'static str, String)>) -> Repo {
+    /// `step(i)` returns (path, content) and committed as `commit i` (with CHANGES.txt).
+    pub(crate) fn new(n: usize, step: impl Fn(usize) -> Vec<(&'static str, String)>) -> Repo {
+        Repo::new_from(n, &[], &[], step)
+    }
+
+    /// As [`Repo::new`], with `first` (path, content) in commit 0, and the commits `only`
+    /// changing nothing but what their step gives.
+    pub(crate) fn new_from(
+        n: usize,
+        first: &[(&str, String)],
+        only: &[usize],
+        step: impl Fn(usize) -> Vec<(&'static str, String)>,
+    ) -> Repo {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("ComfyUI");
         copy_dir(&root().join("fixtures/fake-comfyui"), &dir);
         std::fs::write(dir.join("scenario.json"), "{\"rules\": []}\n").unwrap();
+        for (path, content) in first {
+            std::fs::write(dir.join(path), content).unwrap();
+        }
         git(&dir, &["init", "-q", "-b", "master"]);
         git(&dir, &["add", "-A"]);
         git(&dir, &["commit", "-q", "-m", "commit 0"]);
         git(&dir, &["tag", "good"]);
         for i in 1..=n {
             let mut changes = step(i);
-            changes.push(("CHANGES.txt", format!("{i}\n")));
+            if !only.contains(&i) {
+                changes.push(("CHANGES.txt", format!("{i}\n")));
+            }
             for (path, content) in changes {
                 std::fs::write(dir.join(path), content).unwrap();
             }
@@ -78,7 +94,7 @@ impl Repo {
     }
 
     /// What must not change: HEAD, the branch, the status, the stash, the bisect state.
-    fn state(&self) -> (String, String, String, String, bool) {
+    pub(crate) fn state(&self) -> (String, String, String, String, bool) {
         (
             git(&self.dir, &["rev-parse", "HEAD"]),
             git(&self.dir, &["rev-parse", "--abbrev-ref", "HEAD"]),
@@ -92,7 +108,7 @@ impl Repo {
         self.regress_with(extra, &[])
     }
 
-    fn regress_with(
+    pub(crate) fn regress_with(
         &self,
         extra: &[&str],
         env: &[(&str, &Path)],
@@ -125,6 +141,9 @@ impl Repo {
         args.insert(1, "--json");
         let mut cmd = support::vrambisect();
         cmd.args(&args);
+        // pip never reaches the network; environments go in the test's own cache.
+        cmd.env("PIP_NO_INDEX", "1")
+            .env("VRAMBISECT_CACHE_DIR", out.path().join("cache"));
         for (k, v) in env {
             cmd.env(k, v);
         }
