@@ -256,6 +256,7 @@ fn bisect_request(args: BisectArgs) -> Result<crate::bisect::command::Request, F
                 output: args.output,
                 custom_nodes_check: !args.no_custom_nodes_check,
                 quick: args.quick,
+                overlay: None,
             }))
         }
         // clap requires it without --resume.
@@ -336,6 +337,7 @@ fn run_regress(
                 output: args.output,
                 quick: args.quick,
                 install: !args.no_install,
+                then_bisect: args.then_bisect,
             }
         }
     };

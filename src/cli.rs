@@ -474,6 +474,11 @@ pub struct RegressArgs {
     /// cache folder; docs/regress.md) and stop, unless a session is asked for too.
     #[arg(long)]
     pub clean_cache: bool,
+    /// Once the first bad commit is found, bisect the flags on it (the same workflow, flags,
+    /// repeats and shortened runs), in the same session folder: which flags make that
+    /// version work.
+    #[arg(long, conflicts_with = "resume")]
+    pub then_bisect: bool,
     /// Your ComfyUI flags, used at every commit.
     #[arg(
         last = true,

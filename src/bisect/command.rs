@@ -69,6 +69,8 @@ pub struct NewSession {
     pub custom_nodes_check: bool,
     /// `--quick`.
     pub quick: crate::workflow::quick::Quick,
+    /// Packages put in front of the Python's own (see [`SessionSpec::overlay`]).
+    pub overlay: Option<crate::run::Overlay>,
 }
 
 impl NewSession {
@@ -91,6 +93,7 @@ impl NewSession {
             env: self.env.clone(),
             custom_nodes_check: self.custom_nodes_check,
             quick: self.quick,
+            overlay: self.overlay.clone(),
         }
     }
 }
@@ -183,6 +186,7 @@ pub fn run(
     let opts = RunOptions {
         env: spec.env.clone(),
         nvml_lib: req.nvml_lib.clone(),
+        overlay: spec.overlay.clone(),
         ..RunOptions::new(target, limits, dir.clone())
     };
     let mut progress = BisectProgress::new(

@@ -46,6 +46,10 @@ pub struct SessionSpec {
     /// `--quick` (sessions made before it existed: off).
     #[serde(default = "quick_off")]
     pub quick: Quick,
+    /// Packages put in front of the Python's own (`regress --then-bisect` on a commit that
+    /// pins other versions than the Python has).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<crate::run::Overlay>,
 }
 
 fn quick_off() -> Quick {

@@ -13,7 +13,9 @@ mod flaky;
 pub mod git;
 pub use flaky::bisect as bisect_flaky;
 pub mod search;
+mod then;
 pub mod tree;
+pub use then::BISECT_DIR;
 
 use crate::bisect::search::{FailedAt, RunKind};
 use crate::error::{Error, ErrorKind, Result, exit};
@@ -59,6 +61,9 @@ pub struct Spec {
     /// (sessions made before environments existed: no, they skipped such commits).
     #[serde(default)]
     pub install: bool,
+    /// `--then-bisect`: bisect the flags on the first bad commit once it is known.
+    #[serde(default)]
+    pub then_bisect: bool,
 }
 
 fn quick_off() -> Quick {
@@ -100,6 +105,7 @@ pub enum Request {
         output: Option<PathBuf>,
         quick: Quick,
         install: bool,
+        then_bisect: bool,
     },
     Resume {
         dir: PathBuf,
@@ -204,6 +210,10 @@ pub struct RegressResult {
     /// session installed them or found them in the cache).
     #[serde(default)]
     pub environments: Vec<EnvironmentUse>,
+    /// `--then-bisect`: the bisect of the flags on the first bad commit (its session folder
+    /// is `bisect/` in this one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub then_bisect: Option<Box<crate::bisect::result::BisectResult>>,
 }
 
 /// A pinned package whose version differs between two commits (`None`: not pinned there).
@@ -354,7 +364,7 @@ impl Session<'_> {
     }
 
     /// A commit's export, as the folder a run starts ComfyUI in.
-    fn export(&self, tree: &Path, commit: &str) -> crate::locate::Chosen {
+    pub(super) fn export(&self, tree: &Path, commit: &str) -> crate::locate::Chosen {
         crate::locate::Chosen {
             path: tree.to_path_buf(),
             source: format!(
@@ -500,7 +510,7 @@ impl Session<'_> {
 impl Session<'_> {
     /// The environment with the pins this Python does not satisfy: made once per session
     /// (from the cache when an earlier session made it). Untestable when it cannot be had.
-    fn environment(&mut self, differing: &[env::Differing]) -> Result<EnvironmentUse> {
+    pub(super) fn environment(&mut self, differing: &[env::Differing]) -> Result<EnvironmentUse> {
         let listed = differing
             .iter()
             .map(|d| d.to_string())
@@ -657,6 +667,7 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
             output,
             quick,
             install: install_pins,
+            then_bisect,
         } => {
             let repo = Repo::open(&comfyui.path)?;
             let install = crate::install::Install::open(&comfyui.path)?;
@@ -720,6 +731,7 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
                 limits,
                 quick,
                 install: install_pins,
+                then_bisect,
             };
             run::folder::write_json(&dir.join(SPEC_FILE), &spec)?;
             crate::private::create_dir_all(&dir.join("runs"))
@@ -743,14 +755,35 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
     };
     let result = search(&mut s, &commits);
     let _ = std::fs::remove_dir_all(s.dir.join("trees"));
-    let result = result?;
+    let mut result = result?;
+    // Kept before a bisect of the flags begins: the commit is the answer whatever it does.
     run::folder::write_json(&s.dir.join(RESULT_FILE), &result)?;
-    let code = match result.verdict.kind.as_str() {
+    let mut code = match result.verdict.kind.as_str() {
         "first_bad_found" => exit::OK,
         "untestable" => exit::UNTESTABLE,
         "incomplete" => exit::INTERRUPTED,
         _ => exit::FAILED,
     };
+    if s.spec.then_bisect && result.verdict.kind == "first_bad_found" {
+        match (&result.first_bad, result.could_be.is_empty()) {
+            (Some(fb), true) => {
+                let fb = fb.clone();
+                let b = then::bisect(&mut s, &fb)?;
+                result.verdict.statement.push(' ');
+                result.verdict.statement.push_str(&then::sentence(&fb, &b));
+                if b.verdict.kind == crate::bisect::search::VerdictKind::Incomplete {
+                    result.continue_with =
+                        Some(continue_line(&s, crate::locate::Origin::current()));
+                    code = exit::INTERRUPTED;
+                }
+                result.then_bisect = Some(Box::new(b));
+            }
+            _ => result.verdict.statement.push_str(
+                " The flags were not bisected: which commit is the first bad one is not known.",
+            ),
+        }
+        run::folder::write_json(&s.dir.join(RESULT_FILE), &result)?;
+    }
     Ok((result, code))
 }
 
@@ -995,6 +1028,7 @@ fn finish(
         pin_changes,
         culprit_package,
         environments: s.envs.values().filter_map(|e| e.clone().ok()).collect(),
+        then_bisect: None,
     })
 }
 
@@ -1189,5 +1223,12 @@ pub fn render(
         crate::text::plural(r.runs_total as usize, "run"),
         r.commits,
         r.session_dir.display()
-    )
+    )?;
+    if let Some(b) = &r.then_bisect {
+        writeln!(out)?;
+        writeln!(out, "The flags on the first bad commit:")?;
+        writeln!(out)?;
+        crate::bisect::result::render(b, style, out)?;
+    }
+    Ok(())
 }

@@ -266,10 +266,24 @@ pub fn open(dir: &Path) -> Result<Source> {
         });
     }
     if present(&dir.join(crate::regress::SPEC_FILE)) {
-        let runs = {
+        let mut runs = {
             let runs = run_dirs(&dir, &mut skipped);
             no_runs_yet(runs, &dir, "regress", &skipped)?
         };
+        // `--then-bisect`: the bisect of the flags on the first bad commit, in `bisect/`.
+        let bisect = dir.join(crate::regress::BISECT_DIR);
+        if inside::is_dir(&dir, &bisect) {
+            let mut inner = LeftOut::new();
+            for mut r in run_dirs(&bisect, &mut inner) {
+                r.label = format!("{}-{}", crate::regress::BISECT_DIR, r.label);
+                runs.push(r);
+            }
+            skipped.extend(
+                inner
+                    .into_iter()
+                    .map(|(name, why)| (format!("{}/{name}", crate::regress::BISECT_DIR), why)),
+            );
+        }
         let journal_path = dir.join(crate::regress::JOURNAL_FILE);
         let journal = match inside::check(&dir, &journal_path) {
             Ok(()) => crate::regress::read_journal(&journal_path),

@@ -692,3 +692,123 @@ fn a_regression_past_step_10_is_searched_in_full() {
         off["runs_total"].as_u64().unwrap() + 1
     );
 }
+
+/// Starts `regress --json` with `args`, waits for `file` to appear under the session folder,
+/// then presses Ctrl-C: the session stops (130) with what it had.
+fn interrupted_at(args: &[&str], session: &Path, file: &str) -> Value {
+    let child = support::vrambisect()
+        .args(["regress", "--json"])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !session.join(file).exists() {
+        assert!(started.elapsed().as_secs() < 120, "{file} did not appear");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let output = child.wait_with_output().unwrap();
+    let doc: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(output.status.code(), Some(130), "{doc:#}");
+    doc
+}
+
+#[test]
+fn then_bisect_finds_the_flags_on_the_first_bad_commit_and_resumes_in_each_phase() {
+    // Commit 7 brings Dynamic VRAM's OOM, which --disable-dynamic-vram avoids; prompts are
+    // slow enough for Ctrl-C to come while one runs.
+    let repo = Repo::new(10, |i| {
+        if i == 7 {
+            vec![(
+                "scenario.json",
+                std::fs::read_to_string(root().join("fixtures/fake-comfyui/scenario.json"))
+                    .unwrap()
+                    .replacen("{", "{\"timing\": {\"node_time\": 0.3},", 1),
+            )]
+        } else {
+            vec![]
+        }
+    });
+    let before = repo.state();
+    let out = tempfile::tempdir().unwrap();
+    let session = out.path().join("session");
+    let wf = fixture(SD15);
+    let s = session.to_str().unwrap();
+    let new = [
+        "--comfyui",
+        repo.dir.to_str().unwrap(),
+        "--workflow",
+        wf.to_str().unwrap(),
+        "--good",
+        "good",
+        "--output",
+        s,
+        "--then-bisect",
+    ];
+    // Stopped in the regress phase: the bad end's run.
+    let doc = interrupted_at(&new, &session, "runs/001/comfyui.log");
+    assert_eq!(doc["verdict"]["kind"], "incomplete");
+    assert!(doc["then_bisect"].is_null());
+    // Resumed, then stopped in the bisect phase: the commit is known, the flags are not yet.
+    let doc = interrupted_at(&["--resume", s], &session, "bisect/runs/001/comfyui.log");
+    assert_eq!(doc["verdict"]["kind"], "first_bad_found", "{doc:#}");
+    assert_eq!(subject(&doc, "first_bad"), "commit 7");
+    assert_eq!(
+        doc["then_bisect"]["verdict"]["kind"], "incomplete",
+        "{doc:#}"
+    );
+    assert!(
+        doc["continue_with"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("regress --resume {s}")),
+        "{doc:#}"
+    );
+    assert!(!session.join("first-bad").exists(), "the export is removed");
+    // Resumed to the end: nothing run twice.
+    let (code, doc, _) = json(&["regress", "--resume", s]);
+    assert_eq!(repo.state(), before, "the user's checkout changed");
+    assert_eq!(code, 0, "{doc:#}");
+    let b = &doc["then_bisect"];
+    assert_eq!(b["verdict"]["kind"], "fixed_by", "{b:#}");
+    assert_eq!(
+        b["verdict"]["fixing_flags"],
+        serde_json::json!(["--disable-dynamic-vram"])
+    );
+    let first_bad = doc["first_bad"]["commit"].as_str().unwrap()[..7].to_string();
+    let statement = doc["verdict"]["statement"].as_str().unwrap();
+    assert!(
+        statement.contains(&format!(
+            "On {first_bad}, `--disable-dynamic-vram` fixes it (flag bisect, "
+        )),
+        "{statement}"
+    );
+    let journal = std::fs::read_to_string(session.join("bisect/journal.jsonl")).unwrap();
+    let numbers: Vec<u64> = journal
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["n"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    let mut unique = numbers.clone();
+    unique.dedup();
+    assert_eq!(numbers, unique, "a bisect run was journaled twice");
+    // One bundle: the regress and the bisect of its flags.
+    let (_, files) = bundle::report_to(&session, &session.join("bundle.zip"));
+    let issue = String::from_utf8_lossy(&files["ISSUE.md"]).into_owned();
+    assert!(
+        issue.contains("`--disable-dynamic-vram` fixes it"),
+        "{issue}"
+    );
+    assert!(
+        files.keys().any(|k| k.starts_with("runs/bisect-001/")),
+        "{:?}",
+        files.keys().collect::<Vec<_>>()
+    );
+}

@@ -1,0 +1,139 @@
+//! `regress --then-bisect`: once the first bad commit is known, the flags that make it work,
+//! found by a bisect of that commit in the same session folder (`bisect/`, its tree exported
+//! to `first-bad/` while it runs). `regress --resume` continues either phase: the commits
+//! already tested come from the regress journal, the runs of the bisect from its own.
+
+use super::git::CommitInfo;
+use super::{Session, tree};
+use crate::bisect::command::{NewSession, Request, Session as BisectSession};
+use crate::bisect::result::BisectResult;
+use crate::bisect::search::Strategy;
+use crate::error::Result;
+
+/// The bisect's session folder inside the regress session.
+pub const BISECT_DIR: &str = "bisect";
+/// Where the first bad commit's tree is exported while the bisect runs.
+const TREE_DIR: &str = "first-bad";
+
+/// Bisects the flags on `first_bad` (or resumes that bisect), with the session's workflow,
+/// flags, repeats, quick mode, and the commit's environment when its pins differ.
+pub(super) fn bisect(s: &mut Session<'_>, first_bad: &CommitInfo) -> Result<BisectResult> {
+    let tree = s.dir.join(TREE_DIR);
+    tree::prepare(&s.repo, &first_bad.commit, &s.spec.comfyui, &tree)?;
+    let requirements = s.repo.show(&first_bad.commit, "requirements.txt");
+    let (_, differing) = tree::held(requirements.as_deref(), &s.spec.python);
+    let overlay = if differing.is_empty() {
+        None
+    } else {
+        let used = s.environment(&differing)?;
+        Some(crate::run::Overlay {
+            site: used.site,
+            packages: used.packages,
+        })
+    };
+    let dir = s.dir.join(BISECT_DIR);
+    let resumed = dir.join(crate::bisect::session::SPEC_FILE).is_file();
+    let session = if resumed {
+        BisectSession::Resume(dir.clone())
+    } else {
+        BisectSession::New(Box::new(NewSession {
+            comfyui: s.export(&tree, &first_bad.commit),
+            workflow: s.spec.workflow.clone(),
+            python: Some(s.spec.python.clone()),
+            // Read into the flags and environment when the regress began.
+            launcher: None,
+            base_flags: s.spec.flags.clone(),
+            env: s.spec.env.clone(),
+            toggles: Vec::new(),
+            strategy: Strategy::Adaptive,
+            repeat: s.spec.repeat,
+            limits: s.spec.limits,
+            output: Some(dir.clone()),
+            custom_nodes_check: true,
+            quick: s.spec.quick,
+            overlay,
+        }))
+    };
+    let req = Request {
+        session,
+        max_runs: None,
+        confidence: s.spec.confidence,
+        min_available_ram: None,
+        nvml_lib: None,
+    };
+    (s.progress)(&format!(
+        "{} the flags on the first bad commit {} (session {})",
+        if resumed {
+            "resuming the bisect of"
+        } else {
+            "bisecting"
+        },
+        first_bad.short(),
+        dir.display()
+    ));
+    let mut lines = Lines {
+        progress: &mut *s.progress,
+        pending: Vec::new(),
+    };
+    let done = crate::bisect::command::run(&req, false, &mut lines).map(|(result, _)| result);
+    drop(lines);
+    let _ = std::fs::remove_dir_all(&tree);
+    done
+}
+
+/// The bisect's own messages, passed on line by line as the regress's progress.
+struct Lines<'a> {
+    progress: &'a mut dyn FnMut(&str),
+    pending: Vec<u8>,
+}
+
+impl std::io::Write for Lines<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.pending.extend_from_slice(buf);
+        while let Some(at) = self.pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=at).collect();
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim_end();
+            if !text.is_empty() {
+                (self.progress)(&format!("bisect: {text}"));
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for Lines<'_> {
+    fn drop(&mut self) {
+        let rest = String::from_utf8_lossy(&self.pending).trim().to_string();
+        if !rest.is_empty() {
+            (self.progress)(&format!("bisect: {rest}"));
+        }
+    }
+}
+
+/// What the bisect found, as a sentence that follows the regress statement.
+pub(super) fn sentence(first_bad: &CommitInfo, b: &BisectResult) -> String {
+    use crate::bisect::search::VerdictKind;
+    let runs = crate::text::plural(b.runs_total as usize, "run");
+    match b.verdict.kind {
+        VerdictKind::FixedBy => format!(
+            "On {}, {} fixes it (flag bisect, {runs}).",
+            first_bad.short(),
+            b.verdict
+                .fixing_flags
+                .iter()
+                .map(|f| format!("`{f}`"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+        _ => format!(
+            "On {} (flag bisect, {runs}): {}",
+            first_bad.short(),
+            b.verdict.statement
+        ),
+    }
+}
