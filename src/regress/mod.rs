@@ -609,47 +609,54 @@ pub fn read_journal(path: &Path) -> Vec<Tested> {
     Journal::at(path).read()
 }
 
+/// A session folder to resume: its settings (with a new run budget), its journal (a line
+/// torn by a crash said and left out), and the claim on it.
+fn resumed(
+    dir: PathBuf,
+    max_runs: Option<u32>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(Spec, PathBuf, Vec<Tested>, crate::session_owner::Owner)> {
+    let not_a_session = || {
+        Error::usage(format!("{} is not a regress session", dir.display()))
+            .hint("give the folder that vrambisect regress --output wrote")
+    };
+    if !dir.join(SPEC_FILE).is_file() {
+        return Err(not_a_session());
+    }
+    // Taken before anything is read or written: one process writes a session.
+    let owner = crate::session_owner::take(&dir)?;
+    let text = std::fs::read_to_string(dir.join(SPEC_FILE)).map_err(|_| not_a_session())?;
+    let mut spec: Spec = serde_json::from_str(&text)
+        .map_err(|e| Error::usage(format!("{} is damaged: {e}", dir.join(SPEC_FILE).display())))?;
+    if let Some(m) = max_runs {
+        spec.max_runs = m;
+        run::folder::write_json(&dir.join(SPEC_FILE), &spec)?;
+    }
+    let (journal, torn) = journal(&dir).read_all();
+    for t in torn {
+        let after = t
+            .after
+            .checked_sub(1)
+            .map(|i| {
+                format!(
+                    "the commit tested after {}",
+                    &journal[i].commit[..7.min(journal[i].commit.len())]
+                )
+            })
+            .unwrap_or_else(|| "the first commit".into());
+        progress(&format!(
+            "warning: line {} of {} cannot be read (cut short by a crash?): {after} will be tested again",
+            t.line,
+            dir.join(JOURNAL_FILE).display()
+        ));
+    }
+    Ok((spec, dir, journal, owner))
+}
+
 /// Runs (or resumes) a regress session; returns the result and the exit status.
 pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResult, i32)> {
     let (spec, dir, journal, _owner) = match req {
-        Request::Resume { dir, max_runs } => {
-            let not_a_session = || {
-                Error::usage(format!("{} is not a regress session", dir.display()))
-                    .hint("give the folder that vrambisect regress --output wrote")
-            };
-            if !dir.join(SPEC_FILE).is_file() {
-                return Err(not_a_session());
-            }
-            // Taken before anything is read or written: one process writes a session.
-            let owner = crate::session_owner::take(&dir)?;
-            let text = std::fs::read_to_string(dir.join(SPEC_FILE)).map_err(|_| not_a_session())?;
-            let mut spec: Spec = serde_json::from_str(&text).map_err(|e| {
-                Error::usage(format!("{} is damaged: {e}", dir.join(SPEC_FILE).display()))
-            })?;
-            if let Some(m) = max_runs {
-                spec.max_runs = m;
-                run::folder::write_json(&dir.join(SPEC_FILE), &spec)?;
-            }
-            let (journal, torn) = journal(&dir).read_all();
-            for t in torn {
-                let after = t
-                    .after
-                    .checked_sub(1)
-                    .map(|i| {
-                        format!(
-                            "the commit tested after {}",
-                            &journal[i].commit[..7.min(journal[i].commit.len())]
-                        )
-                    })
-                    .unwrap_or_else(|| "the first commit".into());
-                progress(&format!(
-                    "warning: line {} of {} cannot be read (cut short by a crash?): {after} will be tested again",
-                    t.line,
-                    dir.join(JOURNAL_FILE).display()
-                ));
-            }
-            (spec, dir, journal, owner)
-        }
+        Request::Resume { dir, max_runs } => resumed(dir, max_runs, progress)?,
         Request::New {
             comfyui,
             workflow,
@@ -765,22 +772,8 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
         _ => exit::FAILED,
     };
     if s.spec.then_bisect && result.verdict.kind == "first_bad_found" {
-        match (&result.first_bad, result.could_be.is_empty()) {
-            (Some(fb), true) => {
-                let fb = fb.clone();
-                let b = then::bisect(&mut s, &fb)?;
-                result.verdict.statement.push(' ');
-                result.verdict.statement.push_str(&then::sentence(&fb, &b));
-                if b.verdict.kind == crate::bisect::search::VerdictKind::Incomplete {
-                    result.continue_with =
-                        Some(continue_line(&s, crate::locate::Origin::current()));
-                    code = exit::INTERRUPTED;
-                }
-                result.then_bisect = Some(Box::new(b));
-            }
-            _ => result.verdict.statement.push_str(
-                " The flags were not bisected: which commit is the first bad one is not known.",
-            ),
+        if then::follow(&mut s, &mut result)? {
+            code = exit::INTERRUPTED;
         }
         run::folder::write_json(&s.dir.join(RESULT_FILE), &result)?;
     }
@@ -958,29 +951,7 @@ fn finish(
     };
     // Which commit is first bad is not known when some could not be tested.
     let culprit_package = culprit_package.filter(|_| could_be.is_empty());
-    let statement = match (&culprit_package, pin_changes.is_empty()) {
-        (Some(c), _) => format!(
-            "{} It changes only the pin of {}: the regression is in {} {}{}.",
-            statement,
-            c.name,
-            c.name,
-            c.version,
-            c.repository
-                .as_deref()
-                .map(|r| format!(" ({r})"))
-                .unwrap_or_default()
-        ),
-        (None, false) => format!(
-            "{} Pins changed between them: {}.",
-            statement,
-            pin_changes
-                .iter()
-                .map(|c| c.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        (None, true) => statement,
-    };
+    let statement = with_pins(statement, &pin_changes, culprit_package.as_ref());
     let mut statement = how_sure(statement, kind_name, &found_flaky, s.runs);
     let quick = quick_summary(s, &quick, &confirmed_by);
     if !quick.statement.is_empty() && kind_name == "first_bad_found" {
@@ -1030,6 +1001,31 @@ fn finish(
         environments: s.envs.values().filter_map(|e| e.clone().ok()).collect(),
         then_bisect: None,
     })
+}
+
+/// The statement, with the pins that changed or the package the regression is in.
+fn with_pins(statement: String, changes: &[PinChange], culprit: Option<&Culprit>) -> String {
+    match culprit {
+        Some(c) => format!(
+            "{statement} It changes only the pin of {}: the regression is in {} {}{}.",
+            c.name,
+            c.name,
+            c.version,
+            c.repository
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        ),
+        None if !changes.is_empty() => format!(
+            "{statement} Pins changed between them: {}.",
+            changes
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => statement,
+    }
 }
 
 /// Where the code of a pinned package lives.

@@ -4,7 +4,7 @@
 //! already tested come from the regress journal, the runs of the bisect from its own.
 
 use super::git::CommitInfo;
-use super::{Session, tree};
+use super::{RegressResult, Session, tree};
 use crate::bisect::command::{NewSession, Request, Session as BisectSession};
 use crate::bisect::result::BisectResult;
 use crate::bisect::search::Strategy;
@@ -15,9 +15,33 @@ pub const BISECT_DIR: &str = "bisect";
 /// Where the first bad commit's tree is exported while the bisect runs.
 const TREE_DIR: &str = "first-bad";
 
+/// After a first bad commit was found: bisects the flags on it and adds what it found to
+/// `result` (its statement, `then_bisect`); says so when the first bad commit is not known.
+/// True when the bisect stopped before its verdict (the session is then to be resumed).
+pub(super) fn follow(s: &mut Session<'_>, result: &mut RegressResult) -> Result<bool> {
+    let first_bad = match (&result.first_bad, result.could_be.is_empty()) {
+        (Some(fb), true) => fb.clone(),
+        _ => {
+            result.verdict.statement.push_str(
+                " The flags were not bisected: which commit is the first bad one is not known.",
+            );
+            return Ok(false);
+        }
+    };
+    let b = bisect(s, &first_bad)?;
+    result.verdict.statement.push(' ');
+    result.verdict.statement.push_str(&sentence(&first_bad, &b));
+    let stopped = b.verdict.kind == crate::bisect::search::VerdictKind::Incomplete;
+    if stopped {
+        result.continue_with = Some(super::continue_line(s, crate::locate::Origin::current()));
+    }
+    result.then_bisect = Some(Box::new(b));
+    Ok(stopped)
+}
+
 /// Bisects the flags on `first_bad` (or resumes that bisect), with the session's workflow,
 /// flags, repeats, quick mode, and the commit's environment when its pins differ.
-pub(super) fn bisect(s: &mut Session<'_>, first_bad: &CommitInfo) -> Result<BisectResult> {
+fn bisect(s: &mut Session<'_>, first_bad: &CommitInfo) -> Result<BisectResult> {
     let tree = s.dir.join(TREE_DIR);
     tree::prepare(&s.repo, &first_bad.commit, &s.spec.comfyui, &tree)?;
     let requirements = s.repo.show(&first_bad.commit, "requirements.txt");
@@ -116,7 +140,7 @@ impl Drop for Lines<'_> {
 }
 
 /// What the bisect found, as a sentence that follows the regress statement.
-pub(super) fn sentence(first_bad: &CommitInfo, b: &BisectResult) -> String {
+fn sentence(first_bad: &CommitInfo, b: &BisectResult) -> String {
     use crate::bisect::search::VerdictKind;
     let runs = crate::text::plural(b.runs_total as usize, "run");
     match b.verdict.kind {
