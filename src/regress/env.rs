@@ -138,7 +138,10 @@ fn name(python: &Path, version: &str, pins: &[(String, String)]) -> String {
     let mut sorted = pins.to_vec();
     sorted.sort();
     let mut hasher = Fnv::default();
-    hasher.write(crate::paths::canonical(python).to_string_lossy().as_bytes());
+    // The path as given, not resolved: two venvs of one interpreter have their own packages
+    // (and perhaps their own index, e.g. for another CUDA build).
+    let path = std::path::absolute(python).unwrap_or_else(|_| python.to_path_buf());
+    hasher.write(path.to_string_lossy().as_bytes());
     hasher.write(version.as_bytes());
     let readable: Vec<String> = sorted
         .iter()

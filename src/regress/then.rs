@@ -143,21 +143,28 @@ impl Drop for Lines<'_> {
 fn sentence(first_bad: &CommitInfo, b: &BisectResult) -> String {
     use crate::bisect::search::VerdictKind;
     let runs = crate::text::plural(b.runs_total as usize, "run");
+    let at = first_bad.short();
+    let flags = |f: &[String]| {
+        f.iter()
+            .map(|f| format!("`{f}`"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     match b.verdict.kind {
         VerdictKind::FixedBy => format!(
-            "On {}, {} fixes it (flag bisect, {runs}).",
-            first_bad.short(),
-            b.verdict
-                .fixing_flags
-                .iter()
-                .map(|f| format!("`{f}`"))
-                .collect::<Vec<_>>()
-                .join(" ")
+            "On {at}, {} fixes it (flag bisect, {runs}).",
+            flags(&b.verdict.fixing_flags)
         ),
-        _ => format!(
-            "On {} (flag bisect, {runs}): {}",
-            first_bad.short(),
-            b.verdict.statement
+        VerdictKind::CausedBy => format!(
+            "On {at}, {} causes it (flag bisect, {runs}).",
+            flags(&b.verdict.culprit_flags)
         ),
+        VerdictKind::NoFixFound => format!(
+            "On {at}, none of the flags tried fixes it (flag bisect, {runs}; see its table)."
+        ),
+        VerdictKind::Incomplete => {
+            format!("On {at}, the flag bisect stopped before its verdict ({runs} so far).")
+        }
+        _ => format!("On {at} (flag bisect, {runs}): {}", b.verdict.statement),
     }
 }
