@@ -92,7 +92,9 @@ impl Install {
         let shown = format!("{} main.py --help", python.path.display());
         // A bare name (`python3`) is looked up on PATH; duct would read a Path as `./python3`.
         let program = python.path.as_os_str().to_owned();
-        let expr = duct::cmd(program, ["main.py", "--help"])
+        let mut args = crate::run::boot_for(&python.path, None);
+        args.extend(["main.py".to_string(), "--help".to_string()]);
+        let expr = duct::cmd(program, args)
             .dir(&self.dir)
             .env("COLUMNS", "100")
             .env("PYTHONIOENCODING", "utf-8");

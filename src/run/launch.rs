@@ -196,10 +196,10 @@ pub fn launch(
             ("PYTHONIOENCODING".into(), "utf-8".into()),
         ];
         env.extend(opts.env.iter().cloned());
-        let args: Vec<String> = match &opts.overlay {
-            Some(o) => o.boot_args().into_iter().chain(argv.clone()).collect(),
-            None => argv.clone(),
-        };
+        let args: Vec<String> = super::boot_for(&opts.target.python.path, opts.overlay.as_ref())
+            .into_iter()
+            .chain(argv.clone())
+            .collect();
         let spec = process::Spec {
             program: opts.target.python.path.as_os_str(),
             args: &args,

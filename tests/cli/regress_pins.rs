@@ -402,3 +402,30 @@ fn python_state_files(dir: &Path) -> Vec<PathBuf> {
     files.sort();
     files
 }
+
+#[test]
+fn the_portable_python_runs_each_commits_own_code_not_the_checkouts() {
+    // Commit 4 changes the stand-in's code (not its scenario): from it on, every prompt runs
+    // out of memory. The embeddable Python's `._pth` lists the checkout (HEAD: the broken
+    // code), as the portable build's lists `../ComfyUI`; each commit must still run its own.
+    let patch = "\n_load = load\n\n\ndef load(root_dir):\n    s = _load(root_dir)\n    s[\"rules\"].insert(0, {\"effect\": \"oom\"})\n    return s\n";
+    let scenario_py =
+        std::fs::read_to_string(root().join("fixtures/fake-comfyui/fake_comfy/scenario.py"))
+            .unwrap();
+    let repo = Repo::new(8, move |i| {
+        if i == 4 {
+            vec![("fake_comfy/scenario.py", format!("{scenario_py}{patch}"))]
+        } else {
+            vec![]
+        }
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(python) = embeddable(&repo.dir, &tmp.path().join("python_embeded")) else {
+        return;
+    };
+    let cache = tempfile::tempdir().unwrap();
+    let (code, doc, stderr, _s) = regress(&repo, &python, cache.path(), &[]);
+    assert_eq!(code, 0, "{doc:#}\n{stderr}");
+    assert_eq!(subject(&doc, "first_bad"), "commit 4");
+    assert_eq!(subject(&doc, "last_good"), "commit 3");
+}
