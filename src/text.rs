@@ -47,6 +47,20 @@ const KIB: f64 = 1024.0;
 const GIB: f64 = KIB * KIB * KIB;
 
 /// `1 run`, `3 runs`: a count with its noun (plural by `s`).
+/// `text` as part of a file name: ASCII letters, digits and `keep` as they are, anything
+/// else `_`.
+pub fn file_safe(text: &str, keep: char) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == keep {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 pub fn plural(n: usize, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")

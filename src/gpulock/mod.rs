@@ -57,17 +57,7 @@ pub struct LockDir {
 
 /// The lock file of a GPU (its UUID, or its index when NVML gives no UUID).
 fn lock_name(key: &str) -> String {
-    let safe: String = key
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!("gpu-{safe}.lock")
+    format!("gpu-{}.lock", crate::text::file_safe(key, '-'))
 }
 
 /// The GPUs NVML sees, as lock keys (UUIDs, or indexes where a UUID is missing). No NVIDIA

@@ -148,17 +148,7 @@ fn name(python: &Path, version: &str, pins: &[(String, String)]) -> String {
         .map(|(n, v)| {
             hasher.write(n.as_bytes());
             hasher.write(v.as_bytes());
-            let v: String = v
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || c == '.' {
-                        c
-                    } else {
-                        '_'
-                    }
-                })
-                .collect();
-            format!("{n}-{v}")
+            format!("{n}-{}", crate::text::file_safe(v, '.'))
         })
         .collect();
     format!("{}-{:016x}", readable.join("+"), hasher.0)
