@@ -43,7 +43,8 @@ impl std::fmt::Display for Refusal {
 pub enum Frontend {
     /// 1.27 (what ComfyUI 0.3.64 pins) and before.
     V1_27,
-    /// 1.58 (the current line): nodes inside a bypassed subgraph are not sent; widgets the
+    /// 1.58 (the current line): nodes inside a bypassed subgraph instance of the root graph
+    /// are not sent (those of one bypassed inside a subgraph are); widgets the
     /// frontend adds (the audio player, PreviewAny's text) are not sent.
     V1_58,
 }
@@ -417,8 +418,14 @@ impl<'a> Converter<'a> {
     /// inside a bypassed one, though links through it pass it by.)
     fn inside_left_out(&self, mut i: usize) -> bool {
         while let Some((parent, node)) = self.scopes[i].parent {
-            // Later frontends leave a bypassed subgraph's nodes out too.
-            if mode(node) == MUTED || (self.frontend == Frontend::V1_58 && mode(node) == BYPASSED) {
+            // Frontend 1.58 leaves a bypassed subgraph's nodes out too, but only for an
+            // instance in the root graph: one bypassed inside a subgraph still has its nodes
+            // sent (links through it pass it by), as recorded in
+            // `pairs-1.58/cur_flux1_dev_uso_reference_image_gen`.
+            let root_instance = self.scopes[parent].parent.is_none();
+            if mode(node) == MUTED
+                || (self.frontend == Frontend::V1_58 && root_instance && mode(node) == BYPASSED)
+            {
                 return true;
             }
             i = parent;
@@ -464,7 +471,12 @@ impl<'a> Converter<'a> {
                     let widget = widgets.iter().find(|w| w.name == name);
                     inputs.insert(name.to_string(), wrap(self.widget_value(node, widget, v)?));
                 }
-                None => {}
+                None => {
+                    if let Some(v) = self.unpromoted_1_27(scope, node, slot, &widgets) {
+                        let widget = widgets.iter().find(|w| w.name == name);
+                        inputs.insert(name.to_string(), wrap(self.widget_value(node, widget, v)?));
+                    }
+                }
             }
         }
         let title = node
@@ -600,6 +612,51 @@ impl<'a> Converter<'a> {
                 .map_err(|r| refusal(node, &r)),
             _ => Ok(v),
         }
+    }
+
+    /// What frontend 1.27 queues for a widget input of a node inside a subgraph, linked to
+    /// the subgraph's own input, when the subgraph node has no such input (a later frontend
+    /// saved its widgets as promoted, `proxyWidgets`, with no values of its own): not the
+    /// node's own value but, for the k-th linked widget input of the node, the k-th of its
+    /// saved values leaving out those of control widgets (`control_after_generate`). So a
+    /// KSampler with steps and cfg linked gets its seed as steps and its steps as cfg.
+    /// Recorded with 1.27.10 (`pairs/cur_image_ovis_text_to_image`,
+    /// `cur_template_qwen_image_illustration_lora`; and where the order agrees, in
+    /// `cur_image_z_image_turbo`, `cur_flux1_krea_dev`). Frontend 1.58 uses the node's own.
+    fn unpromoted_1_27(
+        &self,
+        scope: usize,
+        node: &Value,
+        slot: usize,
+        widgets: &[Widget],
+    ) -> Option<Value> {
+        if self.frontend != Frontend::V1_27 {
+            return None;
+        }
+        let graph = self.scopes[scope].graph;
+        let link = input_link(node, slot).and_then(|l| graph.links.get(&l))?;
+        let (_, instance) = self.scopes[scope].parent?;
+        if link.origin != SUBGRAPH_INPUT
+            || graph.group
+            || outer_slot(graph, instance, link.origin_slot).is_some()
+        {
+            return None;
+        }
+        let inputs = node.get("inputs")?.as_array()?;
+        inputs.get(slot)?.get("widget")?;
+        let k = inputs[..slot]
+            .iter()
+            .filter(|i| {
+                i.get("widget").is_some() && i.get("link").and_then(Value::as_i64).is_some()
+            })
+            .count();
+        node.get("widgets_values")?
+            .as_array()?
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| widgets.get(*i).is_none_or(|w| w.serialized))
+            .nth(k)
+            .map(|(_, v)| v.clone())
     }
 
     /// Where input `slot` of `node` (in `scope`) gets its value.
