@@ -392,6 +392,18 @@ fn the_served_frontend_decides_and_a_difference_is_said() {
         "{:?}",
         w.warnings
     );
+    // A current template with promoted widgets, as saved (by 1.41.3), served 1.27.10: the
+    // KSampler 1.27 fills from the wrong saved values is named.
+    let ovis = read(fixtures().join("pairs/cur_image_ovis_text_to_image.ui.json"));
+    let w = text(&ovis).converted(&defs(), Some("1.27.10")).unwrap();
+    assert_eq!(w.prompt["57:44"]["inputs"]["cfg"], json!(20));
+    assert!(
+        w.warnings.len() == 1
+            && w.warnings[0].starts_with("saved by frontend 1.41.3, newer than the 1.27.10")
+            && w.warnings[0].contains("57:44"),
+        "{:?}",
+        w.warnings
+    );
     // A workflow both convert alike: nothing to say.
     let plain = read(fixtures().join("pairs/template_default.ui.json"));
     assert!(
