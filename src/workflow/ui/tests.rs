@@ -189,6 +189,11 @@ pairs!(
     cur_text_to_video_wan,
     cur_video_wan2_2_14B_s2v,
     cur_video_wan_vace_14B_t2v,
+    page_ovis_promoted_edited,
+    page_z_image_promoted_edited,
+    page_krea_promoted_edited,
+    page_depth_lora_promoted_edited,
+    page_krea_instance_bypassed,
 );
 
 #[test]
