@@ -153,7 +153,7 @@ fn every_file_of_the_corpus_has_an_entry() {
 #[test]
 fn unseen_batches_are_read_no_worse_than_recorded() {
     // (batch, read right now, excerpts)
-    const RECORDED: [(&str, usize, usize); 19] = [
+    const RECORDED: [(&str, usize, usize); 20] = [
         ("batch-1", 22, 34),
         ("batch-2", 29, 31),
         ("batch-3", 30, 35),
@@ -173,6 +173,7 @@ fn unseen_batches_are_read_no_worse_than_recorded() {
         ("batch-17", 27, 33),
         ("batch-18", 24, 32),
         ("batch-19", 21, 30),
+        ("batch-20", 22, 30),
     ];
     let mut report = Vec::new();
     for (batch, floor, size) in RECORDED {

@@ -897,7 +897,7 @@ mod tests {
             .filter(|n| n.ends_with(".api.json"))
             .collect();
         names.sort();
-        assert_eq!(names.len(), 84);
+        assert_eq!(names.len(), 92);
         let mut shortened = 0;
         for name in &names {
             let text = std::fs::read_to_string(dir.join(name)).unwrap();
@@ -958,7 +958,7 @@ mod tests {
             }
         }
         // The other 11 have no sampler (image edits, reroutes, primitives).
-        assert_eq!(shortened, 71);
+        assert_eq!(shortened, 79);
     }
 
     #[test]
