@@ -149,10 +149,7 @@ impl Workflow {
         };
         let frontend = served.map_or(ui::Frontend::V1_27, ui::Frontend::of_version);
         let (prompt, mut warnings) = ui::convert_for(doc, defs, frontend)?;
-        let other = match frontend {
-            ui::Frontend::V1_27 => ui::Frontend::V1_58,
-            ui::Frontend::V1_58 => ui::Frontend::V1_27,
-        };
+        let other = frontend.other();
         let saved_by = doc
             .pointer("/extra/frontendVersion")
             .and_then(Value::as_str);
@@ -173,8 +170,9 @@ impl Workflow {
                         "saved by frontend {saved}, newer than the {served} this ComfyUI serves: converted as {served} queues it; newer frontends queue nodes {nodes} otherwise"
                     ),
                     (None, Some(v)) => format!(
-                        "this ComfyUI serves frontend {v}, between the two whose conversions were recorded (1.27.10, 1.58.1): converted by the {} rules; by the other, nodes {nodes} would be queued otherwise",
-                        if frontend == ui::Frontend::V1_27 { "1.27" } else { "1.58" }
+                        "this ComfyUI serves frontend {v}, between those whose conversions were recorded (1.27.10, 1.42.10, 1.58.1): converted by the {} rules; by the {} rules, nodes {nodes} would be queued otherwise",
+                        frontend.name(),
+                        other.name()
                     ),
                     (None, None) => format!(
                         "which frontend this ComfyUI serves is not known: converted by the 1.27 rules; by the 1.58 rules, nodes {nodes} would be queued otherwise"

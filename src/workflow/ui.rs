@@ -37,12 +37,16 @@ impl std::fmt::Display for Refusal {
 }
 
 /// The frontend whose rules a conversion follows: ComfyUI's own frontend changed what
-/// `graphToPrompt` sends between the two lines recorded here (`fixtures/ui-workflows/pairs`
-/// with 1.27.10, `pairs-1.58` with 1.58.1).
+/// `graphToPrompt` sends between the three lines recorded here (`fixtures/ui-workflows/pairs`
+/// with 1.27.10, `pairs-1.42` with 1.42.10, `pairs-1.58` with 1.58.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Frontend {
     /// 1.27 (what ComfyUI 0.3.64 pins) and before.
     V1_27,
+    /// 1.42: as 1.58 for bypassed subgraph instances; as 1.27 for legacy group nodes (no
+    /// renumbering) and the audio player (sent as ""); a subgraph instance's own values
+    /// reach its nodes only with `proxyWidgets` (without, the nodes' own values are sent).
+    V1_42,
     /// 1.58 (the current line): nodes inside a bypassed subgraph instance of the root graph
     /// are not sent (those of one bypassed inside a subgraph are); widgets the
     /// frontend adds (the audio player, PreviewAny's text) are not sent.
@@ -50,9 +54,10 @@ pub enum Frontend {
 }
 
 impl Frontend {
-    /// The rules of a frontend version (`1.33.4`); from 1.28 on, the 1.58 rules (the
-    /// versions between were not recorded: where the two give different prompts the
-    /// conversion says so).
+    /// The rules of a frontend version (`1.33.4`): before 1.28 the 1.27 rules, then the
+    /// nearest recorded line's (1.28 to 1.49: 1.42's; from 1.50: 1.58's). The versions
+    /// between were not recorded: where the rules of a neighbour give another prompt, the
+    /// conversion says so.
     pub fn of_version(version: &str) -> Frontend {
         let mut parts = version
             .trim()
@@ -61,6 +66,8 @@ impl Frontend {
         let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
         if (major, minor) < (1, 28) {
             Frontend::V1_27
+        } else if (major, minor) < (1, 50) {
+            Frontend::V1_42
         } else {
             Frontend::V1_58
         }
@@ -69,7 +76,25 @@ impl Frontend {
     /// Whether conversions by this frontend's rules were recorded from that very line.
     pub fn recorded(version: &str) -> bool {
         let v = version.trim();
-        v.starts_with("1.27.") || v.starts_with("1.58.")
+        v.starts_with("1.27.") || v.starts_with("1.42.") || v.starts_with("1.58.")
+    }
+
+    /// The line's name, as the warnings say it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Frontend::V1_27 => "1.27",
+            Frontend::V1_42 => "1.42",
+            Frontend::V1_58 => "1.58",
+        }
+    }
+
+    /// The rules a conversion is compared with to say what another frontend would queue:
+    /// the current line's, or 1.27's for the current line.
+    pub fn other(self) -> Frontend {
+        match self {
+            Frontend::V1_58 => Frontend::V1_27,
+            _ => Frontend::V1_58,
+        }
     }
 }
 
@@ -152,7 +177,7 @@ pub fn convert_for(
     defs: &NodeDefs,
     frontend: Frontend,
 ) -> Result<(Map<String, Value>, Vec<String>), Refusal> {
-    if frontend == Frontend::V1_27 {
+    if frontend != Frontend::V1_58 {
         return convert_doc(doc, defs, frontend);
     }
     // Later frontends give nodes new ids on load; converted from the renumbered workflow, the
@@ -424,7 +449,7 @@ impl<'a> Converter<'a> {
             // `pairs-1.58/cur_flux1_dev_uso_reference_image_gen`.
             let root_instance = self.scopes[parent].parent.is_none();
             if mode(node) == MUTED
-                || (self.frontend == Frontend::V1_58 && root_instance && mode(node) == BYPASSED)
+                || (self.frontend != Frontend::V1_27 && root_instance && mode(node) == BYPASSED)
             {
                 return true;
             }
@@ -684,6 +709,13 @@ impl<'a> Converter<'a> {
             };
             return match input_link(instance, outer) {
                 Some(_) => self.resolve_input(parent, instance, outer, depth + 1),
+                // 1.42 keeps promoted values in `proxyWidgets`; an instance saved without it
+                // (by 1.58's page) has its values ignored, the nodes' own are sent.
+                None if self.frontend == Frontend::V1_42
+                    && instance.pointer("/properties/proxyWidgets").is_none() =>
+                {
+                    Ok(None)
+                }
                 None => Ok(promoted_value(instance, outer).map(Source::Value)),
             };
         }
