@@ -172,9 +172,10 @@ pub const SIGNATURES: &[Signature] = &[
         outcome: Outcome::Oom,
         phase: Phase::Prompt,
         // PyTorch's wording on ROCm (`HIP out of memory`, also as `torch.OutOfMemoryError`),
-        // Intel XPU, Apple MPS, and torch-directml's own message (real pastes in
+        // Intel XPU (also the oneAPI runtime's own `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY`,
+        // which a failed copy or kernel returns), Apple MPS, and torch-directml's own message (real pastes in
         // `fixtures/logs/real/3[0-5]-*`).
-        pattern: r"HIP out of memory|XPU out of memory|MPS backend out of memory|Could not allocate tensor with \d+ bytes\. There is not enough GPU video memory available",
+        pattern: r"HIP out of memory|XPU out of memory|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|MPS backend out of memory|Could not allocate tensor with \d+ bytes\. There is not enough GPU video memory available",
         title: "GPU out of memory (ROCm, XPU, MPS or DirectML)",
         meaning: "PyTorch could not allocate GPU memory on a non-CUDA backend; the CUDA allocator flags do not apply there",
         flags_to_try: &["--reserve-vram=1", "--disable-dynamic-vram", "--lowvram"],
@@ -465,13 +466,14 @@ pub const SIGNATURES: &[Signature] = &[
         id: "fatal_python_error",
         outcome: Outcome::Crash,
         phase: Phase::Prompt,
-        // Also after a progress bar (`…it/s]Fatal Python error`) or a shell's `line 12: 4242`,
+        // Also after a progress bar (`…it/s]Fatal Python error`) or a shell's `line 12: 4242`
+        // (zsh's is lower case: `zsh: segmentation fault (core dumped)  python main.py`),
         // a faulthandler dump whose header the excerpt lost (its stacks' own headings), and
         // C++'s `std::terminate` on an exception thrown where none may be, a Metal assertion
         // (macOS aborts), ZLUDA's access violation report, a Rust panic that aborts, and
         // PyTorch's Windows terminate handler (`Unhandled exception caught in
         // c10/util/AbortHandler.h`, then native frames).
-        pattern: r"^Fatal Python error: |\]Fatal Python error: |^Segmentation fault|\]Segmentation fault|: line \d+: +\d+ +Segmentation fault|^Windows fatal exception: (access violation|stack overflow|code 0x)|^Stack \(most recent call first\):|^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):|^terminate called after throwing an instance of |\.mm:\d+: failed assertion|^Exception Code: 0x[Cc]0000005|^panic in a function that cannot unwind|^Unhandled exception caught in c10/util/AbortHandler\.h",
+        pattern: r"^Fatal Python error: |\]Fatal Python error: |^Segmentation fault|\]Segmentation fault|^(?:zsh: )?segmentation fault +\(core dumped\)|: line \d+: +\d+ +Segmentation fault|^Windows fatal exception: (access violation|stack overflow|code 0x)|^Stack \(most recent call first\):|^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):|^terminate called after throwing an instance of |\.mm:\d+: failed assertion|^Exception Code: 0x[Cc]0000005|^panic in a function that cannot unwind|^Unhandled exception caught in c10/util/AbortHandler\.h",
         title: "ComfyUI crashed",
         meaning: "the Python process died in native code (abort, segfault, access violation)",
         flags_to_try: &[

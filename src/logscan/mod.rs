@@ -526,6 +526,26 @@ To see the GUI go to: http://127.0.0.1:8188
         let shell = "got prompt\nRequested to load SD1\n/init.bash: line 637:   289 Segmentation fault      python main.py\n";
         let r = scan_bytes("shell.log", shell.as_bytes(), Mode::Prefilter).unwrap();
         assert_eq!(r.outcome, Some(Outcome::Crash));
+        // zsh says it in lower case, with or without its name.
+        for line in [
+            "zsh: segmentation fault (core dumped)  python main.py",
+            "segmentation fault (core dumped)  python main.py",
+        ] {
+            let zsh = format!("got prompt\nRequested to load SD1\n{line}\n");
+            let r = scan_bytes("zsh.log", zsh.as_bytes(), Mode::Prefilter).unwrap();
+            assert_eq!(r.outcome, Some(Outcome::Crash), "{line}");
+        }
+        // Prose that names one is not one.
+        let prose = "got prompt\nPrompt executed in 3.10 seconds\nthe segmentation fault (core dumped) went away\n";
+        let r = scan_bytes("prose.log", prose.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::Pass));
+    }
+
+    #[test]
+    fn intel_xpus_own_out_of_device_memory_is_an_oom() {
+        let log = "got prompt\nRequested to load Flux\n!!! Exception during processing !!! Native API failed. Native API returns: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)\nTraceback (most recent call last):\n  File \"/ai/ComfyUI/execution.py\", line 496, in execute\nRuntimeError: Native API failed. Native API returns: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)\nPrompt executed in 4.02 seconds\n";
+        let r = scan_bytes("xpu.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::Oom));
     }
 
     #[test]
