@@ -104,7 +104,9 @@ pub fn custom_nodes(dir: &Path) -> Result<Vec<Value>, String> {
         }
         let v = if path.is_dir() {
             match git_info(&path) {
-                Ok(g) => json!({"name": name, "commit": &g.commit[..12.min(g.commit.len())]}),
+                Ok(g) => {
+                    json!({"name": name, "commit": crate::regress::git::abbrev(&g.commit, 12)})
+                }
                 Err(_) => json!({"name": name, "commit": null}),
             }
         } else if name.ends_with(".py") {

@@ -27,7 +27,16 @@ pub struct CommitInfo {
 impl CommitInfo {
     /// `abc1234`.
     pub fn short(&self) -> &str {
-        &self.commit[..self.commit.len().min(7)]
+        abbrev(&self.commit, 7)
+    }
+}
+
+/// The first `n` characters of a commit id (all of a shorter one, as a session file may hold;
+/// never cut inside a character).
+pub fn abbrev(commit: &str, n: usize) -> &str {
+    match commit.char_indices().nth(n) {
+        Some((at, _)) => &commit[..at],
+        None => commit,
     }
 }
 
@@ -197,6 +206,14 @@ fn version_in(text: &str, key: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_abbreviated_id_never_panics() {
+        assert_eq!(abbrev("85bd36f0000000000000000", 7), "85bd36f");
+        assert_eq!(abbrev("85b", 7), "85b");
+        assert_eq!(abbrev("", 7), "");
+        assert_eq!(abbrev("éééééééééé", 7), "ééééééé");
+    }
 
     #[test]
     fn versions_from_files() {

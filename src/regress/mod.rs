@@ -369,7 +369,7 @@ impl Session<'_> {
             path: tree.to_path_buf(),
             source: format!(
                 "commit {} of {}, exported",
-                &commit[..12.min(commit.len())],
+                git::abbrev(commit, 12),
                 self.spec.comfyui.display()
             ),
         }
@@ -640,7 +640,7 @@ fn resumed(
             .map(|i| {
                 format!(
                     "the commit tested after {}",
-                    &journal[i].commit[..7.min(journal[i].commit.len())]
+                    git::abbrev(&journal[i].commit, 7)
                 )
             })
             .unwrap_or_else(|| "the first commit".into());
@@ -696,8 +696,8 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
             {
                 return Err(Error::usage(format!(
                     "--good {} is not on the first-parent line before --bad {}",
-                    &good[..7],
-                    &bad[..7]
+                    git::abbrev(&good, 7),
+                    git::abbrev(&bad, 7)
                 ))
                 .hint("--good is an older commit on the main line (a merge, not a commit inside a merged branch) where it worked; --bad the newer one that fails (default: the checkout's HEAD)"));
             }
@@ -906,11 +906,11 @@ fn finish(
         ),
         ("bad_passes", _) => format!(
             "The bad end {} passed here: the failure did not reproduce, so there is nothing to bisect. Check the flags and workflow, or try --repeat.",
-            &spec.bad[..7]
+            git::abbrev(&spec.bad, 7)
         ),
         ("good_fails", _) => format!(
             "The good end {} fails too ({what}): the regression is older. Give an older --good.",
-            &spec.good[..7]
+            git::abbrev(&spec.good, 7)
         ),
         ("untestable", _) => {
             let reason = s
@@ -1169,7 +1169,7 @@ pub fn render(
     table.set_header(vec!["commit", "version", "outcome", "mark"]);
     for t in &r.tested {
         table.add_row(vec![
-            t.commit[..7.min(t.commit.len())].to_string(),
+            git::abbrev(&t.commit, 7).to_string(),
             t.version.clone().unwrap_or_else(|| "?".into()),
             t.outcome
                 .map(|o| o.to_string())
@@ -1187,7 +1187,7 @@ pub fn render(
     }
     for sk in &r.skipped {
         table.add_row(vec![
-            sk.commit[..7.min(sk.commit.len())].to_string(),
+            git::abbrev(&sk.commit, 7).to_string(),
             String::new(),
             "skipped".into(),
             sk.reason.clone(),

@@ -179,7 +179,7 @@ pub fn bisect(
                 if t.mark != want {
                     disagrees = Some(format!(
                         "commit {} {} shortened but its full run (run {}) {}",
-                        &commit[..7.min(commit.len())],
+                        super::git::abbrev(&commit, 7),
                         if want == Mark::Bad {
                             "failed"
                         } else {

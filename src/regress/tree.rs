@@ -143,7 +143,7 @@ pub const HELD: &[&str] = &["comfy-aimdo", "comfy-kitchen"];
 
 /// Where a commit's tree goes in a session folder.
 pub fn dir_of(session: &Path, commit: &str) -> PathBuf {
-    session.join("trees").join(&commit[..commit.len().min(12)])
+    session.join("trees").join(super::git::abbrev(commit, 12))
 }
 
 #[cfg(test)]
