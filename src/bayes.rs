@@ -17,6 +17,15 @@
 /// failure): small, but not zero, so that one odd run cannot rule the true answer out forever.
 pub const STRAY: f64 = 1e-3;
 
+/// How many runs a flaky search gives a failure to show before it counts as not showing (the
+/// bisect's baseline, regress's bad end): a failure that shows one run in three stays hidden
+/// through 13 runs less than 1% of the time.
+pub const TRIES_TO_SHOW: usize = 13;
+
+/// Runs that fail some other way (a start that failed, another failure) after which a
+/// configuration or commit is given up: one may be chance, two are not.
+pub const ODD_RUNS_TO_GIVE_UP: usize = 2;
+
 /// The confidence a flaky search stops at unless told otherwise (`--confidence`).
 pub const DEFAULT_CONFIDENCE: f64 = 0.99;
 

@@ -86,12 +86,11 @@ const STARTS_TO_GIVE_UP: usize = 2;
 /// Runs of one configuration that failed some other way than the failure hunted (a crash, a
 /// kill from outside: the OOM killer, a closed window) after which it counts as failing. One
 /// may be chance, and is neither a pass nor the failure: the configuration runs again.
-const OTHERS_TO_GIVE_UP: usize = 2;
+const OTHERS_TO_GIVE_UP: usize = crate::bayes::ODD_RUNS_TO_GIVE_UP;
 
 /// The least runs of a passing baseline before a flaky bisect (`--repeat` 2 or more) calls
-/// the failure not reproduced: a failure that shows one run in three stays hidden through 13
-/// runs less than 1% of the time.
-const FLAKY_BASELINE_TRIES: usize = 13;
+/// the failure not reproduced.
+const FLAKY_BASELINE_TRIES: usize = crate::bayes::TRIES_TO_SHOW;
 
 /// Runs ComfyUI with a configuration.
 pub trait Oracle {

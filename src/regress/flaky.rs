@@ -15,13 +15,12 @@ use crate::bayes::{Posterior, percent};
 use crate::error::Error;
 use crate::outcome::Outcome;
 
-/// How many times the bad end is run before a flaky failure counts as not showing there
-/// (one run in three stays hidden through 13 runs less than 1% of the time).
-const BAD_END_TRIES: usize = 13;
+/// How many times the bad end is run before a flaky failure counts as not showing there.
+const BAD_END_TRIES: usize = crate::bayes::TRIES_TO_SHOW;
 
 /// Runs of a commit that could not say (another failure, a start that failed) after which it
-/// is skipped: one may be chance.
-const ODD_TO_SKIP: usize = 2;
+/// is skipped.
+const ODD_TO_SKIP: usize = crate::bayes::ODD_RUNS_TO_GIVE_UP;
 
 /// Bisects `commits` (first-parent history after `good`, oldest first, ending with `bad`) for
 /// a flaky failure.
