@@ -301,16 +301,7 @@ fn a_second_process_on_a_running_session_is_refused() {
     );
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(0));
-    let numbers: Vec<u64> = std::fs::read_to_string(session.join("journal.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["n"]
-                .as_u64()
-                .unwrap()
-        })
-        .collect();
-    assert_eq!(numbers, (1..=numbers.len() as u64).collect::<Vec<_>>());
+    support::assert_runs_numbered_once(&session.join("journal.jsonl"));
     // Once it has ended the session is free again: a resume shows its verdict.
     let (code, doc, _) = support::json(&["bisect", "--resume", session_str]);
     assert_eq!(code, 0, "{doc:#}");

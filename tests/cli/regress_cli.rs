@@ -789,16 +789,7 @@ fn then_bisect_finds_the_flags_on_the_first_bad_commit_and_resumes_in_each_phase
     );
     // Each bisect run journaled once, numbered without a gap (the one Ctrl-C cut short redone
     // under its own number).
-    let numbers: Vec<u64> = std::fs::read_to_string(session.join("bisect/journal.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["n"]
-                .as_u64()
-                .unwrap()
-        })
-        .collect();
-    assert_eq!(numbers, (1..=numbers.len() as u64).collect::<Vec<_>>());
+    support::assert_runs_numbered_once(&session.join("bisect/journal.jsonl"));
     // One bundle: the regress and the bisect of its flags.
     let (_, files) = bundle::report_to(&session, &session.join("bundle.zip"));
     let issue = String::from_utf8_lossy(&files["ISSUE.md"]).into_owned();

@@ -103,3 +103,18 @@ pub fn on_install(
     install.assert_nothing_left();
     (code, doc, tmp)
 }
+
+/// A bisect journal's runs are numbered 1, 2, 3, ... with none twice and none missing (a run
+/// that Ctrl-C cut short is redone under its own number).
+pub fn assert_runs_numbered_once(journal: &Path) {
+    let numbers: Vec<u64> = std::fs::read_to_string(journal)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["n"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(numbers, (1..=numbers.len() as u64).collect::<Vec<_>>());
+}
