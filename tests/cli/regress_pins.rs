@@ -333,27 +333,18 @@ fn embeddable(checkout: &Path, at: &Path) -> Option<PathBuf> {
         pth,
     )
     .unwrap();
-    let w = world();
-    let out = Command::new(&python)
-        .args([
-            "-m",
-            "pip",
+    let own = own.display().to_string();
+    pip(
+        &python,
+        &world().index,
+        &[
             "install",
             "-q",
-            "--disable-pip-version-check",
             "--no-deps",
             "--target",
-        ])
-        .arg(&own)
-        .arg("comfy-aimdo==0.5.5")
-        .env("PIP_NO_INDEX", "1")
-        .env("PIP_FIND_LINKS", &w.index)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+            &own,
+            "comfy-aimdo==0.5.5",
+        ],
     );
     // PYTHONPATH is ignored there: the reason environments are not put on it.
     let ignored = Command::new(&python)
