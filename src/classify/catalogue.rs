@@ -467,13 +467,15 @@ pub const SIGNATURES: &[Signature] = &[
         outcome: Outcome::Crash,
         phase: Phase::Prompt,
         // Also after a progress bar (`…it/s]Fatal Python error`) or a shell's `line 12: 4242`
-        // (zsh's is lower case: `zsh: segmentation fault (core dumped)  python main.py`),
+        // (zsh's is lower case: `zsh: segmentation fault (core dumped)  python main.py`, and
+        // it reports an abort, a bus error or an illegal instruction alike),
         // a faulthandler dump whose header the excerpt lost (its stacks' own headings), and
         // C++'s `std::terminate` on an exception thrown where none may be, a Metal assertion
-        // (macOS aborts), ZLUDA's access violation report, a Rust panic that aborts, and
+        // (`file.mm:42: failed assertion` or `validateComputeFunctionArguments:819: failed
+        // assertion`: macOS aborts), ZLUDA's access violation report, a Rust panic that aborts, and
         // PyTorch's Windows terminate handler (`Unhandled exception caught in
         // c10/util/AbortHandler.h`, then native frames).
-        pattern: r"^Fatal Python error: |\]Fatal Python error: |^Segmentation fault|\]Segmentation fault|^(?:zsh: )?segmentation fault +\(core dumped\)|: line \d+: +\d+ +Segmentation fault|^Windows fatal exception: (access violation|stack overflow|code 0x)|^Stack \(most recent call first\):|^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):|^terminate called after throwing an instance of |\.mm:\d+: failed assertion|^Exception Code: 0x[Cc]0000005|^panic in a function that cannot unwind|^Unhandled exception caught in c10/util/AbortHandler\.h",
+        pattern: r"^Fatal Python error: |\]Fatal Python error: |^Segmentation fault|\]Segmentation fault|^(?:zsh: )?segmentation fault +\(core dumped\)|^zsh: (?:abort|segmentation fault|bus error|illegal hardware instruction|trace trap)(?: +\(core dumped\))? +\S|: line \d+: +\d+ +Segmentation fault|^Windows fatal exception: (access violation|stack overflow|code 0x)|^Stack \(most recent call first\):|^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):|^terminate called after throwing an instance of |:\d+: failed assertion [`']|^Exception Code: 0x[Cc]0000005|^panic in a function that cannot unwind|^Unhandled exception caught in c10/util/AbortHandler\.h",
         title: "ComfyUI crashed",
         meaning: "the Python process died in native code (abort, segfault, access violation)",
         flags_to_try: &[
@@ -765,6 +767,18 @@ mod tests {
                 "killed",
             ),
             ("zsh: killed     python main.py", "killed"),
+            (
+                "zsh: abort      python main.py --force-fp16",
+                "fatal_python_error",
+            ),
+            (
+                "zsh: illegal hardware instruction  python main.py",
+                "fatal_python_error",
+            ),
+            (
+                "validateComputeFunctionArguments:819: failed assertion `Compute Function(gather_kernel_1): missing buffer binding at index 2 for size[0].'",
+                "fatal_python_error",
+            ),
             (
                 "Requested amount of GPU memory (1073741824 bytes) could not be allocated. There may not be enough free memory for allocation to succeed.",
                 "tensorrt_allocator",

@@ -45,6 +45,10 @@ pub enum Kind {
     /// The Error Report's `- **Exception Message:** …` (or its rendered `Exception Message:
     /// …`): the exception that ended the prompt, as the frontend reports it.
     ReportException,
+    /// The pre-2025 frontend's error dialog (`Error occurred when executing KSampler:`, the
+    /// exception's message on the next line that has text, then the executor's frames): a
+    /// prompt failed in that node.
+    PopupNode,
     /// `Processing interrupted`.
     Interrupted,
     /// A tqdm bar (`… 3/20 [00:07<00:40,  2.51s/it]`): a node at work, so a prompt runs.
@@ -74,6 +78,8 @@ const fn m(kind: Kind, text: &'static str, at_start: bool, needle: &'static str)
         needle,
     }
 }
+
+const TRACEBACK: &str = "Traceback (most recent call last):";
 
 /// The structural lines, in the order they are tried.
 pub const MARKERS: &[Marker] = &[
@@ -220,11 +226,12 @@ pub const MARKERS: &[Marker] = &[
         true,
         r"invalid prompt: ",
     ),
-    // The frontend's popup words the same refusal (`Prompt execution failed` above it).
+    // The frontend's popup words the same refusal (`Prompt execution failed` above it, or
+    // before it on the line when the dialog's text is copied flat).
     m(
         Kind::InvalidPrompt,
         "Prompt outputs failed validation",
-        true,
+        false,
         r"Prompt outputs failed validation",
     ),
     m(
@@ -271,9 +278,11 @@ pub const MARKERS: &[Marker] = &[
         false,
         r" prepared for dynamic VRAM loading",
     ),
+    // Also at a line's end: a console that lost a newline glues it to the line before
+    // (`…\custom_nodes\ComfyUI-ManagerTraceback (most recent call last):`; see `marker`).
     m(
         Kind::Traceback,
-        "Traceback (most recent call last):",
+        TRACEBACK,
         true,
         r"Traceback \(most recent call last\)",
     ),
@@ -302,6 +311,12 @@ pub const MARKERS: &[Marker] = &[
         "Exception Message: ",
         true,
         r"Exception Message: ",
+    ),
+    m(
+        Kind::PopupNode,
+        "Error occurred when executing ",
+        true,
+        r"Error occurred when executing ",
     ),
     m(
         Kind::Interrupted,
@@ -344,6 +359,9 @@ pub fn marker(text: &str) -> Option<&'static Marker> {
         .find(|m| m.at_start && m.text.as_bytes()[0] == first && text.starts_with(m.text))
     {
         return Some(m);
+    }
+    if text.trim_end().ends_with(TRACEBACK) {
+        return MARKERS.iter().find(|m| m.kind == Kind::Traceback);
     }
     let found = anywhere().find(text)?;
     MARKERS
@@ -642,10 +660,18 @@ mod tests {
             ),
             ("Traceback (most recent call last):", Some(Kind::Traceback)),
             (
+                "   0.1 seconds: C:\\p\\ComfyUI\\custom_nodes\\ComfyUI-ManagerTraceback (most recent call last):",
+                Some(Kind::Traceback),
+            ),
+            (
                 "!!! Exception during processing !!! Allocation on device ",
                 Some(Kind::ExceptionDuring),
             ),
             ("Processing interrupted", Some(Kind::Interrupted)),
+            (
+                "Error occurred when executing KSampler:",
+                Some(Kind::PopupNode),
+            ),
             (
                 "invalid prompt: {'type': 'prompt_no_outputs', 'message': 'Prompt has no outputs', 'details': '', 'extra_info': {}}",
                 Some(Kind::InvalidPrompt),

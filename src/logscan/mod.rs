@@ -658,6 +658,73 @@ To see the GUI go to: http://127.0.0.1:8188
     }
 
     #[test]
+    fn a_pasted_traceback_tail_through_a_nodes_code_is_a_failed_prompt() {
+        // Its outermost frame is a node's function: only a prompt runs it.
+        let tail = "  File \"/u/ComfyUI/custom_nodes/facetools/nodes.py\", line 225, in run\n    mask = mask_crop(face, M, crop, mask_type)\n  File \"/u/ComfyUI/.venv/lib/python3.12/site-packages/torch/cuda/__init__.py\", line 403, in _lazy_init\n    raise AssertionError(\"Torch not compiled with CUDA enabled\")\nAssertionError: Torch not compiled with CUDA enabled\n";
+        let r = scan_bytes("tail.log", tail.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::NodeError));
+        assert_eq!(r.prompts_total, 1);
+        // The model's code, an OOM at its end: the prompt's OOM.
+        let model = "  File \"D:\\ComfyUI\\comfy\\ldm\\flux\\math.py\", line 20, in attention\n    x = optimized_attention(q, k, v, heads)\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n";
+        let r = scan_bytes("model.log", model.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::Oom));
+        // Run at import (a module's top level first), or a faulthandler dump (innermost
+        // first): no prompt.
+        let import = tail.replacen(", in run\n", ", in <module>\n", 1);
+        let r = scan_bytes("import.log", import.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.prompts_total, 0);
+        let dump = "Windows fatal exception: access violation\nStack (most recent call first):\n  File \"W:\\ComfyUI\\custom_nodes\\seedvr2\\compat.py\", line 688 in _probe\n  File \"W:\\ComfyUI\\custom_nodes\\seedvr2\\compat.py\", line 697 in <module>\n";
+        let r = scan_bytes("dump.log", dump.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.prompts_total, 0);
+        // ComfyUI-Manager's own code runs in its threads and routes, not in prompts.
+        let manager = tail.replace("custom_nodes/facetools", "custom_nodes/ComfyUI-Manager");
+        let r = scan_bytes("manager.log", manager.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.prompts_total, 0);
+    }
+
+    #[test]
+    fn the_old_error_dialog_names_the_exception_above_its_frames() {
+        let log = "Error occurred when executing DualCLIPLoaderGGUF:\n\nmodule 'comfy.sd' has no attribute 'load_text_encoder_state_dicts'\n\n  File \"E:\\ComfyUI\\execution.py\", line 316, in execute\n    output_data = get_output_data(obj, input_data_all)\n  File \"E:\\ComfyUI\\custom_nodes\\ComfyUI-GGUF\\nodes.py\", line 224, in load_cl\n";
+        let r = scan_bytes("dialog.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::NodeError));
+        assert!(!r.ends_mid_prompt);
+        // Its message an OOM: the prompt's OOM.
+        let oom = log.replace(
+            "module 'comfy.sd' has no attribute 'load_text_encoder_state_dicts'",
+            "Allocation on device 0 would exceed allowed memory. (out of memory)",
+        );
+        let r = scan_bytes("oom.log", oom.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::Oom));
+    }
+
+    #[test]
+    fn the_frontends_refusal_copied_flat_from_its_dialog_is_a_refusal() {
+        let log = "Prompt execution failed Prompt outputs failed validation:\nCheckpointLoaderSimple:\n- Required input is missing: ckpt_name\n";
+        let r = scan_bytes("flat.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.outcome, Some(Outcome::InvalidWorkflow));
+    }
+
+    #[test]
+    fn an_excerpt_that_begins_inside_a_start_keeps_the_facts_above_its_first_start_line() {
+        let log = "Device: cuda:0 NVIDIA GeForce RTX 3060 : cudaMallocAsync\nUsing pytorch attention\nComfyUI version: 0.3.51\nStarting server\n\nTo see the GUI go to: http://127.0.0.1:8188\n";
+        let r = scan_bytes("head.log", log.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.starts_total, 1);
+        let f = &r.startup.facts;
+        assert_eq!(f.comfyui_version.as_deref(), Some("0.3.51"));
+        assert!(
+            f.device.as_deref().is_some_and(|d| d.contains("RTX 3060")),
+            "{f:?}"
+        );
+        // Above a second start they are the first one's, not its.
+        let two = format!(
+            "{log}Total VRAM 8188 MB, total RAM 16177 MB\nComfyUI version: 0.3.52\nStarting server\n"
+        );
+        let r = scan_bytes("two.log", two.as_bytes(), Mode::Prefilter).unwrap();
+        assert_eq!(r.starts_total, 2);
+        assert_eq!(r.startup.facts.device, None);
+    }
+
+    #[test]
     fn the_device_block_printed_again_after_the_web_root_is_the_same_start() {
         let log = "Total VRAM 8188 MB, total RAM 16177 MB\npytorch version: 2.9.1+cu130\nSet vram state to: NORMAL_VRAM\nDevice: cuda:0 NVIDIA GeForce RTX 4060 : cudaMallocAsync\nComfyUI version: 0.3.76\n[Prompt Server] web root: C:\\p\\static\nTotal VRAM 8188 MB, total RAM 16177 MB\npytorch version: 2.9.1+cu130\nSet vram state to: NORMAL_VRAM\nStarting server\n\nTo see the GUI go to: http://127.0.0.1:8188\n";
         let r = scan_bytes("twice.log", log.as_bytes(), Mode::Prefilter).unwrap();

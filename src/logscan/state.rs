@@ -37,6 +37,8 @@ const TRACEBACK_LINES: u32 = 400;
 const HEADLESS_TRACEBACK_LINES: u32 = 8;
 /// A start that is still not ready after this many lines is read with the pre-filter only.
 const STARTUP_LINES: u32 = 100_000;
+/// Lines read for startup facts above the first start (see [`State::in_head`]).
+const HEAD_LINES: u32 = 200;
 /// General signatures that a more specific one on the same line already says.
 const SUBSUMED: &[(&str, &[&str])] = &[
     (
@@ -307,6 +309,16 @@ pub struct State {
     /// A traceback's frames outside a start (where custom nodes that fail to import print
     /// theirs and ComfyUI goes on): an exception was raised.
     frames_outside_startup: bool,
+    /// Frames read since the last `Traceback` header or exception line: 0 before a stack's
+    /// outermost visible frame.
+    frames_in_stack: u32,
+    /// The old error dialog's header was read: its next line with text is the exception's
+    /// message.
+    popup_message_next: bool,
+    /// Startup facts stated above the log's first start (an excerpt that begins inside
+    /// one, below its start lines: `Device: …`, then `ComfyUI version`): that start's.
+    head_facts: StartupFacts,
+    head_lines: u32,
     opened: u64,
     /// The time stamped on the last line that had one (seconds, on the log's own clock).
     now: Option<f64>,
@@ -320,6 +332,8 @@ impl Sink for State {
     fn every_line(&self) -> bool {
         self.awaiting_exception.is_some()
             || self.collecting_validation
+            || self.popup_message_next
+            || self.in_head()
             || self
                 .current
                 .as_ref()
@@ -449,6 +463,46 @@ fn executor_frame(text: &str) -> bool {
         ]
         .iter()
         .any(|f| t.ends_with(f))
+}
+
+/// A frame of code that runs only in a prompt, outside an import: a node's function (in
+/// `custom_nodes`, ComfyUI-Manager's aside: it runs its own threads and routes) or the
+/// model's and sampler's code.
+fn prompt_code_frame(text: &str) -> bool {
+    let t = text.trim();
+    if !t.starts_with("File \"") || import_time_frame(t) {
+        return false;
+    }
+    // A traceback's frame (`line 20, in f`), outermost first; not a faulthandler dump's
+    // (`line 20 in f`), innermost first.
+    let Some((path, rest)) = t["File \"".len()..].split_once('"') else {
+        return false;
+    };
+    if !rest.split_once(", in ").is_some_and(|(line, _)| {
+        line.trim_start_matches(", line ")
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+    }) {
+        return false;
+    }
+    let path = path.replace('\\', "/");
+    let lower = path.to_ascii_lowercase();
+    if lower.contains("/custom_nodes/") {
+        return !lower.contains("manager") && !lower.ends_with("/__init__.py");
+    }
+    [
+        "/comfy/ldm/",
+        "/comfy/k_diffusion/",
+        "/comfy/samplers.py",
+        "/comfy/sample.py",
+        "/comfy/model_base.py",
+        "/comfy/sd.py",
+        "/comfy/sd1_clip.py",
+        "/comfy/text_encoders/",
+        "/comfy_extras/",
+    ]
+    .iter()
+    .any(|w| path.contains(w))
 }
 
 /// A frame of code run while ComfyUI starts: a module's top level (`in <module>`; after a
@@ -679,12 +733,22 @@ impl State {
             }
         }
         let kind = lines::marker(text).map(|m| m.kind);
+        if self.popup_message_next && !text.trim().is_empty() {
+            self.popup_message_next = false;
+            if kind.is_none() {
+                self.exception_during(text.trim(), number);
+            }
+        }
         if let Some(kind) = kind {
             self.on_marker(kind, text, number, before);
         }
         self.signatures_of(kind, text, number, before);
         if comfy_or_torch_frame(text) {
             self.recognized += 1;
+        }
+        if self.in_head() {
+            self.head_facts.observe(text);
+            self.head_lines += 1;
         }
         // Startup facts, while the server starts (and its ready line).
         if let Some(s) = self.current.as_mut()
@@ -711,6 +775,7 @@ impl State {
             return;
         };
         self.awaiting_exception = None;
+        self.frames_in_stack = 0;
         // With chained exceptions (`During handling of the above exception, another exception
         // occurred:`) the first traceback is the cause; the one raised is the one the `!!!`
         // line names, else the last.
@@ -812,6 +877,7 @@ impl State {
             }
             Kind::Traceback => {
                 self.awaiting_exception = Some(TRACEBACK_LINES);
+                self.frames_in_stack = 0;
                 if let Some(s) = self.current.as_mut()
                     && s.starting()
                 {
@@ -821,44 +887,7 @@ impl State {
                     }
                 }
             }
-            Kind::Frame => {
-                // A stack without its header (an excerpt that starts inside it) still ends in
-                // its exception line, close below its last frame.
-                self.awaiting_exception = Some(
-                    self.awaiting_exception
-                        .map_or(HEADLESS_TRACEBACK_LINES, |l| {
-                            l.max(HEADLESS_TRACEBACK_LINES)
-                        }),
-                );
-                let starting = self.current.as_ref().is_some_and(|s| s.starting());
-                if !starting {
-                    self.frames_outside_startup = true;
-                }
-                // ComfyUI's executor in the stack (not its import): a prompt was running, and
-                // the exception at the stack's end is what it failed with.
-                if !starting && executor_frame(text) {
-                    let p = self.prompt_for_line(number);
-                    p.content = true;
-                    p.executor_traceback = true;
-                }
-                // Code run at import (`in <module>`, `,` before `in` in a traceback, none in
-                // a faulthandler dump) with no start and no prompt before it: ComfyUI was
-                // starting.
-                if import_time_frame(text)
-                    && self.current.is_none()
-                    && self.open.is_none()
-                    && self.prompts_total == 0
-                {
-                    self.new_start(number, 0, before);
-                    if let Some(s) = self.current.as_mut() {
-                        s.traceback = true;
-                        s.matched.push(clip(text));
-                    }
-                    // A fatal error whose stack this is (faulthandler prints the error, then
-                    // the stack): the start is what died.
-                    self.exit_explains_the_start(before);
-                }
-            }
+            Kind::Frame => self.frame(text, number, before),
             Kind::ExceptionDuring => self.exception_during(text, number),
             Kind::ReportException => {
                 let msg = text
@@ -882,6 +911,13 @@ impl State {
                     self.prompt_for_line(number).content = true;
                 }
             }
+            Kind::PopupNode => {
+                self.recognized += 1;
+                let p = self.prompt_for_line(number);
+                p.content = true;
+                p.keep(number, text);
+                self.popup_message_next = true;
+            }
             Kind::Interrupted => self.interrupted(text, number),
             Kind::LaunchArgs => self.launch_args(text, number),
             Kind::InstallPath => {
@@ -894,6 +930,72 @@ impl State {
                     }
                 }
             }
+        }
+    }
+
+    /// Above the log's first start and prompt, within a start's length of its top.
+    fn in_head(&self) -> bool {
+        self.starts_total == 0
+            && self.open.is_none()
+            && self.prompts_total == 0
+            && self.head_lines < HEAD_LINES
+    }
+
+    /// A traceback frame (`File "…", line N, in f`, or a faulthandler dump's): a prompt
+    /// failing when it is the executor's or a prompt's code, a start failing when it is code
+    /// run at import with nothing before it.
+    fn frame(&mut self, text: &str, number: u64, before: &Before<'_>) {
+        // A stack without its header (an excerpt that starts inside it) still ends in
+        // its exception line, close below its last frame.
+        self.awaiting_exception = Some(
+            self.awaiting_exception
+                .map_or(HEADLESS_TRACEBACK_LINES, |l| {
+                    l.max(HEADLESS_TRACEBACK_LINES)
+                }),
+        );
+        let starting = self.current.as_ref().is_some_and(|s| s.starting());
+        if !starting {
+            self.frames_outside_startup = true;
+        }
+        let outermost = self.frames_in_stack == 0;
+        self.frames_in_stack = self.frames_in_stack.saturating_add(1);
+        // A stack whose outermost visible frame is a node's or the model's code (a
+        // pasted tail, its executor frames cut off): only a prompt runs that code
+        // outside an import, so a prompt was running and failed with the exception
+        // at the stack's end.
+        if !starting
+            && outermost
+            && self.open.is_none()
+            && self.current.as_ref().is_none_or(|s| s.up())
+            && prompt_code_frame(text)
+        {
+            let p = self.prompt_for_line(number);
+            p.content = true;
+            p.executor_traceback = true;
+        }
+        // ComfyUI's executor in the stack (not its import): a prompt was running, and
+        // the exception at the stack's end is what it failed with.
+        if !starting && executor_frame(text) {
+            let p = self.prompt_for_line(number);
+            p.content = true;
+            p.executor_traceback = true;
+        }
+        // Code run at import (`in <module>`, `,` before `in` in a traceback, none in
+        // a faulthandler dump) with no start and no prompt before it: ComfyUI was
+        // starting.
+        if import_time_frame(text)
+            && self.current.is_none()
+            && self.open.is_none()
+            && self.prompts_total == 0
+        {
+            self.new_start(number, 0, before);
+            if let Some(s) = self.current.as_mut() {
+                s.traceback = true;
+                s.matched.push(clip(text));
+            }
+            // A fatal error whose stack this is (faulthandler prints the error, then
+            // the stack): the start is what died.
+            self.exit_explains_the_start(before);
         }
     }
 
@@ -1327,8 +1429,12 @@ impl State {
 
     fn new_start(&mut self, number: u64, rank: u8, before: &Before<'_>) {
         self.end_start(End::Restart, number, before);
+        let head = self.in_head();
         self.starts_total += 1;
         let mut s = StartState::new(self.starts_total, number, rank);
+        if head {
+            s.facts = std::mem::take(&mut self.head_facts);
+        }
         s.launch = self.pending_launch.take();
         s.dir = self.pending_dir.take();
         self.current = Some(s);
