@@ -153,7 +153,7 @@ fn every_file_of_the_corpus_has_an_entry() {
 #[test]
 fn unseen_batches_are_read_no_worse_than_recorded() {
     // (batch, read right now, excerpts)
-    const RECORDED: [(&str, usize, usize); 20] = [
+    const RECORDED: [(&str, usize, usize); 21] = [
         ("batch-1", 22, 34),
         ("batch-2", 29, 31),
         ("batch-3", 30, 35),
@@ -170,10 +170,11 @@ fn unseen_batches_are_read_no_worse_than_recorded() {
         ("batch-14", 26, 33),
         ("batch-15", 26, 30),
         ("batch-16", 30, 30),
-        ("batch-17", 27, 33),
+        ("batch-17", 30, 33),
         ("batch-18", 24, 32),
         ("batch-19", 21, 30),
-        ("batch-20", 23, 30),
+        ("batch-20", 24, 30),
+        ("batch-21", 30, 30),
     ];
     let mut report = Vec::new();
     for (batch, floor, size) in RECORDED {
