@@ -25,6 +25,7 @@ use crate::run::{self, Limits, RunOptions, Target};
 use crate::signals::{self, Stop};
 use crate::workflow::quick::Quick;
 use git::{CommitInfo, Repo};
+use search::Answer;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -257,7 +258,7 @@ pub struct EnvironmentUse {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Verdict {
     /// `first_bad_found`, `bad_passes`, `good_fails`, `untestable`, `incomplete`.
-    pub kind: String,
+    pub kind: Answer,
     /// What counted as bad.
     pub regress: Option<Outcome>,
     pub statement: String,
@@ -765,13 +766,13 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
     let mut result = result?;
     // Kept before a bisect of the flags begins: the commit is the answer whatever it does.
     run::folder::write_json(&s.dir.join(RESULT_FILE), &result)?;
-    let mut code = match result.verdict.kind.as_str() {
-        "first_bad_found" => exit::OK,
-        "untestable" => exit::UNTESTABLE,
-        "incomplete" => exit::INTERRUPTED,
-        _ => exit::FAILED,
+    let mut code = match result.verdict.kind {
+        Answer::FirstBadFound => exit::OK,
+        Answer::Untestable => exit::UNTESTABLE,
+        Answer::Incomplete => exit::INTERRUPTED,
+        Answer::BadPasses | Answer::GoodFails => exit::FAILED,
     };
-    if s.spec.then_bisect && result.verdict.kind == "first_bad_found" {
+    if s.spec.then_bisect && result.verdict.kind == Answer::FirstBadFound {
         if then::follow(&mut s, &mut result)? {
             code = exit::INTERRUPTED;
         }
@@ -863,7 +864,6 @@ fn finish(
         confirmed_by,
     } = found;
     let found_flaky = (confidence, failure_rate, best_so_far);
-    let kind_name = answer.as_str();
     let info = |c: &Option<String>| c.as_ref().and_then(|c| s.repo.info(c).ok());
     let first_bad = info(&first_bad);
     let last_good = info(&last_good);
@@ -876,53 +876,8 @@ fn finish(
     }
     let url = s.repo.github();
     let what = kind.map(|o| o.describe()).unwrap_or("the failure");
-    let short = |c: &CommitInfo| {
-        format!(
-            "{} \"{}\" ({}, {})",
-            c.short(),
-            c.subject,
-            c.version.as_deref().unwrap_or("version unknown"),
-            c.date
-        )
-    };
+    let statement = plain_statement(s, answer, &first_bad, &last_good, &could_be, what);
     let spec = &s.spec;
-    let statement = match (kind_name, &first_bad) {
-        ("first_bad_found", Some(fb)) if could_be.is_empty() => format!(
-            "The first bad commit is {}: the workflow fails there ({what}) and passed at {}.",
-            short(fb),
-            last_good
-                .as_ref()
-                .map(|c| c.short().to_string())
-                .unwrap_or_default()
-        ),
-        ("first_bad_found", Some(_)) => format!(
-            "The first bad commit is one of {} commits that could not all be tested: {}.",
-            could_be.len(),
-            could_be
-                .iter()
-                .map(|c| c.short().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        ("bad_passes", _) => format!(
-            "The bad end {} passed here: the failure did not reproduce, so there is nothing to bisect. Check the flags and workflow, or try --repeat.",
-            git::abbrev(&spec.bad, 7)
-        ),
-        ("good_fails", _) => format!(
-            "The good end {} fails too ({what}): the regression is older. Give an older --good.",
-            git::abbrev(&spec.good, 7)
-        ),
-        ("untestable", _) => {
-            let reason = s
-                .journal
-                .iter()
-                .rev()
-                .find_map(|t| t.reason.clone())
-                .unwrap_or_else(|| "it could not be tested".into());
-            format!("An end of the range could not be tested: {reason}.")
-        }
-        _ => "The session stopped before an answer; every finished run is kept.".into(),
-    };
     let origin = crate::locate::Origin::current();
     let reproduce = match (&first_bad, &last_good) {
         (Some(fb), Some(lg)) => {
@@ -952,20 +907,20 @@ fn finish(
     // Which commit is first bad is not known when some could not be tested.
     let culprit_package = culprit_package.filter(|_| could_be.is_empty());
     let statement = with_pins(statement, &pin_changes, culprit_package.as_ref());
-    let mut statement = how_sure(statement, kind_name, &found_flaky, s.runs);
+    let mut statement = how_sure(statement, answer, &found_flaky, s.runs);
     let quick = quick_summary(s, &quick, &confirmed_by);
-    if !quick.statement.is_empty() && kind_name == "first_bad_found" {
+    if !quick.statement.is_empty() && answer == Answer::FirstBadFound {
         statement.push(' ');
         statement.push_str(&quick.statement);
     }
-    let continue_with = (kind_name == "incomplete").then(|| continue_line(s, origin));
+    let continue_with = (answer == Answer::Incomplete).then(|| continue_line(s, origin));
     Ok(RegressResult {
         defaults: spec.defaults.clone(),
         verdict: Verdict {
-            kind: kind_name.to_string(),
+            kind: answer,
             regress: kind,
             statement,
-            confidence: confidence.filter(|_| kind_name == "first_bad_found"),
+            confidence: confidence.filter(|_| answer == Answer::FirstBadFound),
             failure_rate: failure_rate
                 .map(|(low, high)| crate::bisect::result::FailureRate { low, high }),
         },
@@ -1140,21 +1095,81 @@ fn quick_summary(
     summarize_quick(state, &runs, s.spec.quick, steps, confirmed)
 }
 
+/// What the answer says, before the pins, the confidence and the shortened runs are added.
+fn plain_statement(
+    s: &Session<'_>,
+    answer: Answer,
+    first_bad: &Option<CommitInfo>,
+    last_good: &Option<CommitInfo>,
+    could_be: &[CommitInfo],
+    what: &str,
+) -> String {
+    let short = |c: &CommitInfo| {
+        format!(
+            "{} \"{}\" ({}, {})",
+            c.short(),
+            c.subject,
+            c.version.as_deref().unwrap_or("version unknown"),
+            c.date
+        )
+    };
+    let spec = &s.spec;
+    match (answer, first_bad) {
+        (Answer::FirstBadFound, Some(fb)) if could_be.is_empty() => format!(
+            "The first bad commit is {}: the workflow fails there ({what}) and passed at {}.",
+            short(fb),
+            last_good
+                .as_ref()
+                .map(|c| c.short().to_string())
+                .unwrap_or_default()
+        ),
+        (Answer::FirstBadFound, Some(_)) => format!(
+            "The first bad commit is one of {} commits that could not all be tested: {}.",
+            could_be.len(),
+            could_be
+                .iter()
+                .map(|c| c.short().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        (Answer::BadPasses, _) => format!(
+            "The bad end {} passed here: the failure did not reproduce, so there is nothing to bisect. Check the flags and workflow, or try --repeat.",
+            git::abbrev(&spec.bad, 7)
+        ),
+        (Answer::GoodFails, _) => format!(
+            "The good end {} fails too ({what}): the regression is older. Give an older --good.",
+            git::abbrev(&spec.good, 7)
+        ),
+        (Answer::Untestable, _) => {
+            let reason = s
+                .journal
+                .iter()
+                .rev()
+                .find_map(|t| t.reason.clone())
+                .unwrap_or_else(|| "it could not be tested".into());
+            format!("An end of the range could not be tested: {reason}.")
+        }
+        (Answer::Incomplete | Answer::FirstBadFound, _) => {
+            "The session stopped before an answer; every finished run is kept.".into()
+        }
+    }
+}
+
 /// The statement with what a flaky search says of how sure it is, from the runs that
 /// happened (`flaky`: its confidence, failure rate and best answer so far).
 fn how_sure(
     statement: String,
-    kind_name: &str,
+    answer: Answer,
     flaky: &(Option<f64>, Option<(f64, f64)>, Option<String>),
     runs: u32,
 ) -> String {
-    match (flaky, kind_name) {
-        ((Some(p), Some((lo, hi)), _), "first_bad_found") => format!(
+    match (flaky, answer) {
+        ((Some(p), Some((lo, hi)), _), Answer::FirstBadFound) => format!(
             "{}: {} given {runs} runs; bad commits failed at a rate of {lo:.2}-{hi:.2}.",
             statement.trim_end_matches('.'),
             crate::bayes::percent(*p),
         ),
-        ((_, _, Some(best)), "incomplete") => format!("{statement} Best so far: {best}."),
+        ((_, _, Some(best)), Answer::Incomplete) => format!("{statement} Best so far: {best}."),
         _ => statement,
     }
 }
@@ -1197,10 +1212,10 @@ pub fn render(
         writeln!(out, "{table}")?;
         writeln!(out)?;
     }
-    let head = match r.verdict.kind.as_str() {
-        "first_bad_found" => style.good("FIRST BAD COMMIT"),
-        "incomplete" => style.warn("STOPPED"),
-        _ => style.bad(&r.verdict.kind.replace('_', " ").to_uppercase()),
+    let head = match r.verdict.kind {
+        Answer::FirstBadFound => style.good("FIRST BAD COMMIT"),
+        Answer::Incomplete => style.warn("STOPPED"),
+        other => style.bad(&other.as_str().replace('_', " ").to_uppercase()),
     };
     writeln!(out, "{head}")?;
     writeln!(out, "  {}", r.verdict.statement)?;

@@ -10,8 +10,9 @@ use crate::bisect::search::{QuickState, RunKind};
 use crate::error::Error;
 use crate::outcome::Outcome;
 
-/// What a session's search can tell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a session's search can tell (`verdict.kind` in JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Answer {
     FirstBadFound,
     /// The bad end passed: nothing to bisect.

@@ -324,13 +324,13 @@ fn title(src: &Source, failing: Option<&RunRecord>) -> String {
                 })
                 .unwrap_or_else(|| "?".into())
         };
-        return match res.verdict.kind.as_str() {
-            "first_bad_found" => format!(
+        return match res.verdict.kind {
+            crate::regress::search::Answer::FirstBadFound => format!(
                 "Regression between {} and {}: {what}",
                 at(&res.last_good),
                 at(&res.first_bad)
             ),
-            _ => format!("{what}{version} (regression search: {})", res.verdict.kind),
+            other => format!("{what}{version} (regression search: {})", other.as_str()),
         };
     }
     if let Some(res) = &src.result {

@@ -143,7 +143,7 @@ impl Source {
         }
         if let Some(r) = &self.regress {
             return match &r.result {
-                Some(res) if res.verdict.kind != "incomplete" => None,
+                Some(res) if res.verdict.kind != crate::regress::search::Answer::Incomplete => None,
                 _ => Some(
                     "the regress session stopped before its answer; only what ran is listed"
                         .to_string(),
