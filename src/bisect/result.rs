@@ -1,6 +1,6 @@
 //! The result of a bisect: the contract's JSON, the statement a person can paste, the table.
 
-use super::search::{Found, QuickState, RunKind, Strategy, Tally, Trial, VerdictKind};
+use super::search::{Found, NoFix, QuickState, RunKind, Strategy, Tally, Trial, VerdictKind};
 use super::space::{Skipped, Space};
 use crate::outcome::Outcome;
 use crate::output::Style;
@@ -568,9 +568,10 @@ pub fn statement(
                 format!("{}; {reason}.", capitalise(&fails))
             }
             (Some(reason), _)
-                if reason.contains("confirmation")
-                    || reason.contains("reliably")
-                    || reason.contains("nothing to try") =>
+                if matches!(
+                    found.no_fix,
+                    Some(NoFix::NothingToTry | NoFix::ConfirmationFailed | NoFix::NotReliable)
+                ) =>
             {
                 format!("{}; no fix was confirmed: {reason}.", capitalise(&fails))
             }

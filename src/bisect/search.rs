@@ -259,6 +259,20 @@ impl VerdictKind {
 }
 
 /// What a search found.
+/// Why a search found no fix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoFix {
+    /// No toggle this install supports and no memory flag of the user's own.
+    NothingToTry,
+    /// No configuration tried passed.
+    NonePassed,
+    /// The configuration that passed during the search failed its confirmation run.
+    ConfirmationFailed,
+    /// The best candidate did not pass reliably.
+    NotReliable,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Found {
     pub kind: VerdictKind,
@@ -270,6 +284,9 @@ pub struct Found {
     pub culprit_flags: Vec<String>,
     /// Why, when the kind alone does not say (untestable, incomplete, no fix).
     pub reason: Option<String>,
+    /// Why no fix was found, as data (the reason words it).
+    #[serde(default)]
+    pub no_fix: Option<NoFix>,
     /// The failures were flaky: some configurations both passed and failed.
     pub flaky: bool,
     /// What the baseline runs ended in first (also when untestable).
@@ -699,6 +716,14 @@ impl<'a> Search<'a> {
         }
     }
 
+    /// A no-fix verdict, why as data and in words.
+    fn no_fix(&self, why: NoFix, reason: String) -> Found {
+        Found {
+            no_fix: Some(why),
+            ..self.verdict(VerdictKind::NoFixFound, None, Some(reason))
+        }
+    }
+
     fn verdict(&self, kind: VerdictKind, choice: Option<&Choice>, reason: Option<String>) -> Found {
         let config = choice.and_then(|c| self.space.config(c));
         let (mut fixing, mut culprits) = (Vec::new(), Vec::new());
@@ -733,6 +758,7 @@ impl<'a> Search<'a> {
             fixing_flags: fixing,
             culprit_flags: culprits,
             reason,
+            no_fix: None,
             flaky: self.flaky,
             baseline_outcome,
             confidence: matches!(
@@ -775,7 +801,10 @@ impl<'a> Search<'a> {
             return Ok(v);
         }
         if self.space.dims.is_empty() {
-            return Ok(self.verdict(VerdictKind::NoFixFound, None, Some("there was nothing to try: no toggles this install supports and no memory flags of your own".into())));
+            return Ok(self.no_fix(
+                NoFix::NothingToTry,
+                "there was nothing to try: no toggles this install supports and no memory flags of your own".into(),
+            ));
         }
         let flaky_search = self.settings.strategy == Strategy::Adaptive
             && self.space.dims.len() <= hypotheses::MAX_DIMS;
@@ -815,11 +844,7 @@ impl<'a> Search<'a> {
                     }
                 }
             }
-            return Ok(self.verdict(
-                VerdictKind::NoFixFound,
-                None,
-                Some("no configuration tried passed".into()),
-            ));
+            return Ok(self.no_fix(NoFix::NonePassed, "no configuration tried passed".into()));
         };
         // Every verdict is confirmed by a run of exactly that configuration, after the search.
         let config = self
@@ -835,21 +860,19 @@ impl<'a> Search<'a> {
             if shortened && self.next_kind() == RunKind::Full {
                 return self.search();
             }
-            return Ok(self.verdict(
-                VerdictKind::NoFixFound,
-                None,
-                Some(format!(
+            return Ok(self.no_fix(
+                NoFix::ConfirmationFailed,
+                format!(
                     "{} passed during the search but failed its confirmation run",
                     config.flags.join(" ")
-                )),
+                ),
             ));
         }
         match self.evaluate(&choice)? {
             Eval::Pass => Ok(self.verdict(VerdictKind::FixedBy, Some(&choice), None)),
-            _ => Ok(self.verdict(
-                VerdictKind::NoFixFound,
-                None,
-                Some("the best candidate did not pass reliably".into()),
+            _ => Ok(self.no_fix(
+                NoFix::NotReliable,
+                "the best candidate did not pass reliably".into(),
             )),
         }
     }
