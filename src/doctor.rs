@@ -10,6 +10,7 @@
 use crate::install::Install;
 use crate::locate::{Chosen, Defaults};
 use crate::machine::{self as environment, NvmlNow, PyFacts};
+use crate::nvidia::NvmlOpenError;
 use crate::output::Style;
 use crate::sampler::cuda::CudaStart;
 use serde::Serialize;
@@ -163,7 +164,7 @@ pub fn cuda_start() -> Result<crate::sampler::cuda::CudaStart, String> {
     crate::sampler::cuda::start()
 }
 
-fn nvml_check(now: &Result<NvmlNow, String>) -> Check {
+fn nvml_check(now: &Result<NvmlNow, NvmlOpenError>) -> Check {
     match now {
         Ok(n) => Check::new(
             "nvml",
@@ -177,14 +178,14 @@ fn nvml_check(now: &Result<NvmlNow, String>) -> Check {
                 if n.gpus.len() == 1 { "" } else { "s" }
             ),
         ),
-        Err(e) if e.contains(environment::NVML_VERSION_MISMATCH) => {
-            Check::new("nvml", "NVIDIA driver (NVML)", Status::Fail, e.clone()).hint(
+        Err(e @ NvmlOpenError::VersionMismatch) => {
+            Check::new("nvml", "NVIDIA driver (NVML)", Status::Fail, e.to_string()).hint(
                 "the usual state after a driver update: reboot, or reload the nvidia kernel module, after a driver update \
                  (stop what uses the GPU, then: sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia); \
                  until then neither ComfyUI nor vrambisect can use the GPU",
             )
         }
-        Err(e) => Check::new("nvml", "NVIDIA driver (NVML)", Status::Warn, e.clone()).hint(
+        Err(e) => Check::new("nvml", "NVIDIA driver (NVML)", Status::Warn, e.to_string()).hint(
             "without NVML vrambisect cannot record GPU memory (it still records RAM and ComfyUI's own CUDA view); \
              install the NVIDIA driver, or pass --nvml-lib PATH where libnvidia-ml lives elsewhere (WSL: /usr/lib/wsl/lib)",
         ),
@@ -304,7 +305,7 @@ fn cuda_check(start: Result<CudaStart, String>, nvml_ok: bool) -> Check {
     }
 }
 
-fn gpus_check(now: &Result<NvmlNow, String>) -> Check {
+fn gpus_check(now: &Result<NvmlNow, NvmlOpenError>) -> Check {
     const TITLE: &str = "GPUs and free VRAM";
     let n = match now {
         Ok(n) => n,
@@ -345,7 +346,7 @@ fn gpus_check(now: &Result<NvmlNow, String>) -> Check {
     }
 }
 
-fn processes_check(now: &Result<NvmlNow, String>) -> Check {
+fn processes_check(now: &Result<NvmlNow, NvmlOpenError>) -> Check {
     const TITLE: &str = "Other processes holding VRAM";
     let n = match now {
         Ok(n) => n,
@@ -521,7 +522,7 @@ fn python_of(install: Option<&Install>, req: &Request) -> Option<(Chosen, PathBu
 fn python_checks(
     install: Option<&Install>,
     python: Option<&(Chosen, PathBuf)>,
-    now: &Result<NvmlNow, String>,
+    now: &Result<NvmlNow, NvmlOpenError>,
 ) -> Vec<Check> {
     let Some((python, dir)) = python else {
         return Vec::new();
@@ -577,7 +578,7 @@ fn python_checks(
 }
 
 /// torch installed, its CUDA build against what the driver supports, CPU-only builds.
-fn torch_check(f: &PyFacts, now: &Result<NvmlNow, String>) -> Check {
+fn torch_check(f: &PyFacts, now: &Result<NvmlNow, NvmlOpenError>) -> Check {
     match f.package("torch") {
         None => Check::new("torch", "PyTorch", Status::Fail, "torch is not installed in this Python")
             .hint("install ComfyUI's requirements with this Python (pip install -r requirements.txt and the torch build for your GPU), or pass --python"),
@@ -785,9 +786,9 @@ fn memory_checks() -> Vec<Check> {
 
 /// Runs every check.
 pub fn run(req: &Request) -> Checkup {
-    let lib = environment::nvml_lib(req.nvml_lib.as_deref());
+    let lib = crate::nvidia::nvml_lib(req.nvml_lib.as_deref());
     let now = environment::nvml_now(lib.as_deref());
-    let mut checks = match crate::machine::NVIDIA_NOT_ON_THIS_OS {
+    let mut checks = match crate::nvidia::NOT_ON_THIS_OS {
         Some(why) if req.nvml_lib.is_none() => {
             vec![Check::new("nvml", "NVIDIA GPUs", Status::Ok, why)]
         }
@@ -864,25 +865,14 @@ mod tests {
 
     #[test]
     fn a_driver_library_version_mismatch_says_to_reboot() {
-        let e = environment::nvml_init_error(
-            None,
-            &nvml_wrapper::error::NvmlError::LibRmVersionMismatch,
-        );
-        assert_eq!(
-            e,
-            "the NVIDIA kernel module and its libraries are different versions (NVML: Driver/library version mismatch)"
-        );
-        let c = nvml_check(&Err(e));
+        let c = nvml_check(&Err(NvmlOpenError::VersionMismatch));
         assert_eq!(c.status, Status::Fail);
         assert!(
             c.hint
                 .unwrap()
                 .contains("reboot, or reload the nvidia kernel module")
         );
-        let c = nvml_check(&Err(environment::nvml_init_error(
-            None,
-            &nvml_wrapper::error::NvmlError::DriverNotLoaded,
-        )));
+        let c = nvml_check(&Err(NvmlOpenError::DriverNotLoaded));
         assert_eq!(c.status, Status::Warn);
         assert_eq!(
             c.summary,
@@ -901,7 +891,7 @@ mod tests {
 
     #[test]
     fn no_nvidia_is_a_warning_not_a_failure() {
-        let now = Err("the NVIDIA management library is not installed".to_string());
+        let now = Err(NvmlOpenError::NotInstalled);
         assert_eq!(nvml_check(&now).status, Status::Warn);
         assert_eq!(
             cuda_check(Ok(CudaStart::Missing), false).status,

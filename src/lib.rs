@@ -26,6 +26,7 @@ pub mod launcher;
 pub mod locate;
 pub mod logscan;
 pub mod machine;
+pub mod nvidia;
 pub mod outcome;
 pub mod output;
 pub mod paths;

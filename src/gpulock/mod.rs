@@ -64,10 +64,10 @@ fn lock_name(key: &str) -> String {
 /// library: no GPU to share, no key. A library that is there but fails (a driver mismatch,
 /// no permission): the GPUs are unknown, so one key for the whole machine, and why.
 pub fn gpu_keys(nvml_lib: Option<&Path>) -> (Vec<String>, Option<String>) {
-    let lib = crate::machine::nvml_lib(nvml_lib);
-    let now = match crate::machine::nvml_now(lib.as_deref()) {
-        Ok(now) => now,
-        Err(e) if e.contains("is not installed") => return (Vec::new(), None),
+    let lib = crate::nvidia::nvml_lib(nvml_lib);
+    let gpus = match crate::nvidia::gpu_ids(lib.as_deref()) {
+        Ok(gpus) => gpus,
+        Err(e) if e.no_nvidia_here() => return (Vec::new(), None),
         Err(e) => {
             return (
                 vec!["all".into()],
@@ -77,14 +77,9 @@ pub fn gpu_keys(nvml_lib: Option<&Path>) -> (Vec<String>, Option<String>) {
             );
         }
     };
-    let mut keys: Vec<String> = now
-        .gpus
-        .iter()
-        .map(|g| {
-            g.uuid
-                .clone()
-                .unwrap_or_else(|| format!("index{}", g.index))
-        })
+    let mut keys: Vec<String> = gpus
+        .into_iter()
+        .map(|(index, uuid)| uuid.unwrap_or_else(|| format!("index{index}")))
         .collect();
     keys.sort();
     keys.dedup();
@@ -188,6 +183,14 @@ pub fn acquire(
 mod tests {
     use super::sys::{shared_dir, trusted, uid};
     use super::*;
+
+    #[test]
+    fn a_broken_nvidia_library_locks_the_whole_machine_and_says_why() {
+        // A library named and not loadable: the driver is there and fails, the GPUs unknown.
+        let (keys, why) = gpu_keys(Some(Path::new("/nonexistent/libnvidia-ml.so.1")));
+        assert_eq!(keys, ["all"]);
+        assert!(why.is_some_and(|w| w.starts_with("cannot load /nonexistent/libnvidia-ml.so.1")),);
+    }
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     fn keys(k: &[&str]) -> Vec<String> {

@@ -1,19 +1,10 @@
 //! The GPUs as NVML sees them now: devices, driver, processes holding VRAM, PCIe links.
 
 use super::*;
+use crate::nvidia::NvmlOpenError;
 
 // ---------------------------------------------------------------------------------------
 // GPUs through NVML
-
-/// Where NVIDIA's libraries cannot exist (macOS: ComfyUI runs on Apple's MPS there), why, in
-/// one line; every GPU probe says this instead of "not found".
-pub const NVIDIA_NOT_ON_THIS_OS: Option<&str> = if cfg!(target_os = "macos") {
-    Some(
-        "NVIDIA GPUs do not apply on macOS (ComfyUI runs on Apple's MPS there): GPU memory is not recorded, RAM is",
-    )
-} else {
-    None
-};
 
 /// A process holding GPU memory.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -49,97 +40,20 @@ pub struct NvmlNow {
     pub processes: Option<Vec<GpuProcess>>,
 }
 
-/// The library to load: the one given, else `$VRAMBISECT_NVML_LIB`, else the system's
-/// (`None`: the loader's search; on Windows the NVSMI folder where older drivers put it).
-pub fn nvml_lib(explicit: Option<&Path>) -> Option<PathBuf> {
-    explicit
-        .map(Path::to_path_buf)
-        .or_else(|| {
-            std::env::var_os(crate::sampler::NVML_LIB_ENV)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        })
-        .or_else(|| {
-            if !cfg!(windows) {
-                return None;
-            }
-            windows_nvml(
-                std::env::var_os("SystemRoot").as_deref(),
-                std::env::var_os("ProgramFiles").as_deref(),
-                &|p| p.is_file(),
-            )
-        })
-}
-
-/// Where Windows keeps `nvml.dll`: System32 since driver 418 (found by the loader: `None`),
-/// `NVIDIA Corporation\NVSMI` under Program Files before.
-pub fn windows_nvml(
-    system_root: Option<&std::ffi::OsStr>,
-    program_files: Option<&std::ffi::OsStr>,
-    exists: &dyn Fn(&Path) -> bool,
-) -> Option<PathBuf> {
-    let in_system32 = system_root
-        .map(|r| Path::new(r).join("System32").join("nvml.dll"))
-        .is_some_and(|p| exists(&p));
-    if in_system32 {
-        return None;
-    }
-    let nvsmi = Path::new(program_files?)
-        .join("NVIDIA Corporation")
-        .join("NVSMI")
-        .join("nvml.dll");
-    exists(&nvsmi).then_some(nvsmi)
-}
-
-/// What NVML's `nvmlErrorString` says for `NVML_ERROR_LIB_RM_VERSION_MISMATCH` (18): the
-/// driver's kernel module and its libraries are different versions, the usual state on
-/// Linux after a driver update until the next reboot.
-pub const NVML_VERSION_MISMATCH: &str = "Driver/library version mismatch";
-
-/// A failed `nvmlInit` in one line for people, with NVML's own words in brackets where
-/// they say more than nvml-wrapper's (which never asks NVML for its text).
-pub fn nvml_init_error(lib: Option<&Path>, e: &nvml_wrapper::error::NvmlError) -> String {
-    use nvml_wrapper::error::NvmlError;
-    match (e, lib) {
-        (NvmlError::LibloadingError(err), Some(p)) => format!("cannot load {}: {err}", p.display()),
-        (NvmlError::LibloadingError(_), None) => {
-            "the NVIDIA management library (libnvidia-ml.so.1 / nvml.dll) is not installed: no NVIDIA driver here".to_string()
-        }
-        (NvmlError::DriverNotLoaded, _) => {
-            "the NVIDIA driver is not loaded (NVML: Driver Not Loaded)".to_string()
-        }
-        (NvmlError::LibRmVersionMismatch, _) => format!(
-            "the NVIDIA kernel module and its libraries are different versions (NVML: {NVML_VERSION_MISMATCH})"
-        ),
-        (NvmlError::NoPermission, _) => {
-            "no permission to talk to the NVIDIA driver (NVML: Insufficient Permissions)".to_string()
-        }
-        (e, _) => format!("NVML failed to start: {e}"),
-    }
-}
-
-/// Loads NVML and reads every GPU once. The error is one line for people.
-pub fn nvml_now(lib: Option<&Path>) -> Result<NvmlNow, String> {
-    use nvml_wrapper::Nvml;
+/// Loads NVML and reads every GPU once.
+pub fn nvml_now(lib: Option<&Path>) -> Result<NvmlNow, NvmlOpenError> {
     use nvml_wrapper::enums::device::UsedGpuMemory;
     use nvml_wrapper::error::NvmlError;
-    if let (None, Some(why)) = (lib, NVIDIA_NOT_ON_THIS_OS) {
-        return Err(why.to_string());
-    }
-    let mut builder = Nvml::builder();
-    if let Some(p) = lib {
-        builder.lib_path(p.as_os_str());
-    }
-    let nvml = builder.init().map_err(|e| nvml_init_error(lib, &e))?;
+    let nvml = crate::nvidia::open_nvml(lib)?;
     let count = nvml
         .device_count()
-        .map_err(|e| format!("cannot count GPUs: {e}"))?;
+        .map_err(|e| NvmlOpenError::Other(format!("cannot count GPUs: {e}")))?;
     let mut out = NvmlNow {
         driver: nvml.sys_driver_version().ok(),
         cuda_driver: nvml
             .sys_cuda_driver_version()
             .ok()
-            .map(crate::sampler::nvml::cuda_version_string),
+            .map(crate::nvidia::cuda_version_string),
         gpus: Vec::new(),
         processes: Some(Vec::new()),
     };

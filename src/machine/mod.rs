@@ -11,6 +11,7 @@
 //! other environment variable.
 
 use crate::install::{Install, Python};
+use crate::nvidia::NvmlOpenError;
 use crate::run::RunRecord;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -236,7 +237,7 @@ pub fn capture(inp: &Inputs) -> Environment {
 pub struct Probes {
     /// OS, kernel, CPU, RAM and swap.
     pub host: [Item; 5],
-    pub nvml: Result<NvmlNow, String>,
+    pub nvml: Result<NvmlNow, crate::nvidia::NvmlOpenError>,
     /// The install and how its folder was found.
     pub install: Option<(Install, String)>,
     /// Its git commit and branch (meaningful with an install).
@@ -279,7 +280,7 @@ pub fn probe(inp: &Inputs) -> Probes {
     };
     Probes {
         host: host::machine(),
-        nvml: nvml_now(nvml_lib(inp.nvml_lib.as_deref()).as_deref()),
+        nvml: nvml_now(crate::nvidia::nvml_lib(inp.nvml_lib.as_deref()).as_deref()),
         install,
         git,
         custom_nodes,
@@ -398,17 +399,17 @@ struct GpuFacts {
 
 /// What the sampler saw during the run, completed with NVML now; without either, ComfyUI's
 /// own device list (CUDA's view).
-fn gpu_facts(rec: &Recorded, now: &Result<NvmlNow, String>) -> GpuFacts {
+fn gpu_facts(rec: &Recorded, now: &Result<NvmlNow, NvmlOpenError>) -> GpuFacts {
     let link_of = |index: u32| -> Value {
         match now {
             Ok(n) => match n.gpus.iter().find(|g| g.index == index) {
                 Some(g) => match &g.pcie_link {
                     Ok(l) => json!({"value": l, "source": "NVML now"}),
-                    Err(e) => json!({"missing": e}),
+                    Err(e) => json!({"missing": e.to_string()}),
                 },
                 None => json!({"missing": "NVML does not see this GPU now"}),
             },
-            Err(e) => json!({"missing": e}),
+            Err(e) => json!({"missing": e.to_string()}),
         }
     };
     let sampled = rec
@@ -452,7 +453,7 @@ fn gpu_facts(rec: &Recorded, now: &Result<NvmlNow, String>) -> GpuFacts {
     };
     let from_nvml_now = |f: &dyn Fn(&NvmlNow) -> Option<String>| match now {
         Ok(n) => opt(f(n), "NVML now", "NVML does not say"),
-        Err(e) => Item::missing(e.clone()),
+        Err(e) => Item::missing(e.to_string()),
     };
     let nvidia_driver = Item::first([
         opt(
@@ -485,7 +486,7 @@ fn gpu_facts(rec: &Recorded, now: &Result<NvmlNow, String>) -> GpuFacts {
             ),
             None => Item::missing("the driver does not list GPU processes (WDDM?)"),
         },
-        Err(e) => Item::missing(e.clone()),
+        Err(e) => Item::missing(e.to_string()),
     };
     GpuFacts {
         gpus,
@@ -497,7 +498,7 @@ fn gpu_facts(rec: &Recorded, now: &Result<NvmlNow, String>) -> GpuFacts {
 }
 
 /// ComfyUI's own device list from `/system_stats` (CUDA's view; no GPU in CPU mode).
-fn comfyui_devices(rec: &Recorded, now: &Result<NvmlNow, String>) -> Item {
+fn comfyui_devices(rec: &Recorded, now: &Result<NvmlNow, NvmlOpenError>) -> Item {
     let devices: Vec<Value> = rec
         .record
         .and_then(|r| r.system_stats.as_ref())
@@ -517,7 +518,7 @@ fn comfyui_devices(rec: &Recorded, now: &Result<NvmlNow, String>) -> Item {
         return Item::found(devices, format!("{} (CUDA's view)", rec.src_stats));
     }
     match now {
-        Err(reason) if !reason.is_empty() => Item::missing(reason.clone()),
+        Err(reason) => Item::missing(reason.to_string()),
         _ => Item::missing("NVML sees no GPU"),
     }
 }

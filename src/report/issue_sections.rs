@@ -125,7 +125,9 @@ fn environment(custom_nodes: usize) -> crate::machine::Environment {
                 Item::found(68_719_476_736u64, "sysinfo now"),
                 Item::found(0u64, "sysinfo now"),
             ],
-            nvml: Err("no NVIDIA driver here".into()),
+            nvml: Err(crate::nvidia::NvmlOpenError::Other(
+                "no NVIDIA driver here".into(),
+            )),
             install: None,
             git: Err("no folder".into()),
             custom_nodes: Err("no folder".into()),

@@ -65,7 +65,7 @@ pub enum CudaStart {
 /// Starts CUDA without creating a context (no VRAM is taken). `Err` when the library is
 /// broken (a missing symbol: cudarc panics).
 pub fn start() -> Result<CudaStart, String> {
-    if crate::machine::NVIDIA_NOT_ON_THIS_OS.is_some() {
+    if crate::nvidia::NOT_ON_THIS_OS.is_some() {
         return Ok(CudaStart::Missing);
     }
     // SAFETY: only dlopen/dlclose of the candidate names.
@@ -125,7 +125,7 @@ impl CudaProbe {
     /// Creates a context on every visible device. `nvml` maps CUDA ordinals to NVML indices.
     pub fn open(nvml: &[DeviceInfo]) -> Result<Opened, Unavailable> {
         let unavailable = |reason: String| Unavailable::new("cuda", reason);
-        if let Some(why) = crate::machine::NVIDIA_NOT_ON_THIS_OS {
+        if let Some(why) = crate::nvidia::NOT_ON_THIS_OS {
             return Err(unavailable(why.to_string()));
         }
         // SAFETY: only dlopen/dlclose of the candidate names.

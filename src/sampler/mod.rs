@@ -31,9 +31,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use stats::rss_at;
 
-/// Environment variable naming the NVML library when [`SamplerConfig::nvml_lib`] is `None`
-/// (a library in an unusual place, or the test bed's fake).
-pub const NVML_LIB_ENV: &str = "VRAMBISECT_NVML_LIB";
+pub use crate::nvidia::NVML_LIB_ENV;
 
 /// At most this many marks are kept in the summary (about 400 bytes each); later ones still
 /// reach the files.
@@ -408,10 +406,7 @@ fn open_probes(config: &SamplerConfig) -> Opened {
     let (mut driver, mut cuda_driver) = (None, None);
     let mut nvml_names = Vec::new();
     if config.nvml {
-        let env_lib = std::env::var_os(NVML_LIB_ENV)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from);
-        let lib = config.nvml_lib.clone().or(env_lib);
+        let lib = crate::nvidia::nvml_lib(config.nvml_lib.as_deref());
         match nvml::NvmlProbe::open(lib.as_deref(), config.interval, config.cuda) {
             Ok(o) => {
                 devices = o.devices;

@@ -5,6 +5,7 @@
 use super::DeviceInfo;
 use super::poller::Poller;
 use super::probe::{Context, Probe, SeriesDef, Unavailable, Unit, to_i64};
+use crate::nvidia::NvmlOpenError;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::PcieUtilCounter;
 use nvml_wrapper::error::NvmlError;
@@ -79,23 +80,17 @@ const SYSTEM_LIB: &str = "nvml.dll";
 #[cfg(not(windows))]
 const SYSTEM_LIB: &str = "libnvidia-ml.so.1";
 
-/// One line for a failed `nvmlInit`.
-fn init_reason(lib: Option<&Path>, e: &NvmlError) -> String {
-    match (e, lib) {
-        (NvmlError::LibloadingError(_), None) => format!(
+/// One line for NVML that could not be opened, with what to try where the sampler knows it.
+fn init_reason(e: &NvmlOpenError) -> String {
+    match e {
+        NvmlOpenError::NotInstalled => format!(
             "{SYSTEM_LIB} not found: no NVIDIA driver here (pass --nvml-lib PATH if it lives elsewhere)"
         ),
-        (NvmlError::DriverNotLoaded, _) => format!(
-            "{}; is the GPU visible to this machine or container?",
-            crate::machine::nvml_init_error(lib, e)
-        ),
-        _ => crate::machine::nvml_init_error(lib, e),
+        NvmlOpenError::DriverNotLoaded => {
+            format!("{e}; is the GPU visible to this machine or container?")
+        }
+        _ => e.to_string(),
     }
-}
-
-/// `13000` → `13.0`, as `nvidia-smi` prints it.
-pub fn cuda_version_string(v: i32) -> String {
-    format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 
 impl NvmlProbe {
@@ -105,16 +100,8 @@ impl NvmlProbe {
         interval: Duration,
         track_self: bool,
     ) -> Result<Opened, Unavailable> {
-        if let (None, Some(why)) = (lib, crate::machine::NVIDIA_NOT_ON_THIS_OS) {
-            return Err(Unavailable::new("nvml", why));
-        }
-        let mut builder = Nvml::builder();
-        if let Some(p) = lib {
-            builder.lib_path(p.as_os_str());
-        }
-        let nvml = builder
-            .init()
-            .map_err(|e| Unavailable::new("nvml", init_reason(lib, &e)))?;
+        let nvml =
+            crate::nvidia::open_nvml(lib).map_err(|e| Unavailable::new("nvml", init_reason(&e)))?;
         let count = nvml
             .device_count()
             .map_err(|e| Unavailable::new("nvml", format!("cannot count GPUs: {e}")))?;
@@ -122,7 +109,10 @@ impl NvmlProbe {
             return Err(Unavailable::new("nvml", "NVML sees no GPU"));
         }
         let driver_version = nvml.sys_driver_version().ok();
-        let cuda_driver_version = nvml.sys_cuda_driver_version().ok().map(cuda_version_string);
+        let cuda_driver_version = nvml
+            .sys_cuda_driver_version()
+            .ok()
+            .map(crate::nvidia::cuda_version_string);
         let mut notes = Vec::new();
         let mut devices = Vec::new();
         let mut infos = Vec::new();
@@ -517,7 +507,7 @@ mod tests {
             (12040, "12.4"),
             (11020, "11.2"),
         ] {
-            assert_eq!(cuda_version_string(v), want);
+            assert_eq!(crate::nvidia::cuda_version_string(v), want);
         }
     }
 
