@@ -38,6 +38,9 @@ pub struct PromptObservation {
     pub timed_out: bool,
     /// ComfyUI died while the prompt ran.
     pub exit: Option<ExitStatus>,
+    /// A log's line says how ComfyUI's process ended while the prompt ran (a log has no exit
+    /// status).
+    pub died: Option<LoggedDeath>,
     /// The user pressed Ctrl-C.
     pub interrupted_by_user: bool,
     /// The HTTP 400 answer to the prompt, summarised as lines.
@@ -47,6 +50,50 @@ pub struct PromptObservation {
     /// vrambisect itself stopped ComfyUI because available RAM fell below its threshold;
     /// the text says how low it was.
     pub stopped_for_ram: Option<String>,
+}
+
+/// How a log says ComfyUI's process ended during a prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoggedDeath {
+    /// `Killed`, or a shell's report of it: SIGKILL.
+    Killed,
+    /// The kernel's OOM killer's own line.
+    OomKiller,
+    /// A native crash: `Fatal Python error`, a segfault, an abort, an access violation.
+    NativeCrash,
+    /// A launcher says the process exited (its pause or exit line), with no word of why.
+    Exited,
+    /// ComfyUI started again before the prompt finished.
+    Restarted,
+}
+
+impl LoggedDeath {
+    fn outcome(self) -> Outcome {
+        match self {
+            LoggedDeath::OomKiller => Outcome::HostOom,
+            _ => Outcome::Crash,
+        }
+    }
+
+    fn meaning(self) -> &'static str {
+        match self {
+            LoggedDeath::Killed => {
+                "ComfyUI was killed with SIGKILL: most likely the kernel's OOM killer (check 'dmesg' for 'Out of memory: Killed process')"
+            }
+            LoggedDeath::OomKiller => {
+                "the kernel's OOM killer ended ComfyUI during this prompt: system RAM and swap ran out"
+            }
+            LoggedDeath::NativeCrash => {
+                "ComfyUI's process died in native code during this prompt (the crash lines above)"
+            }
+            LoggedDeath::Exited => {
+                "ComfyUI's process ended during this prompt without an error message (the launcher's pause or exit line follows): a native crash, or the system ending it for memory"
+            }
+            LoggedDeath::Restarted => {
+                "ComfyUI started again before this prompt finished: it died (or was restarted) without a message"
+            }
+        }
+    }
 }
 
 /// An outcome and why.
@@ -126,6 +173,53 @@ fn hits_of(
         .collect()
 }
 
+/// A prompt the process died in: by its exit status (a live run), or as a log's line says.
+fn process_ended(
+    obs: &PromptObservation,
+    hits: &[(&'static str, Outcome, String)],
+) -> Option<Classification> {
+    if let Some(exit) = obs.exit {
+        let all = hits_of(hits, |_| true);
+        if exit.signal == Some(9) || exit.code == Some(137) {
+            let (outcome, why) = if obs.ram_exhausted {
+                (
+                    Outcome::HostOom,
+                    "ComfyUI was killed (SIGKILL) while system RAM was exhausted: the kernel's OOM killer",
+                )
+            } else {
+                (
+                    Outcome::Crash,
+                    "ComfyUI was killed with SIGKILL: most likely the kernel's OOM killer (check 'dmesg' for 'Out of memory: Killed process')",
+                )
+            };
+            let mut v = Classification::new(outcome).explain(why).with_hits(&all);
+            v.evidence
+                .push(format!("process ended by {}", exit.describe()));
+            return Some(v);
+        }
+        let mut v = Classification::new(Outcome::Crash)
+            .explain(format!(
+                "ComfyUI died during the prompt ({})",
+                exit.describe()
+            ))
+            .with_hits(&all);
+        if v.evidence.is_empty() {
+            v.evidence = tail(&obs.log, 5);
+        }
+        return Some(v);
+    }
+    if let Some(death) = obs.died {
+        let mut v = Classification::new(death.outcome())
+            .explain(death.meaning())
+            .with_hits(&hits_of(hits, |_| true));
+        if v.evidence.is_empty() {
+            v.evidence = tail(&obs.log, 5);
+        }
+        return Some(v);
+    }
+    None
+}
+
 /// Classifies one prompt.
 pub fn classify_prompt(obs: &PromptObservation) -> Classification {
     if obs.interrupted_by_user {
@@ -202,34 +296,7 @@ pub fn classify_prompt(obs: &PromptObservation) -> Classification {
         return v.with_hits(&memory);
     }
 
-    if let Some(exit) = obs.exit {
-        let all = hits_of(&hits, |_| true);
-        if exit.signal == Some(9) || exit.code == Some(137) {
-            let (outcome, why) = if obs.ram_exhausted {
-                (
-                    Outcome::HostOom,
-                    "ComfyUI was killed (SIGKILL) while system RAM was exhausted: the kernel's OOM killer",
-                )
-            } else {
-                (
-                    Outcome::Crash,
-                    "ComfyUI was killed with SIGKILL: most likely the kernel's OOM killer (check 'dmesg' for 'Out of memory: Killed process')",
-                )
-            };
-            let mut v = Classification::new(outcome).explain(why).with_hits(&all);
-            v.evidence
-                .push(format!("process ended by {}", exit.describe()));
-            return v;
-        }
-        let mut v = Classification::new(Outcome::Crash)
-            .explain(format!(
-                "ComfyUI died during the prompt ({})",
-                exit.describe()
-            ))
-            .with_hits(&all);
-        if v.evidence.is_empty() {
-            v.evidence = tail(&obs.log, 5);
-        }
+    if let Some(v) = process_ended(obs, &hits) {
         return v;
     }
     if obs.stalled {

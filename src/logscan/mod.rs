@@ -526,6 +526,17 @@ To see the GUI go to: http://127.0.0.1:8188
         let shell = "got prompt\nRequested to load SD1\n/init.bash: line 637:   289 Segmentation fault      python main.py\n";
         let r = scan_bytes("shell.log", shell.as_bytes(), Mode::Prefilter).unwrap();
         assert_eq!(r.outcome, Some(Outcome::Crash));
+        // A log shows no exit status: the crash is told as the log shows it (a segfault is
+        // not called a SIGABRT), with the crash line as its evidence.
+        let p = r.prompts.last().unwrap();
+        let why = p.explanation.as_deref().unwrap_or_default();
+        assert!(why.contains("died in native code"), "{why}");
+        assert!(!why.contains("SIG"), "{why}");
+        assert!(
+            p.evidence.iter().any(|e| e.contains("Segmentation fault")),
+            "{:?}",
+            p.evidence
+        );
         // zsh says it in lower case, with or without its name.
         for line in [
             "zsh: segmentation fault (core dumped)  python main.py",

@@ -12,7 +12,9 @@ use super::lines::{self, Kind, LaunchArgs};
 use super::reader::{Before, Sink, visible};
 use crate::classify::catalogue::{self, Phase, Signature};
 use crate::classify::normalize::normalize;
-use crate::classify::{self, Classification, ExitStatus, PromptEnd, PromptObservation};
+use crate::classify::{
+    self, Classification, ExitStatus, LoggedDeath, PromptEnd, PromptObservation,
+};
 use crate::outcome::Outcome;
 use crate::startup::StartupFacts;
 use regex::Regex;
@@ -237,7 +239,7 @@ struct PromptState {
     exception_during: Option<String>,
     exception: Option<(String, String)>,
     interrupted: bool,
-    dead: Option<&'static str>,
+    dead: Option<LoggedDeath>,
     content: bool,
     /// A traceback through ComfyUI's executor (`execution.py`) showed in it: its exception
     /// line is the prompt's error even when the `!!!` line is not in the excerpt.
@@ -620,29 +622,10 @@ fn unfinished(p: &PromptState, how: &Unfinished, obs: &mut PromptObservation) ->
     let mut ended = Ended::default();
     if let Some(e) = error_end(p) {
         obs.end = Some(e);
-    } else if let Some(kind) = p.dead {
-        // The log cannot show an exit status; the kill or crash line stands for it.
-        obs.exit = Some(match kind {
-            "fatal" => ExitStatus {
-                code: None,
-                signal: Some(6),
-            },
-            "exited" => ExitStatus {
-                code: None,
-                signal: None,
-            },
-            _ => ExitStatus {
-                code: Some(137),
-                signal: Some(9),
-            },
-        });
-        obs.ram_exhausted = kind == "oom_killer";
+    } else if let Some(death) = p.dead {
+        // The log cannot show an exit status; the kill or crash line says how it ended.
+        obs.died = Some(death);
         obs.log.extend(how.tail.iter().cloned());
-        ended.explanation = match kind {
-            "oom_killer" => Some("the kernel's OOM killer ended ComfyUI during this prompt: system RAM and swap ran out".into()),
-            "exited" => Some("ComfyUI's process ended during this prompt without an error message (the launcher's pause or exit line follows): a native crash, or the system ending it for memory".into()),
-            _ => None,
-        };
     } else if let Some(e) = memory_end(p) {
         // A pasted error, or a log cut right after it: the error line speaks for it.
         obs.end = Some(e);
@@ -671,12 +654,8 @@ fn unfinished(p: &PromptState, how: &Unfinished, obs: &mut PromptObservation) ->
     } else {
         match how.end {
             End::Restart => {
-                obs.exit = Some(ExitStatus {
-                    code: None,
-                    signal: None,
-                });
+                obs.died = Some(LoggedDeath::Restarted);
                 obs.log.extend(how.tail.iter().cloned());
-                ended.explanation = Some("ComfyUI started again before this prompt finished: it died (or was restarted) without a message".into());
             }
             End::Stopped => {
                 obs.interrupted_by_user = true;
@@ -696,23 +675,48 @@ fn unfinished(p: &PromptState, how: &Unfinished, obs: &mut PromptObservation) ->
     ended
 }
 
+/// What logscan says of one prompt: how it ended, `None` when the log ends before it did,
+/// and what shows it.
+struct Reading {
+    outcome: Option<Outcome>,
+    evidence: Vec<String>,
+    signatures: Vec<&'static str>,
+    explanation: Option<String>,
+    /// The log ends inside the traceback of the prompt's failure, before its exception line.
+    error_cut: bool,
+}
+
+impl From<Classification> for Reading {
+    fn from(v: Classification) -> Reading {
+        Reading {
+            outcome: Some(v.outcome),
+            evidence: v.evidence,
+            signatures: v.signatures,
+            explanation: v.explanation,
+            error_cut: false,
+        }
+    }
+}
+
 /// A prompt the log ends in: no outcome, and why.
-fn incomplete_verdict(
+fn incomplete_reading(
     model: Option<&str>,
     loading_at_end: bool,
+    error_cut: bool,
     tail: &[String],
-) -> Classification {
+) -> Reading {
     let explanation = match (model, loading_at_end) {
         (Some(model), true) => format!(
             "the log ends after 'Requested to load {model}', before it loaded. The known hang at load (#13730) stops here too, but so does any log copied while a model loads: it is a hang if ComfyUI was still running minutes later with nothing more in its log and the prompt still in the queue, or if timestamps show minutes of silence after this line"
         ),
         _ => "the log ends while this prompt runs: it was still running when the log was copied, or ComfyUI stopped without a word".into(),
     };
-    Classification {
-        outcome: Outcome::Pass,
+    Reading {
+        outcome: None,
         evidence: tail.iter().rev().take(3).rev().cloned().collect(),
         signatures: Vec::new(),
         explanation: Some(explanation),
+        error_cut,
     }
 }
 
@@ -1280,10 +1284,10 @@ impl State {
             p.memory_hit = Some(clip(text));
         }
         match sig.id {
-            "oom_killer" => p.dead = Some("oom_killer"),
-            "killed" if p.dead.is_none() => p.dead = Some("killed"),
-            "fatal_python_error" if p.dead.is_none() => p.dead = Some("fatal"),
-            "process_exited" if p.dead.is_none() => p.dead = Some("exited"),
+            "oom_killer" => p.dead = Some(LoggedDeath::OomKiller),
+            "killed" if p.dead.is_none() => p.dead = Some(LoggedDeath::Killed),
+            "fatal_python_error" if p.dead.is_none() => p.dead = Some(LoggedDeath::NativeCrash),
+            "process_exited" if p.dead.is_none() => p.dead = Some(LoggedDeath::Exited),
             _ => {}
         }
         let at = (
@@ -1551,20 +1555,24 @@ impl State {
                 (None, unfinished(&p, &how, &mut obs))
             }
         };
-        let mut v = if ended.unended.incomplete {
-            incomplete_verdict(model.as_deref(), ended.loading_at_end, &tail)
-        } else {
-            classify::classify_prompt(&obs)
-        };
-        // The classifier words a few things for live runs; say them as a log shows them.
-        v.evidence.retain(|e| !e.starts_with("process ended by "));
         if ended.hang {
+            let v = classify::classify_prompt(&obs);
             return self.hung(p, v, model.unwrap_or_default(), stalled_for, number);
         }
+        let mut reading = if ended.unended.incomplete {
+            incomplete_reading(
+                model.as_deref(),
+                ended.loading_at_end,
+                ended.unended.error_cut,
+                &tail,
+            )
+        } else {
+            classify::classify_prompt(&obs).into()
+        };
         if let Some(e) = ended.explanation {
-            v.explanation = Some(e);
+            reading.explanation = Some(e);
         }
-        self.finish_prompt(p, v, ended.unended, executed_in, number);
+        self.finish_prompt(p, reading, executed_in, number);
     }
 
     /// A prompt stopped after minutes of silence following `Requested to load` (by the log's
@@ -1593,26 +1601,23 @@ impl State {
             .map_or((number, String::new()), |(n, t, _, _)| (*n, t.clone()));
         let ordinal = p.ordinal.map(|o| if p.after_passes { o } else { 1 });
         self.tally(hang_sig, &text, line, Some((ordinal, p.serial)));
-        self.finish_prompt(p, v, Unended::default(), None, number);
+        self.finish_prompt(p, v.into(), None, number);
     }
 
     fn finish_prompt(
         &mut self,
         p: PromptState,
-        v: Classification,
-        unended: Unended,
+        v: Reading,
         executed_in: Option<String>,
         number: u64,
     ) {
-        let incomplete = unended.incomplete;
-        if !incomplete
-            && let Some(s) = self.current.as_mut()
+        if let Some(s) = self.current.as_mut()
             && p.start == Some(s.index)
         {
             match v.outcome {
-                Outcome::Pass => s.passed += 1,
-                Outcome::InvalidWorkflow | Outcome::Interrupted => {}
-                _ => {
+                Some(Outcome::Pass) => s.passed += 1,
+                None | Some(Outcome::InvalidWorkflow | Outcome::Interrupted) => {}
+                Some(_) => {
                     s.failed += 1;
                     s.clean = false;
                 }
@@ -1630,14 +1635,14 @@ impl State {
             ordinal: p.ordinal,
             line: p.line,
             end_line: number,
-            outcome: (!incomplete).then_some(v.outcome),
+            outcome: v.outcome,
             evidence: v.evidence,
             signatures,
             explanation: v.explanation,
             models: p.models,
             executed_in,
             started_before_log: p.implicit,
-            error_cut: unended.error_cut,
+            error_cut: v.error_cut,
         });
     }
 
