@@ -10,7 +10,7 @@ mod flaky;
 use super::space::{Choice, Config, Space};
 use crate::outcome::Outcome;
 pub use crate::run::record::RunKind;
-pub use flaky::Belief;
+pub use flaky::BestAnswer;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -320,7 +320,7 @@ pub struct Search<'a> {
     /// The run budget as it stands (`max_runs`, or what a flaky search's posterior set).
     budget: u32,
     /// What a flaky search believed when it last chose a run (for a verdict cut short).
-    last_belief: Option<Belief>,
+    last_belief: Option<BestAnswer>,
 }
 
 /// How a configuration did, as far as the search is concerned.

@@ -8,7 +8,7 @@
 use super::folder::{self, Mark, write_json};
 use super::launch::{self, HOST, Heard, NotReady, Server};
 use super::record::{
-    Effective, Iteration, Overhead, Peaks, RunKind, RunRecord, Shortening, Teardown, overall,
+    Iteration, Overhead, Peaks, RunKind, RunRecord, Shortening, Teardown, overall,
 };
 use super::watch::{Action, Input, Limits, PromptWatch, Watched};
 use super::{Reporter, RunEvent, RunOptions};
@@ -20,6 +20,7 @@ use crate::flags::{argparse, decide};
 use crate::outcome::Outcome;
 use crate::sampler::{Sampler, SamplerConfig, Summary, rss_at, series};
 use crate::signals::{self, Stop};
+use crate::startup::StartupFacts;
 use crate::workflow::CacheBust;
 use crate::workflow::Workflow;
 use crate::workflow::quick::{self, Quick};
@@ -110,7 +111,7 @@ struct Parts {
     /// The verdict of a run that never got to its prompts.
     early: Option<Classification>,
     startup_ms: Option<u64>,
-    effective: Effective,
+    effective: StartupFacts,
     iterations: Vec<Iteration>,
     interrupted: bool,
     teardown: Teardown,
@@ -137,7 +138,7 @@ impl Parts {
             port,
             early: None,
             startup_ms: None,
-            effective: Effective::default(),
+            effective: StartupFacts::default(),
             iterations: Vec::new(),
             interrupted: false,
             teardown: Teardown {
@@ -898,7 +899,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Where the log disagrees with what `explain` predicts for these flags.
-fn compare_with_prediction(opts: &RunOptions, effective: &Effective) -> Vec<String> {
+fn compare_with_prediction(opts: &RunOptions, effective: &StartupFacts) -> Vec<String> {
     let version = effective
         .comfyui_version
         .as_deref()
@@ -926,7 +927,7 @@ fn compare_with_prediction(opts: &RunOptions, effective: &Effective) -> Vec<Stri
 
 /// Where the startup log says something else was in force than the flags predict (the log
 /// wins: it is what ran).
-fn disagreements(predicted: &decide::Predicted, effective: &Effective) -> Vec<String> {
+fn disagreements(predicted: &decide::Predicted, effective: &StartupFacts) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(actual) = effective.dynamic_vram
         && actual != predicted.dynamic_vram.enabled
@@ -1059,10 +1060,10 @@ mod tests {
 
     #[test]
     fn the_log_contradicting_the_prediction_is_said() {
-        let logged = Effective {
+        let logged = StartupFacts {
             async_offload_streams: Some(2),
             pinned_memory: Some(true),
-            ..Effective::default()
+            ..StartupFacts::default()
         };
         // --cpu predicts neither (async offload is on only when asked for there).
         let said = disagreements(&predicted(&["--cpu"]), &logged);
@@ -1076,14 +1077,14 @@ mod tests {
         assert!(
             disagreements(
                 &predicted(&["--cpu", "--async-offload"]),
-                &Effective {
+                &StartupFacts {
                     async_offload_streams: Some(2),
-                    ..Effective::default()
+                    ..StartupFacts::default()
                 }
             )
             .is_empty()
         );
         // A log that says nothing contradicts nothing.
-        assert!(disagreements(&predicted(&[]), &Effective::default()).is_empty());
+        assert!(disagreements(&predicted(&[]), &StartupFacts::default()).is_empty());
     }
 }

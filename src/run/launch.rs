@@ -2,7 +2,6 @@
 //! followed, and the wait until it answers HTTP, with the startup classified when it dies
 //! first, hangs, or the user stops it.
 
-use super::record::Effective;
 use super::{Reporter, RunEvent, RunOptions};
 use crate::classify::normalize::normalize;
 use crate::classify::{self, Classification, ExitStatus};
@@ -171,7 +170,7 @@ pub struct NotReady {
     pub port: u16,
     pub verdict: Classification,
     pub teardown: Teardown,
-    pub effective: Effective,
+    pub effective: StartupFacts,
 }
 
 /// Starts ComfyUI with the run's flags and waits until it is ready. `clock` is the run's
@@ -234,7 +233,7 @@ pub fn launch(
                         group_empty: true,
                         exit: None,
                     },
-                    effective: Effective::default(),
+                    effective: StartupFacts::default(),
                 }));
             }
         };

@@ -7,11 +7,6 @@ use crate::workflow::CacheBust;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-/// What the startup log says was in force (every fact `startup` reads, the versions of
-/// ComfyUI, comfy-aimdo, comfy-kitchen, PyTorch and Python among them); the record's
-/// `effective`.
-pub type Effective = StartupFacts;
-
 /// One prompt sent to ComfyUI.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Iteration {
@@ -129,7 +124,7 @@ pub struct RunRecord {
     pub argv: Vec<String>,
     /// The user's own flags (what a bisect toggles).
     pub flags: Vec<String>,
-    pub effective: Effective,
+    pub effective: StartupFacts,
     pub iterations: Vec<Iteration>,
     pub peaks: Peaks,
     pub run_dir: PathBuf,

@@ -30,9 +30,10 @@ const PRIOR_NONE: f64 = 0.015;
 /// many again).
 const MOST_RUNS: u32 = 1000;
 
-/// What the posterior says: the best answer so far, how sure, and the failure rate.
+/// What the flaky search says so far: its best answer in flags, how sure, and the failure
+/// rate (from [`crate::bayes::Belief`], which knows answers only by index).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Belief {
+pub struct BestAnswer {
     /// The flags of the best answer (empty: none of the changes fixes it).
     pub flags: Vec<String>,
     pub probability: f64,
@@ -40,7 +41,7 @@ pub struct Belief {
     pub runs: u32,
 }
 
-impl std::fmt::Display for Belief {
+impl std::fmt::Display for BestAnswer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let what = if self.flags.is_empty() {
             "none of the changes fixes it".to_string()
@@ -80,7 +81,7 @@ impl Search<'_> {
             let (post, dead, gone) = self.posterior(&masks, &prior, target);
             let b = post.belief();
             let answer = (b.answer != none).then(|| masks[b.answer]);
-            let belief = Belief {
+            let belief = BestAnswer {
                 flags: answer.map_or_else(Vec::new, |m| self.mask_flags(m)),
                 probability: b.probability,
                 failure_rate: Some((b.rate_low, b.rate_high)),
@@ -248,7 +249,7 @@ impl Search<'_> {
 
     /// The verdict of a flaky search that found its answer: the least value of each flag with
     /// several (as the deterministic search does), then the posterior's figures.
-    fn flaky_fix(&mut self, mask: u32, belief: &Belief) -> Result<Found, Stopped> {
+    fn flaky_fix(&mut self, mask: u32, belief: &BestAnswer) -> Result<Found, Stopped> {
         let strong = self.space.strong(&bits(mask));
         let mut choice = self.least_values(strong.clone())?;
         let shortened = self.next_kind() == RunKind::Quick;
@@ -281,7 +282,7 @@ impl Search<'_> {
         &self,
         kind: VerdictKind,
         choice: Option<&super::Choice>,
-        belief: &Belief,
+        belief: &BestAnswer,
     ) -> Found {
         let mut found = self.verdict(kind, choice, None);
         found.confidence = Some(belief.probability);
