@@ -447,7 +447,7 @@ fn comfyui_check(req: &Request) -> (Check, Option<(Install, Chosen)>) {
             match environment::git_info(&install.dir) {
                 Ok(g) => details.push(format!(
                     "git {} ({})",
-                    crate::regress::git::abbrev(&g.commit, 12),
+                    crate::text::abbrev(&g.commit, 12),
                     g.branch.as_deref().unwrap_or("detached")
                 )),
                 Err(e) => details.push(format!("git: {e}")),

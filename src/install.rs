@@ -92,7 +92,7 @@ impl Install {
         let shown = format!("{} main.py --help", python.path.display());
         // A bare name (`python3`) is looked up on PATH; duct would read a Path as `./python3`.
         let program = python.path.as_os_str().to_owned();
-        let mut args = crate::run::boot_for(&python.path, None);
+        let mut args = crate::boot::boot_for(&python.path, None);
         args.extend(["main.py".to_string(), "--help".to_string()]);
         let expr = duct::cmd(program, args)
             .dir(&self.dir)

@@ -9,6 +9,7 @@
 pub mod app;
 pub mod bayes;
 pub mod bisect;
+pub mod boot;
 pub mod classify;
 pub mod cli;
 pub mod comfy;

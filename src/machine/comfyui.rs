@@ -105,7 +105,7 @@ pub fn custom_nodes(dir: &Path) -> Result<Vec<Value>, String> {
         let v = if path.is_dir() {
             match git_info(&path) {
                 Ok(g) => {
-                    json!({"name": name, "commit": crate::regress::git::abbrev(&g.commit, 12)})
+                    json!({"name": name, "commit": crate::text::abbrev(&g.commit, 12)})
                 }
                 Err(_) => json!({"name": name, "commit": null}),
             }

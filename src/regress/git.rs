@@ -31,14 +31,7 @@ impl CommitInfo {
     }
 }
 
-/// The first `n` characters of a commit id (all of a shorter one, as a session file may hold;
-/// never cut inside a character).
-pub fn abbrev(commit: &str, n: usize) -> &str {
-    match commit.char_indices().nth(n) {
-        Some((at, _)) => &commit[..at],
-        None => commit,
-    }
-}
+pub use crate::text::abbrev;
 
 const GIT_TIMEOUT: Duration = Duration::from_secs(120);
 

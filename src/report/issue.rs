@@ -625,7 +625,7 @@ fn regress_commits(o: &mut String, res: &crate::regress::RegressResult) {
         let _ = writeln!(
             o,
             "| `{}` | {} | {} | {} | {} |",
-            crate::regress::git::abbrev(&t.commit, 7),
+            crate::text::abbrev(&t.commit, 7),
             t.version.as_deref().unwrap_or("?"),
             cell(&packages.join(", ")),
             t.outcome
@@ -643,7 +643,7 @@ fn regress_commits(o: &mut String, res: &crate::regress::RegressResult) {
         let _ = writeln!(
             o,
             "| `{}` | | | skipped | {} |",
-            crate::regress::git::abbrev(&sk.commit, 7),
+            crate::text::abbrev(&sk.commit, 7),
             cell(&sk.reason)
         );
     }
