@@ -170,8 +170,7 @@ impl Workflow {
                         "saved by frontend {saved}, newer than the {served} this ComfyUI serves: converted as {served} queues it; newer frontends queue nodes {nodes} otherwise"
                     ),
                     (None, Some(v)) => format!(
-                        "this ComfyUI serves frontend {v}, between those whose conversions were recorded (1.27.10, 1.42.10, 1.58.1): converted by the {} rules; by the {} rules, nodes {nodes} would be queued otherwise",
-                        frontend.name(),
+                        "this ComfyUI serves frontend {v}, whose rules were measured on the workflows that tell them apart but not recorded with all of them (1.27.10, 1.42.10 and 1.58.1 were): converted by its rules; by the {} rules, nodes {nodes} would be queued otherwise",
                         other.name()
                     ),
                     (None, None) => format!(

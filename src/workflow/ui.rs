@@ -37,63 +37,88 @@ impl std::fmt::Display for Refusal {
 }
 
 /// The frontend whose rules a conversion follows: ComfyUI's own frontend changed what
-/// `graphToPrompt` sends between the three lines recorded here (`fixtures/ui-workflows/pairs`
-/// with 1.27.10, `pairs-1.42` with 1.42.10, `pairs-1.58` with 1.58.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Frontend {
-    /// 1.27 (what ComfyUI 0.3.64 pins) and before.
-    V1_27,
-    /// 1.42: as 1.58 for bypassed subgraph instances; as 1.27 for legacy group nodes (no
-    /// renumbering) and the audio player (sent as ""); a subgraph instance's own values
-    /// reach its nodes only with `proxyWidgets` (without, the nodes' own values are sent).
-    V1_42,
-    /// 1.58 (the current line): nodes inside a bypassed subgraph instance of the root graph
-    /// are not sent (those of one bypassed inside a subgraph are); widgets the
-    /// frontend adds (the audio player, PreviewAny's text) are not sent.
-    V1_58,
+/// `graphToPrompt` sends, one rule at a time. Each rule below says from which version on, as
+/// measured by recording the pairs that tell the rules apart with the last release of every
+/// minor version from 1.29 to 1.57 (`fixtures/ui-workflows/VERSIONS.md`); all of the pairs are
+/// recorded with 1.27.10 (`pairs`), 1.42.10 (`pairs-1.42`) and 1.58.1 (`pairs-1.58`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Frontend {
+    /// `(major, minor)`.
+    line: (u32, u32),
 }
 
 impl Frontend {
-    /// The rules of a frontend version (`1.33.4`): before 1.28 the 1.27 rules, then the
-    /// nearest recorded line's (1.28 to 1.49: 1.42's; from 1.50: 1.58's). The versions
-    /// between were not recorded: where the rules of a neighbour give another prompt, the
-    /// conversion says so.
+    /// 1.27 (what ComfyUI 0.3.64 pins).
+    pub const V1_27: Frontend = Frontend { line: (1, 27) };
+    /// 1.42: bypassed root instances left out, group nodes and the audio player as 1.27, an
+    /// instance's own values only with `proxyWidgets`.
+    pub const V1_42: Frontend = Frontend { line: (1, 42) };
+    /// 1.58 (the current line).
+    pub const V1_58: Frontend = Frontend { line: (1, 58) };
+
+    /// The rules of a frontend version (`1.33.4`).
     pub fn of_version(version: &str) -> Frontend {
         let mut parts = version
             .trim()
             .split('.')
             .map(|p| p.parse::<u32>().unwrap_or(0));
-        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-        if (major, minor) < (1, 28) {
-            Frontend::V1_27
-        } else if (major, minor) < (1, 50) {
-            Frontend::V1_42
-        } else {
-            Frontend::V1_58
+        Frontend {
+            line: (parts.next().unwrap_or(0), parts.next().unwrap_or(0)),
         }
     }
 
-    /// Whether conversions by this frontend's rules were recorded from that very line.
+    fn since(self, minor: u32) -> bool {
+        self.line >= (1, minor)
+    }
+
+    /// Nodes inside a bypassed subgraph instance of the root graph are not sent (those of
+    /// one bypassed inside a subgraph are): from 1.39.
+    fn leaves_out_bypassed_instances(self) -> bool {
+        self.since(39)
+    }
+
+    /// Widgets the frontend adds (the audio player's `audioUI`) are not sent: from 1.47.
+    fn drops_frontend_widgets(self) -> bool {
+        self.since(47)
+    }
+
+    /// Legacy group nodes become subgraphs on load and colliding subgraph ids are
+    /// renumbered: from 1.47 (1.40 to 1.46 renumber colliding ids without converting group
+    /// nodes, which is not modelled).
+    fn renumbers_on_load(self) -> bool {
+        self.since(47)
+    }
+
+    /// A linked widget input whose subgraph input the instance lacks takes the node's k-th
+    /// saved value (see `unpromoted_1_27`): up to 1.34.
+    fn fills_unpromoted_by_position(self) -> bool {
+        !self.since(35)
+    }
+
+    /// A subgraph instance saved without `proxyWidgets` has its values ignored, its nodes'
+    /// own sent: 1.41 to 1.45.
+    fn ignores_values_without_proxy_widgets(self) -> bool {
+        self.since(41) && !self.since(46)
+    }
+
+    /// Whether conversions by this frontend's rules were recorded with all of the pairs.
     pub fn recorded(version: &str) -> bool {
         let v = version.trim();
         v.starts_with("1.27.") || v.starts_with("1.42.") || v.starts_with("1.58.")
     }
 
     /// The line's name, as the warnings say it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Frontend::V1_27 => "1.27",
-            Frontend::V1_42 => "1.42",
-            Frontend::V1_58 => "1.58",
-        }
+    pub fn name(self) -> String {
+        format!("{}.{}", self.line.0, self.line.1)
     }
 
     /// The rules a conversion is compared with to say what another frontend would queue:
-    /// the current line's, or 1.27's for the current line.
+    /// the current line's, or 1.27's for the current line and later.
     pub fn other(self) -> Frontend {
-        match self {
-            Frontend::V1_58 => Frontend::V1_27,
-            _ => Frontend::V1_58,
+        if self.since(58) {
+            Frontend::V1_27
+        } else {
+            Frontend::V1_58
         }
     }
 }
@@ -177,7 +202,7 @@ pub fn convert_for(
     defs: &NodeDefs,
     frontend: Frontend,
 ) -> Result<(Map<String, Value>, Vec<String>), Refusal> {
-    if frontend != Frontend::V1_58 {
+    if !frontend.renumbers_on_load() {
         return convert_doc(doc, defs, frontend);
     }
     // Later frontends give nodes new ids on load; converted from the renumbered workflow, the
@@ -449,7 +474,9 @@ impl<'a> Converter<'a> {
             // `pairs-1.58/cur_flux1_dev_uso_reference_image_gen`.
             let root_instance = self.scopes[parent].parent.is_none();
             if mode(node) == MUTED
-                || (self.frontend != Frontend::V1_27 && root_instance && mode(node) == BYPASSED)
+                || (self.frontend.leaves_out_bypassed_instances()
+                    && root_instance
+                    && mode(node) == BYPASSED)
             {
                 return true;
             }
@@ -604,7 +631,7 @@ impl<'a> Converter<'a> {
         }
         let mut out = Map::new();
         for (i, w) in widgets.iter().enumerate() {
-            if !w.serialized || (w.frontend_only && self.frontend == Frontend::V1_58) {
+            if !w.serialized || (w.frontend_only && self.frontend.drops_frontend_widgets()) {
                 continue;
             }
             // No values saved: the widgets start at their defaults, as a new node's do.
@@ -655,7 +682,7 @@ impl<'a> Converter<'a> {
         slot: usize,
         widgets: &[Widget],
     ) -> Option<Value> {
-        if self.frontend != Frontend::V1_27 {
+        if !self.frontend.fills_unpromoted_by_position() {
             return None;
         }
         let graph = self.scopes[scope].graph;
@@ -711,7 +738,7 @@ impl<'a> Converter<'a> {
                 Some(_) => self.resolve_input(parent, instance, outer, depth + 1),
                 // 1.42 keeps promoted values in `proxyWidgets`; an instance saved without it
                 // (by 1.58's page) has its values ignored, the nodes' own are sent.
-                None if self.frontend == Frontend::V1_42
+                None if self.frontend.ignores_values_without_proxy_widgets()
                     && instance.pointer("/properties/proxyWidgets").is_none() =>
                 {
                     Ok(None)
