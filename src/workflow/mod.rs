@@ -149,15 +149,16 @@ impl Workflow {
         };
         let frontend = served.map_or(ui::Frontend::V1_27, ui::Frontend::of_version);
         let (prompt, mut warnings) = ui::convert_for(doc, defs, frontend)?;
-        let other = frontend.other();
         let saved_by = doc
             .pointer("/extra/frontendVersion")
             .and_then(Value::as_str);
         let newer = |a: &str, b: &str| version_key(a) > version_key(b);
-        // Saved by a newer frontend whose rules differ from the served one's.
+        // Saved by a newer frontend line than the one served: compared with what that line
+        // queues; otherwise with the current line's rules (1.27's for the current line).
         let saved_newer = saved_by
             .zip(served)
             .filter(|(s, v)| newer(s, v) && ui::Frontend::of_version(s) != frontend);
+        let other = saved_newer.map_or(frontend.other(), |(s, _)| ui::Frontend::of_version(s));
         let unrecorded = served.is_none_or(|v| !ui::Frontend::recorded(v));
         if (saved_newer.is_some() || unrecorded)
             && let Ok((alt, _)) = ui::convert_for(doc, defs, other)

@@ -41,7 +41,7 @@ impl std::fmt::Display for Refusal {
 /// measured by recording the pairs that tell the rules apart with the last release of every
 /// minor version from 1.29 to 1.57 (`fixtures/ui-workflows/VERSIONS.md`); all of the pairs are
 /// recorded with 1.27.10 (`pairs`), 1.42.10 (`pairs-1.42`) and 1.58.1 (`pairs-1.58`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Frontend {
     /// `(major, minor)`.
     line: (u32, u32),

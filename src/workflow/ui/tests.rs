@@ -469,6 +469,18 @@ fn the_served_frontend_decides_and_a_difference_is_said() {
         "{:?}",
         w.warnings
     );
+    // Saved by a newer line (1.41.21) than the one served (1.40.10): compared with what the
+    // saving line queues (its nodes' own values for an instance without `proxyWidgets`),
+    // where the current line's rules would queue the same as 1.40's.
+    let mut page = read(fixtures().join("pairs/page_ovis_promoted_edited.ui.json"));
+    page["extra"]["frontendVersion"] = json!("1.41.21");
+    let w = text(&page).converted(&defs(), Some("1.40.10")).unwrap();
+    assert_eq!(w.warnings.len(), 1, "{:?}", w.warnings);
+    assert!(
+        w.warnings[0].starts_with("saved by frontend 1.41.21, newer than the 1.40.10"),
+        "{:?}",
+        w.warnings
+    );
     // A current template with promoted widgets, as saved (by 1.41.3), served 1.27.10: the
     // KSampler 1.27 fills from the wrong saved values is named.
     let ovis = read(fixtures().join("pairs/cur_image_ovis_text_to_image.ui.json"));
