@@ -8,6 +8,7 @@
 //! Dynamic VRAM), and `run` reads it.
 
 use super::argparse::Parsed;
+use crate::startup::StartupFacts;
 use crate::version::{self, Version};
 use serde::Serialize;
 
@@ -132,6 +133,50 @@ pub struct Predicted {
     #[serde(rename = "no_op_flags")]
     pub no_op: Vec<NoOp>,
     pub advice: Vec<Advice>,
+}
+
+impl Predicted {
+    /// Where a startup log says something else was in force than these flags predict (the log
+    /// wins: it is what ran).
+    pub fn disagreements(&self, logged: &StartupFacts) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(actual) = logged.dynamic_vram
+            && actual != self.dynamic_vram.enabled
+        {
+            let on_off = |b: bool| if b { "on" } else { "off" };
+            out.push(format!(
+                "Dynamic VRAM is {} according to the log, but the flags predict {} ({}): the hardware, PyTorch or comfy-aimdo decided",
+                on_off(actual),
+                on_off(self.dynamic_vram.enabled),
+                self.dynamic_vram.reason
+            ));
+        }
+        if let Some(state) = &logged.vram_state
+            && state != self.vram_state
+            && state != "DISABLED"
+        {
+            out.push(format!(
+                "the log says 'Set vram state to: {state}', the flags predict {}",
+                self.vram_state
+            ));
+        }
+        // The log names async offload and pinned memory only when they are on.
+        if let Some(streams) = logged.async_offload_streams
+            && self.async_offload_streams != Some(streams)
+        {
+            out.push(format!(
+                "the log says async offload runs with {streams} streams, the flags predict {}",
+                match self.async_offload_streams {
+                    Some(n) => format!("{n} streams"),
+                    None => "it off".into(),
+                }
+            ));
+        }
+        if logged.pinned_memory == Some(true) && !self.pinned_memory {
+            out.push("the log says pinned memory is on, the flags predict it off".into());
+        }
+        out
+    }
 }
 
 /// The flags that turn Dynamic VRAM off, in the order of ComfyUI's test.
@@ -851,6 +896,38 @@ mod tests {
                 .advice
                 .iter()
                 .any(|a| a.text.contains("strips"))
+        );
+    }
+
+    #[test]
+    fn the_log_contradicting_the_prediction_is_said() {
+        let logged = StartupFacts {
+            async_offload_streams: Some(2),
+            pinned_memory: Some(true),
+            ..StartupFacts::default()
+        };
+        // --cpu predicts neither (async offload is on only when asked for there).
+        let said = run(&["--cpu"], &linux()).disagreements(&logged);
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(
+            said[0].contains("async offload runs with 2 streams"),
+            "{said:?}"
+        );
+        assert!(said[1].contains("pinned memory is on"), "{said:?}");
+        // What the flags predict, the log confirming it: nothing to say.
+        assert!(
+            run(&["--cpu", "--async-offload"], &linux())
+                .disagreements(&StartupFacts {
+                    async_offload_streams: Some(2),
+                    ..StartupFacts::default()
+                })
+                .is_empty()
+        );
+        // A log that says nothing contradicts nothing.
+        assert!(
+            run(&[], &linux())
+                .disagreements(&StartupFacts::default())
+                .is_empty()
         );
     }
 }

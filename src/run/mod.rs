@@ -5,6 +5,7 @@ pub mod engine;
 pub mod folder;
 pub mod launch;
 pub mod pause;
+mod prompt;
 pub mod record;
 pub mod render;
 pub mod watch;
