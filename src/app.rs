@@ -3,7 +3,7 @@
 use crate::cli::{BisectArgs, Cli, Command, ExplainArgs, Global, LogscanArgs, RunArgs, SampleArgs};
 use crate::error::{Error, exit};
 use crate::explain;
-use crate::output::{Style, write_json};
+use crate::output::{self, Answer, Style, write_json};
 use std::io::{self, Write};
 
 /// Runs one command, printing to `out` (stdout) and `err` (stderr); returns the exit code.
@@ -86,13 +86,10 @@ fn run_explain(args: ExplainArgs, global: &Global, out: &mut dyn Write) -> Resul
         args: args.args,
     };
     let e = explain::explain(&req)?;
-    let printed = if global.json {
-        write_json(out, &e)
-    } else {
-        explain::render(&e, &Style::new(global.color), out)
-    };
-    answered(
-        printed,
+    answer(
+        &e,
+        global,
+        out,
         if e.accepted == Some(false) {
             exit::FAILED
         } else {
@@ -139,12 +136,20 @@ fn run_run(
         let mut progress = run::render::Progress::new(!global.json && io::stderr().is_terminal());
         run::execute(&opts, &mut progress)?
     };
-    let printed = if global.json {
-        write_json(out, &record)
-    } else {
-        run::render::summary(&record, &Style::new(global.color), out)
-    };
-    answered(printed, run_exit_code(&record))
+    answer(&record, global, out, run_exit_code(&record))
+}
+
+/// Prints a command's answer (JSON with `--json`, its text otherwise) and gives its exit status.
+fn answer(
+    a: &impl Answer,
+    global: &Global,
+    out: &mut dyn Write,
+    code: i32,
+) -> Result<i32, Failure> {
+    answered(
+        output::print(a, global.json, &Style::new(global.color), out),
+        code,
+    )
 }
 
 /// A command's exit status once its answer is printed. A reader that went away (the other end
@@ -199,12 +204,7 @@ fn run_sample(
         json: global.json,
     };
     let outcome = command::sample(&req, err)?;
-    let printed = if global.json {
-        write_json(out, &outcome.report)
-    } else {
-        command::render(&outcome.report, &Style::new(global.color), out)
-    };
-    answered(printed, outcome.exit_code)
+    answer(&outcome.report, global, out, outcome.exit_code)
 }
 
 fn run_bisect(
@@ -218,12 +218,7 @@ fn run_bisect(
     let req = bisect_request(args)?;
     let visible = !global.json && io::stderr().is_terminal();
     let (result, code) = crate::bisect::command::run(&req, visible, err)?;
-    let printed = if global.json {
-        write_json(out, &result)
-    } else {
-        crate::bisect::result::render(&result, &Style::new(global.color), out)
-    };
-    answered(printed, code)
+    answer(&result, global, out, code)
 }
 
 /// `bisect`'s arguments as the bisect's own request (a launcher read, paths made absolute).
@@ -348,12 +343,7 @@ fn run_regress(
         }
     };
     let (result, code) = crate::regress::run(req, &mut progress)?;
-    let printed = if global.json {
-        write_json(out, &result)
-    } else {
-        crate::regress::render(&result, &Style::new(global.color), out)
-    };
-    answered(printed, code)
+    answer(&result, global, out, code)
 }
 
 fn run_logscan(
@@ -363,12 +353,7 @@ fn run_logscan(
     err: &mut dyn Write,
 ) -> Result<i32, Failure> {
     let report = crate::logscan::command(&args.file, err)?;
-    let printed = if global.json {
-        write_json(out, &report)
-    } else {
-        crate::logscan::render::render(&report, &Style::new(global.color), out)
-    };
-    answered(printed, report.exit_code())
+    answer(&report, global, out, report.exit_code())
 }
 
 fn run_report(
@@ -399,12 +384,7 @@ fn run_report(
         nvml_lib: args.nvml_lib,
     };
     let built = crate::report::build(&req)?;
-    let printed = if global.json {
-        write_json(out, &built)
-    } else {
-        crate::report::render(&built, &style, out)
-    };
-    answered(printed, exit::OK)
+    answer(&built, global, out, exit::OK)
 }
 
 fn run_doctor(
@@ -419,12 +399,7 @@ fn run_doctor(
         origin: crate::locate::Origin::current().clone(),
     };
     let report = crate::doctor::run(&req);
-    let printed = if global.json {
-        write_json(out, &report)
-    } else {
-        crate::doctor::render(&report, &Style::new(global.color), out)
-    };
-    answered(printed, report.exit_code())
+    answer(&report, global, out, report.exit_code())
 }
 
 fn run_extension(
@@ -442,12 +417,32 @@ fn run_extension(
         crate::cli::ExtensionAction::Install(_) => crate::extension::install(&comfyui.path)?,
         crate::cli::ExtensionAction::Remove(_) => crate::extension::remove(&comfyui.path)?,
     };
-    let printed = if global.json {
-        write_json(out, &done)
-    } else {
-        crate::extension::render(&done, out)
-    };
-    answered(printed, crate::error::exit::OK)
+    answer(&done, global, out, crate::error::exit::OK)
+}
+
+/// `completions`: the script for one shell.
+#[derive(serde::Serialize)]
+struct Completions {
+    shell: String,
+    script: String,
+}
+
+impl Answer for Completions {
+    fn render(&self, _: &Style, out: &mut dyn Write) -> io::Result<()> {
+        out.write_all(self.script.as_bytes())
+    }
+}
+
+/// `man`: the manual page, in roff.
+#[derive(serde::Serialize)]
+struct ManPage {
+    roff: String,
+}
+
+impl Answer for ManPage {
+    fn render(&self, _: &Style, out: &mut dyn Write) -> io::Result<()> {
+        out.write_all(self.roff.as_bytes())
+    }
 }
 
 fn run_completions(
@@ -458,29 +453,19 @@ fn run_completions(
     use clap::CommandFactory;
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "vrambisect", &mut script);
-    if global.json {
-        let doc = serde_json::json!({
-            "shell": shell.to_string(),
-            "script": String::from_utf8_lossy(&script),
-        });
-        write_json(out, &doc)?;
-    } else {
-        out.write_all(&script)?;
-    }
-    Ok(exit::OK)
+    let script = Completions {
+        shell: shell.to_string(),
+        script: String::from_utf8_lossy(&script).into_owned(),
+    };
+    answer(&script, global, out, exit::OK)
 }
 
 fn run_man(global: &Global, out: &mut dyn Write) -> Result<i32, Failure> {
     use clap::CommandFactory;
     let mut page = Vec::new();
     clap_mangen::Man::new(Cli::command()).render(&mut page)?;
-    if global.json {
-        write_json(
-            out,
-            &serde_json::json!({ "roff": String::from_utf8_lossy(&page) }),
-        )?;
-    } else {
-        out.write_all(&page)?;
-    }
-    Ok(exit::OK)
+    let page = ManPage {
+        roff: String::from_utf8_lossy(&page).into_owned(),
+    };
+    answer(&page, global, out, exit::OK)
 }

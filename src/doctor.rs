@@ -825,7 +825,7 @@ pub fn run(req: &Request) -> Checkup {
 }
 
 /// Prints the checks, one line each, details and hints indented.
-pub fn render(r: &Checkup, style: &Style, out: &mut dyn Write) -> std::io::Result<()> {
+fn render(r: &Checkup, style: &Style, out: &mut dyn Write) -> std::io::Result<()> {
     let width = r
         .checks
         .iter()
@@ -857,6 +857,16 @@ pub fn render(r: &Checkup, style: &Style, out: &mut dyn Write) -> std::io::Resul
         )),
     };
     writeln!(out, "{verdict}")
+}
+
+impl crate::output::Answer for Checkup {
+    fn render(
+        &self,
+        style: &crate::output::Style,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
+        render(self, style, out)
+    }
 }
 
 #[cfg(test)]

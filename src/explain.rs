@@ -292,10 +292,20 @@ pub fn analyse(
 }
 
 /// Prints the explanation for a person.
-pub fn render(e: &Explanation, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+fn render(e: &Explanation, style: &Style, out: &mut dyn Write) -> io::Result<()> {
     render_inputs(e, style, out)?;
     render_prediction(e, style, out)?;
     render_findings(e, style, out)
+}
+
+impl crate::output::Answer for Explanation {
+    fn render(
+        &self,
+        style: &crate::output::Style,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
+        render(self, style, out)
+    }
 }
 
 /// The version, where the flags came from, the launcher, the flags, the platform, and

@@ -225,7 +225,7 @@ pub fn remove(comfyui: &Path) -> Result<Done> {
 }
 
 /// The lines a person reads after `install` or `remove`.
-pub fn render(done: &Done, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+fn render(done: &Done, out: &mut dyn std::io::Write) -> std::io::Result<()> {
     let version = done.version.as_deref().unwrap_or("?");
     match done.action {
         "installed" => writeln!(
@@ -254,6 +254,16 @@ pub fn render(done: &Done, out: &mut dyn std::io::Write) -> std::io::Result<()> 
         )?;
     }
     Ok(())
+}
+
+impl crate::output::Answer for Done {
+    fn render(
+        &self,
+        _: &crate::output::Style,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
+        render(self, out)
+    }
 }
 
 #[cfg(test)]

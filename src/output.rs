@@ -72,6 +72,27 @@ impl Style {
     }
 }
 
+/// What a command answers. Each command's result says how it reads as text; whether it is
+/// printed as text or as one JSON document (`--json`) is decided in one place, [`print`].
+pub trait Answer: serde::Serialize {
+    /// The answer for a person.
+    fn render(&self, style: &Style, out: &mut dyn std::io::Write) -> std::io::Result<()>;
+}
+
+/// Prints a command's answer: JSON with `--json`, its text otherwise.
+pub fn print(
+    answer: &impl Answer,
+    json: bool,
+    style: &Style,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
+    if json {
+        write_json(out, answer)
+    } else {
+        answer.render(style, out)
+    }
+}
+
 /// Writes `value` as one pretty JSON document and a newline.
 pub fn write_json(
     out: &mut dyn std::io::Write,

@@ -624,7 +624,7 @@ fn capitalise(s: &str) -> String {
 use crate::text::gib_or_dash as gib;
 
 /// Prints the matrix, the verdict and the line to use.
-pub fn render(r: &BisectResult, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+fn render(r: &BisectResult, style: &Style, out: &mut dyn Write) -> io::Result<()> {
     let mut table = crate::output::table();
     table.set_header(vec![
         "configuration",
@@ -722,4 +722,14 @@ pub fn render(r: &BisectResult, style: &Style, out: &mut dyn Write) -> io::Resul
         writeln!(out, "  continue with: {line}")?;
     }
     Ok(())
+}
+
+impl crate::output::Answer for BisectResult {
+    fn render(
+        &self,
+        style: &crate::output::Style,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
+        render(self, style, out)
+    }
 }

@@ -37,7 +37,7 @@ fn plural(n: u64, one: &str, many: &str) -> String {
 }
 
 /// Writes the report.
-pub fn render(r: &LogReport, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+fn render(r: &LogReport, style: &Style, out: &mut dyn Write) -> io::Result<()> {
     let name = if r.file == "-" {
         "standard input"
     } else {
@@ -74,6 +74,16 @@ pub fn render(r: &LogReport, style: &Style, out: &mut dyn Write) -> io::Result<(
     prompts(r, style, out)?;
     issues(r, style, out)?;
     Ok(())
+}
+
+impl crate::output::Answer for LogReport {
+    fn render(
+        &self,
+        style: &crate::output::Style,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
+        render(self, style, out)
+    }
 }
 
 fn row(out: &mut dyn Write, style: &Style, label: &str, value: String) -> io::Result<()> {

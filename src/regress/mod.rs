@@ -1175,11 +1175,7 @@ fn how_sure(
 }
 
 /// Prints the tested commits and the answer.
-pub fn render(
-    r: &RegressResult,
-    style: &crate::output::Style,
-    out: &mut dyn Write,
-) -> io::Result<()> {
+fn render(r: &RegressResult, style: &crate::output::Style, out: &mut dyn Write) -> io::Result<()> {
     let mut table = crate::output::table();
     table.set_header(vec!["commit", "version", "outcome", "mark"]);
     for t in &r.tested {
@@ -1239,7 +1235,13 @@ pub fn render(
         writeln!(out)?;
         writeln!(out, "The flags on the first bad commit:")?;
         writeln!(out)?;
-        crate::bisect::result::render(b, style, out)?;
+        crate::output::Answer::render(b.as_ref(), style, out)?;
     }
     Ok(())
+}
+
+impl crate::output::Answer for RegressResult {
+    fn render(&self, style: &crate::output::Style, out: &mut dyn Write) -> io::Result<()> {
+        render(self, style, out)
+    }
 }

@@ -968,7 +968,7 @@ fn size(b: u64) -> String {
 }
 
 /// Prints what was built and what was redacted.
-pub fn render(b: &Built, style: &Style, out: &mut dyn Write) -> std::io::Result<()> {
+fn render(b: &Built, style: &Style, out: &mut dyn Write) -> std::io::Result<()> {
     let what = match b.source_kind {
         SourceKind::Run => "a run".to_string(),
         SourceKind::Bisect => format!("a bisect session of {}", crate::text::plural(b.runs, "run")),
@@ -1039,6 +1039,16 @@ pub fn render(b: &Built, style: &Style, out: &mut dyn Write) -> std::io::Result<
         out,
         "next: read ISSUE.md in the zip and check the files, then file it at\n  https://github.com/Comfy-Org/ComfyUI/issues/new?template=bug-report.yml\n  and attach the zip"
     )
+}
+
+impl crate::output::Answer for Built {
+    fn render(
+        &self,
+        style: &crate::output::Style,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
+        render(self, style, out)
+    }
 }
 
 #[cfg(test)]

@@ -61,7 +61,7 @@ impl Reporter for Progress {
 }
 
 /// The end-of-run summary.
-pub fn summary(rec: &RunRecord, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+fn summary(rec: &RunRecord, style: &Style, out: &mut dyn Write) -> io::Result<()> {
     let verdict = if rec.outcome == crate::outcome::Outcome::Pass {
         style.good("PASS")
     } else {
@@ -171,6 +171,16 @@ pub fn summary(rec: &RunRecord, style: &Style, out: &mut dyn Write) -> io::Resul
         rec.run_dir.display()
     )?;
     Ok(())
+}
+
+impl crate::output::Answer for RunRecord {
+    fn render(
+        &self,
+        style: &crate::output::Style,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
+        summary(self, style, out)
+    }
 }
 
 /// Shortens a line for the terminal (the record keeps it whole).

@@ -302,7 +302,7 @@ fn stat_row(s: &SeriesStats) -> Vec<String> {
 }
 
 /// The summary for a person: what was sampled, then a table of every series.
-pub fn render(r: &SampleReport, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+fn render(r: &SampleReport, style: &Style, out: &mut dyn Write) -> io::Result<()> {
     use comfy_table::{CellAlignment, ContentArrangement, Table, presets};
     let s = &r.summary;
     writeln!(
@@ -399,6 +399,16 @@ pub fn render(r: &SampleReport, style: &Style, out: &mut dyn Write) -> io::Resul
         writeln!(out, "{} {how}{by_us}", crate::text::shell_words(&c.argv))?;
     }
     Ok(())
+}
+
+impl crate::output::Answer for SampleReport {
+    fn render(
+        &self,
+        style: &crate::output::Style,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
+        render(self, style, out)
+    }
 }
 
 #[cfg(test)]

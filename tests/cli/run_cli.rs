@@ -597,7 +597,8 @@ fn ram_kept_after_each_prompt_is_a_finding() {
     let rec: vrambisect::run::RunRecord =
         serde_json::from_str(&std::fs::read_to_string(record).unwrap()).unwrap();
     let mut out = Vec::new();
-    vrambisect::run::render::summary(&rec, &vrambisect::output::Style::plain(), &mut out).unwrap();
+    vrambisect::output::Answer::render(&rec, &vrambisect::output::Style::plain(), &mut out)
+        .unwrap();
     let text = String::from_utf8(out).unwrap();
     assert!(text.contains(statement), "{text}");
 }
