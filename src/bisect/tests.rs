@@ -245,7 +245,10 @@ fn flaky_accuracy(k: usize, p_fail: f64, repeat: u32, trials: u64) -> (f64, f64)
 
 #[test]
 fn flaky_failures_at_70_percent() {
-    let (accuracy, mean_runs) = flaky_accuracy(8, 0.7, 3, 300);
+    // Six seeds for each of the eight places of the culprit: a check that the flaky search
+    // still finds it. Its measured accuracy and cost over 400 seeds are the benchmark's
+    // ("1 culprit among 8", p 0.7, --repeat 3: `cargo bench --bench bisect`).
+    let (accuracy, mean_runs) = flaky_accuracy(8, 0.7, 3, 48);
     assert!(
         accuracy >= 0.95,
         "accuracy {accuracy:.3} with {mean_runs:.1} runs on average"
