@@ -11,7 +11,7 @@ use crate::install::Install;
 use crate::locate::{Chosen, Defaults};
 use crate::machine::{self as environment, NvmlNow, PyFacts};
 use crate::nvidia::NvmlOpenError;
-use crate::output::Style;
+use crate::output::{Answer, Style};
 use crate::sampler::cuda::CudaStart;
 use serde::Serialize;
 use std::io::Write;
@@ -824,48 +824,40 @@ pub fn run(req: &Request) -> Checkup {
     }
 }
 
-/// Prints the checks, one line each, details and hints indented.
-fn render(r: &Checkup, style: &Style, out: &mut dyn Write) -> std::io::Result<()> {
-    let width = r
-        .checks
-        .iter()
-        .map(|c| c.title.chars().count())
-        .max()
-        .unwrap_or(0);
-    for c in &r.checks {
-        let mark = match c.status {
-            Status::Ok => style.good(c.status.symbol()),
-            Status::Warn => style.warn(c.status.symbol()),
-            Status::Fail => style.bad(c.status.symbol()),
+impl Answer for Checkup {
+    /// Prints the checks, one line each, details and hints indented.
+    fn render(&self, style: &Style, out: &mut dyn Write) -> std::io::Result<()> {
+        let width = self
+            .checks
+            .iter()
+            .map(|c| c.title.chars().count())
+            .max()
+            .unwrap_or(0);
+        for c in &self.checks {
+            let mark = match c.status {
+                Status::Ok => style.good(c.status.symbol()),
+                Status::Warn => style.warn(c.status.symbol()),
+                Status::Fail => style.bad(c.status.symbol()),
+            };
+            writeln!(out, "{mark} {:<width$}  {}", c.title, c.summary)?;
+            for d in &c.details {
+                writeln!(out, "  {:<width$}  {}", "", style.dim(d))?;
+            }
+            if let Some(h) = &c.hint {
+                writeln!(out, "  {:<width$}  hint: {h}", "")?;
+            }
+        }
+        writeln!(out)?;
+        let verdict = match (self.failures, self.warnings) {
+            (0, 0) => style.good("everything checked out"),
+            (0, w) => format!("no problems, {w} warning{}", if w == 1 { "" } else { "s" }),
+            (f, w) => style.bad(&format!(
+                "{f} problem{}, {w} warning{}",
+                if f == 1 { "" } else { "s" },
+                if w == 1 { "" } else { "s" }
+            )),
         };
-        writeln!(out, "{mark} {:<width$}  {}", c.title, c.summary)?;
-        for d in &c.details {
-            writeln!(out, "  {:<width$}  {}", "", style.dim(d))?;
-        }
-        if let Some(h) = &c.hint {
-            writeln!(out, "  {:<width$}  hint: {h}", "")?;
-        }
-    }
-    writeln!(out)?;
-    let verdict = match (r.failures, r.warnings) {
-        (0, 0) => style.good("everything checked out"),
-        (0, w) => format!("no problems, {w} warning{}", if w == 1 { "" } else { "s" }),
-        (f, w) => style.bad(&format!(
-            "{f} problem{}, {w} warning{}",
-            if f == 1 { "" } else { "s" },
-            if w == 1 { "" } else { "s" }
-        )),
-    };
-    writeln!(out, "{verdict}")
-}
-
-impl crate::output::Answer for Checkup {
-    fn render(
-        &self,
-        style: &crate::output::Style,
-        out: &mut dyn std::io::Write,
-    ) -> std::io::Result<()> {
-        render(self, style, out)
+        writeln!(out, "{verdict}")
     }
 }
 
@@ -955,7 +947,7 @@ mod tests {
         };
         assert_eq!(r.exit_code(), 1);
         let mut out = Vec::new();
-        render(&r, &Style::plain(), &mut out).unwrap();
+        r.render(&Style::plain(), &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert_eq!(
             text,

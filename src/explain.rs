@@ -8,7 +8,7 @@ use crate::flags::profile;
 use crate::flags::{defs, hints};
 use crate::install::Install;
 use crate::launcher::{self, Launch, RELEVANT_ENV};
-use crate::output::Style;
+use crate::output::{Answer, Style};
 use crate::version::Version;
 use serde::Serialize;
 use std::io::{self, Write};
@@ -291,20 +291,12 @@ pub fn analyse(
     }
 }
 
-/// Prints the explanation for a person.
-fn render(e: &Explanation, style: &Style, out: &mut dyn Write) -> io::Result<()> {
-    render_inputs(e, style, out)?;
-    render_prediction(e, style, out)?;
-    render_findings(e, style, out)
-}
-
-impl crate::output::Answer for Explanation {
-    fn render(
-        &self,
-        style: &crate::output::Style,
-        out: &mut dyn std::io::Write,
-    ) -> std::io::Result<()> {
-        render(self, style, out)
+impl Answer for Explanation {
+    /// Prints the explanation for a person.
+    fn render(&self, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+        render_inputs(self, style, out)?;
+        render_prediction(self, style, out)?;
+        render_findings(self, style, out)
     }
 }
 
@@ -601,7 +593,7 @@ mod tests {
             "not in vrambisect's list for ComfyUI 0.38.1: run with --comfyui DIR to check your install"
         );
         let mut buf = Vec::new();
-        render(&e, &Style::plain(), &mut buf).unwrap();
+        e.render(&Style::plain(), &mut buf).unwrap();
         let text = String::from_utf8(buf).unwrap();
         assert!(!text.contains("refuse"), "{text}");
         // An install that lacks a flag does refuse it.
@@ -667,7 +659,7 @@ mod tests {
     fn render_mentions_everything_that_matters() {
         let e = builtin(&["--highvram", "--lowvram"], Platform::Windows);
         let mut buf = Vec::new();
-        render(&e, &Style::plain(), &mut buf).unwrap();
+        e.render(&Style::plain(), &mut buf).unwrap();
         let text = String::from_utf8(buf).unwrap();
         for needle in [
             "ComfyUI will refuse to start",

@@ -224,45 +224,41 @@ pub fn remove(comfyui: &Path) -> Result<Done> {
     })
 }
 
-/// The lines a person reads after `install` or `remove`.
-fn render(done: &Done, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-    let version = done.version.as_deref().unwrap_or("?");
-    match done.action {
-        "installed" => writeln!(
-            out,
-            "installed {PACK} {version} into {}",
-            done.path.display()
-        )?,
-        "updated" => writeln!(
-            out,
-            "updated {PACK} {} -> {version} in {}",
-            done.previous.as_deref().unwrap_or("?"),
-            done.path.display()
-        )?,
-        "removed" => writeln!(out, "removed {PACK} {version} from {}", done.path.display())?,
-        _ => {
-            writeln!(out, "{PACK} is not installed in {}", done.path.display())?;
-            return Ok(());
-        }
-    }
-    writeln!(out, "restart ComfyUI for this to take effect")?;
-    if done.action == "removed" && done.results.is_dir() {
-        writeln!(
-            out,
-            "its diagnoses and reports stay in {} (delete that folder to remove them)",
-            done.results.display()
-        )?;
-    }
-    Ok(())
-}
-
 impl crate::output::Answer for Done {
+    /// The lines a person reads after `install` or `remove`.
     fn render(
         &self,
-        _: &crate::output::Style,
+        _style: &crate::output::Style,
         out: &mut dyn std::io::Write,
     ) -> std::io::Result<()> {
-        render(self, out)
+        let version = self.version.as_deref().unwrap_or("?");
+        match self.action {
+            "installed" => writeln!(
+                out,
+                "installed {PACK} {version} into {}",
+                self.path.display()
+            )?,
+            "updated" => writeln!(
+                out,
+                "updated {PACK} {} -> {version} in {}",
+                self.previous.as_deref().unwrap_or("?"),
+                self.path.display()
+            )?,
+            "removed" => writeln!(out, "removed {PACK} {version} from {}", self.path.display())?,
+            _ => {
+                writeln!(out, "{PACK} is not installed in {}", self.path.display())?;
+                return Ok(());
+            }
+        }
+        writeln!(out, "restart ComfyUI for this to take effect")?;
+        if self.action == "removed" && self.results.is_dir() {
+            writeln!(
+                out,
+                "its diagnoses and reports stay in {} (delete that folder to remove them)",
+                self.results.display()
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -3,7 +3,7 @@
 use super::search::{Found, NoFix, QuickState, RunKind, Strategy, Tally, Trial, VerdictKind};
 use super::space::{Skipped, Space};
 use crate::outcome::Outcome;
-use crate::output::Style;
+use crate::output::{Answer, Style};
 use comfy_table::Cell;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Write};
@@ -623,113 +623,105 @@ fn capitalise(s: &str) -> String {
 
 use crate::text::gib_or_dash as gib;
 
-/// Prints the matrix, the verdict and the line to use.
-fn render(r: &BisectResult, style: &Style, out: &mut dyn Write) -> io::Result<()> {
-    let mut table = crate::output::table();
-    table.set_header(vec![
-        "configuration",
-        "outcome",
-        "passes/runs",
-        "peak VRAM",
-        "peak RAM",
-        "time",
-    ]);
-    for c in &r.configs {
-        let mut outcome = c.outcome.to_string();
-        if c.untestable_here {
-            outcome = format!("untestable here ({outcome})");
-        }
-        if c.unresolved > 0 {
-            outcome.push_str(&format!(" ({} unresolved)", c.unresolved));
-        }
-        table.add_row(vec![
-            Cell::new(c.changes.join(", ")),
-            Cell::new(outcome),
-            Cell::new(format!("{}/{}", c.passes, c.runs)),
-            Cell::new(gib(c.peak_vram_bytes)),
-            Cell::new(match c.ram_growth_per_prompt_bytes {
-                Some(g) => format!(
-                    "{} (+{}/prompt kept)",
-                    gib(c.peak_ram_bytes),
-                    crate::text::bytes(g)
-                ),
-                None => gib(c.peak_ram_bytes),
-            }),
-            Cell::new(format!("{:.1} s", c.mean_duration_ms as f64 / 1000.0)),
+impl Answer for BisectResult {
+    /// Prints the matrix, the verdict and the line to use.
+    fn render(&self, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+        let mut table = crate::output::table();
+        table.set_header(vec![
+            "configuration",
+            "outcome",
+            "passes/runs",
+            "peak VRAM",
+            "peak RAM",
+            "time",
         ]);
-    }
-    if !r.configs.is_empty() {
-        writeln!(out, "{table}")?;
-        writeln!(out)?;
-    }
-    if let Some(why) = &r.toggle_set {
+        for c in &self.configs {
+            let mut outcome = c.outcome.to_string();
+            if c.untestable_here {
+                outcome = format!("untestable here ({outcome})");
+            }
+            if c.unresolved > 0 {
+                outcome.push_str(&format!(" ({} unresolved)", c.unresolved));
+            }
+            table.add_row(vec![
+                Cell::new(c.changes.join(", ")),
+                Cell::new(outcome),
+                Cell::new(format!("{}/{}", c.passes, c.runs)),
+                Cell::new(gib(c.peak_vram_bytes)),
+                Cell::new(match c.ram_growth_per_prompt_bytes {
+                    Some(g) => format!(
+                        "{} (+{}/prompt kept)",
+                        gib(c.peak_ram_bytes),
+                        crate::text::bytes(g)
+                    ),
+                    None => gib(c.peak_ram_bytes),
+                }),
+                Cell::new(format!("{:.1} s", c.mean_duration_ms as f64 / 1000.0)),
+            ]);
+        }
+        if !self.configs.is_empty() {
+            writeln!(out, "{table}")?;
+            writeln!(out)?;
+        }
+        if let Some(why) = &self.toggle_set {
+            writeln!(
+                out,
+                "{} toggles to choose from ({why}): {}",
+                style.dim("note:"),
+                self.toggles.join(" ")
+            )?;
+        }
+        for s in &self.skipped_toggles {
+            writeln!(
+                out,
+                "{} skipped {}: {}",
+                style.warn("note:"),
+                s.toggle,
+                s.reason
+            )?;
+        }
+        let label = match self.verdict.kind {
+            VerdictKind::FixedBy => style.good("FIXED BY"),
+            VerdictKind::CausedBy => style.good("CAUSED BY"),
+            VerdictKind::NotReproduced => style.warn("NOT REPRODUCED"),
+            VerdictKind::NoFixFound => style.bad("NO FIX FOUND"),
+            VerdictKind::Untestable => style.bad("UNTESTABLE"),
+            VerdictKind::Incomplete => style.warn("INCOMPLETE"),
+        };
+        let flags: Vec<&str> = self
+            .verdict
+            .named_flags()
+            .into_iter()
+            .map(String::as_str)
+            .collect();
+        if flags.is_empty() {
+            writeln!(out, "{label}")?;
+        } else {
+            writeln!(out, "{label} {}", flags.join(" "))?;
+        }
+        writeln!(out, "  {}", self.verdict.statement)?;
+        if let Some(c) = &self.custom_nodes_check {
+            writeln!(out, "  {}", c.statement)?;
+        }
+        if self.verdict.flaky {
+            writeln!(
+                out,
+                "  {} outcomes were flaky: some configurations both passed and failed",
+                style.warn("note:")
+            )?;
+        }
+        if let Some(line) = &self.verdict.launcher_line {
+            writeln!(out, "  start ComfyUI with: {}", style.bold(line))?;
+        }
         writeln!(
             out,
-            "{} toggles to choose from ({why}): {}",
-            style.dim("note:"),
-            r.toggles.join(" ")
+            "  {} runs; session folder {}",
+            self.runs_total,
+            self.session_dir.display()
         )?;
-    }
-    for s in &r.skipped_toggles {
-        writeln!(
-            out,
-            "{} skipped {}: {}",
-            style.warn("note:"),
-            s.toggle,
-            s.reason
-        )?;
-    }
-    let label = match r.verdict.kind {
-        VerdictKind::FixedBy => style.good("FIXED BY"),
-        VerdictKind::CausedBy => style.good("CAUSED BY"),
-        VerdictKind::NotReproduced => style.warn("NOT REPRODUCED"),
-        VerdictKind::NoFixFound => style.bad("NO FIX FOUND"),
-        VerdictKind::Untestable => style.bad("UNTESTABLE"),
-        VerdictKind::Incomplete => style.warn("INCOMPLETE"),
-    };
-    let flags: Vec<&str> = r
-        .verdict
-        .named_flags()
-        .into_iter()
-        .map(String::as_str)
-        .collect();
-    if flags.is_empty() {
-        writeln!(out, "{label}")?;
-    } else {
-        writeln!(out, "{label} {}", flags.join(" "))?;
-    }
-    writeln!(out, "  {}", r.verdict.statement)?;
-    if let Some(c) = &r.custom_nodes_check {
-        writeln!(out, "  {}", c.statement)?;
-    }
-    if r.verdict.flaky {
-        writeln!(
-            out,
-            "  {} outcomes were flaky: some configurations both passed and failed",
-            style.warn("note:")
-        )?;
-    }
-    if let Some(line) = &r.verdict.launcher_line {
-        writeln!(out, "  start ComfyUI with: {}", style.bold(line))?;
-    }
-    writeln!(
-        out,
-        "  {} runs; session folder {}",
-        r.runs_total,
-        r.session_dir.display()
-    )?;
-    if let Some(line) = &r.continue_with {
-        writeln!(out, "  continue with: {line}")?;
-    }
-    Ok(())
-}
-
-impl crate::output::Answer for BisectResult {
-    fn render(
-        &self,
-        style: &crate::output::Style,
-        out: &mut dyn std::io::Write,
-    ) -> std::io::Result<()> {
-        render(self, style, out)
+        if let Some(line) = &self.continue_with {
+            writeln!(out, "  continue with: {line}")?;
+        }
+        Ok(())
     }
 }

@@ -4,7 +4,7 @@
 use super::report::LogReport;
 use super::state::{PromptSummary, StartSummary};
 use crate::outcome::Outcome;
-use crate::output::Style;
+use crate::output::{Answer, Style};
 use std::io::{self, Write};
 
 /// Prompts listed in full before the list is cut to the failures and the last few.
@@ -36,53 +36,45 @@ fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{} {}", thousands(n), if n == 1 { one } else { many })
 }
 
-/// Writes the report.
-fn render(r: &LogReport, style: &Style, out: &mut dyn Write) -> io::Result<()> {
-    let name = if r.file == "-" {
-        "standard input"
-    } else {
-        &r.file
-    };
-    writeln!(
-        out,
-        "{} {}",
-        style.bold(name),
-        style.dim(&format!(
-            "({}, {}, {})",
-            plural(r.lines, "line", "lines"),
-            plural(r.starts_total, "server start", "server starts"),
-            plural(r.prompts_total, "prompt", "prompts")
-        ))
-    )?;
-    writeln!(out)?;
-    writeln!(
-        out,
-        "{} {}  {}",
-        style.bold("Outcome"),
-        outcome_text(r.outcome, style),
-        r.summary
-    )?;
-    if let Some(c) = &r.comparison {
+impl Answer for LogReport {
+    /// Writes the report.
+    fn render(&self, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+        let name = if self.file == "-" {
+            "standard input"
+        } else {
+            &self.file
+        };
+        writeln!(
+            out,
+            "{} {}",
+            style.bold(name),
+            style.dim(&format!(
+                "({}, {}, {})",
+                plural(self.lines, "line", "lines"),
+                plural(self.starts_total, "server start", "server starts"),
+                plural(self.prompts_total, "prompt", "prompts")
+            ))
+        )?;
         writeln!(out)?;
-        writeln!(out, "{} {}", style.bold("Compare"), c.statement)?;
-        if let Some(cmd) = &c.bisect.command {
-            writeln!(out, "        confirm: {}", style.bold(cmd))?;
+        writeln!(
+            out,
+            "{} {}  {}",
+            style.bold("Outcome"),
+            outcome_text(self.outcome, style),
+            self.summary
+        )?;
+        if let Some(c) = &self.comparison {
+            writeln!(out)?;
+            writeln!(out, "{} {}", style.bold("Compare"), c.statement)?;
+            if let Some(cmd) = &c.bisect.command {
+                writeln!(out, "        confirm: {}", style.bold(cmd))?;
+            }
         }
-    }
-    startup(r, style, out)?;
-    starts(r, style, out)?;
-    prompts(r, style, out)?;
-    issues(r, style, out)?;
-    Ok(())
-}
-
-impl crate::output::Answer for LogReport {
-    fn render(
-        &self,
-        style: &crate::output::Style,
-        out: &mut dyn std::io::Write,
-    ) -> std::io::Result<()> {
-        render(self, style, out)
+        startup(self, style, out)?;
+        starts(self, style, out)?;
+        prompts(self, style, out)?;
+        issues(self, style, out)?;
+        Ok(())
     }
 }
 

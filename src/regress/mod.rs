@@ -1174,74 +1174,70 @@ fn how_sure(
     }
 }
 
-/// Prints the tested commits and the answer.
-fn render(r: &RegressResult, style: &crate::output::Style, out: &mut dyn Write) -> io::Result<()> {
-    let mut table = crate::output::table();
-    table.set_header(vec!["commit", "version", "outcome", "mark"]);
-    for t in &r.tested {
-        table.add_row(vec![
-            git::abbrev(&t.commit, 7).to_string(),
-            t.version.clone().unwrap_or_else(|| "?".into()),
-            t.outcome
-                .map(|o| o.to_string())
-                .unwrap_or_else(|| "-".into()),
-            format!("{:?}", t.mark).to_lowercase()
-                + &t.environment
-                    .as_ref()
-                    .map(|e| {
-                        let pins: Vec<String> =
-                            e.packages.iter().map(|(n, v)| format!("{n} {v}")).collect();
-                        format!(" ({} installed for it)", pins.join(", "))
-                    })
-                    .unwrap_or_default(),
-        ]);
-    }
-    for sk in &r.skipped {
-        table.add_row(vec![
-            git::abbrev(&sk.commit, 7).to_string(),
-            String::new(),
-            "skipped".into(),
-            sk.reason.clone(),
-        ]);
-    }
-    if !r.tested.is_empty() || !r.skipped.is_empty() {
-        writeln!(out, "{table}")?;
-        writeln!(out)?;
-    }
-    let head = match r.verdict.kind {
-        Answer::FirstBadFound => style.good("FIRST BAD COMMIT"),
-        Answer::Incomplete => style.warn("STOPPED"),
-        other => style.bad(&other.as_str().replace('_', " ").to_uppercase()),
-    };
-    writeln!(out, "{head}")?;
-    writeln!(out, "  {}", r.verdict.statement)?;
-    if let Some(u) = &r.url {
-        writeln!(out, "  {u}")?;
-    }
-    if let Some(line) = &r.reproduce {
-        writeln!(out, "  reproduce with: {line}")?;
-    }
-    if let Some(line) = &r.continue_with {
-        writeln!(out, "  continue with: {line}")?;
-    }
-    writeln!(
-        out,
-        "  {} over {} commits; session folder {}",
-        crate::text::plural(r.runs_total as usize, "run"),
-        r.commits,
-        r.session_dir.display()
-    )?;
-    if let Some(b) = &r.then_bisect {
-        writeln!(out)?;
-        writeln!(out, "The flags on the first bad commit:")?;
-        writeln!(out)?;
-        crate::output::Answer::render(b.as_ref(), style, out)?;
-    }
-    Ok(())
-}
-
 impl crate::output::Answer for RegressResult {
+    /// Prints the tested commits and the answer.
     fn render(&self, style: &crate::output::Style, out: &mut dyn Write) -> io::Result<()> {
-        render(self, style, out)
+        let mut table = crate::output::table();
+        table.set_header(vec!["commit", "version", "outcome", "mark"]);
+        for t in &self.tested {
+            table.add_row(vec![
+                git::abbrev(&t.commit, 7).to_string(),
+                t.version.clone().unwrap_or_else(|| "?".into()),
+                t.outcome
+                    .map(|o| o.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                format!("{:?}", t.mark).to_lowercase()
+                    + &t.environment
+                        .as_ref()
+                        .map(|e| {
+                            let pins: Vec<String> =
+                                e.packages.iter().map(|(n, v)| format!("{n} {v}")).collect();
+                            format!(" ({} installed for it)", pins.join(", "))
+                        })
+                        .unwrap_or_default(),
+            ]);
+        }
+        for sk in &self.skipped {
+            table.add_row(vec![
+                git::abbrev(&sk.commit, 7).to_string(),
+                String::new(),
+                "skipped".into(),
+                sk.reason.clone(),
+            ]);
+        }
+        if !self.tested.is_empty() || !self.skipped.is_empty() {
+            writeln!(out, "{table}")?;
+            writeln!(out)?;
+        }
+        let head = match self.verdict.kind {
+            Answer::FirstBadFound => style.good("FIRST BAD COMMIT"),
+            Answer::Incomplete => style.warn("STOPPED"),
+            other => style.bad(&other.as_str().replace('_', " ").to_uppercase()),
+        };
+        writeln!(out, "{head}")?;
+        writeln!(out, "  {}", self.verdict.statement)?;
+        if let Some(u) = &self.url {
+            writeln!(out, "  {u}")?;
+        }
+        if let Some(line) = &self.reproduce {
+            writeln!(out, "  reproduce with: {line}")?;
+        }
+        if let Some(line) = &self.continue_with {
+            writeln!(out, "  continue with: {line}")?;
+        }
+        writeln!(
+            out,
+            "  {} over {} commits; session folder {}",
+            crate::text::plural(self.runs_total as usize, "run"),
+            self.commits,
+            self.session_dir.display()
+        )?;
+        if let Some(b) = &self.then_bisect {
+            writeln!(out)?;
+            writeln!(out, "The flags on the first bad commit:")?;
+            writeln!(out)?;
+            crate::output::Answer::render(b.as_ref(), style, out)?;
+        }
+        Ok(())
     }
 }

@@ -20,7 +20,7 @@ pub mod source;
 use crate::classify::normalize::strip_ansi;
 use crate::error::{Error, Result, io_error};
 use crate::machine::{self, Environment, Inputs, RunFacts};
-use crate::output::Style;
+use crate::output::{Answer, Style};
 use crate::run::folder;
 use issue::FileNote;
 use redact::{Identity, Kind, Redactions, Redactor};
@@ -967,87 +967,82 @@ fn size(b: u64) -> String {
     }
 }
 
-/// Prints what was built and what was redacted.
-fn render(b: &Built, style: &Style, out: &mut dyn Write) -> std::io::Result<()> {
-    let what = match b.source_kind {
-        SourceKind::Run => "a run".to_string(),
-        SourceKind::Bisect => format!("a bisect session of {}", crate::text::plural(b.runs, "run")),
-        SourceKind::Regress => format!(
-            "a regress session of {}",
-            crate::text::plural(b.runs, "run")
-        ),
-        SourceKind::Failure => "the failure as it happened (nothing rerun)".to_string(),
-    };
-    writeln!(
-        out,
-        "{} {} ({}, {} files) from {what}",
-        style.good("wrote"),
-        b.bundle.display(),
-        size(b.bytes),
-        b.files.len()
-    )?;
-    if !b.redaction.enabled {
+impl Answer for Built {
+    /// Prints what was built and what was redacted.
+    fn render(&self, style: &Style, out: &mut dyn Write) -> std::io::Result<()> {
+        let what = match self.source_kind {
+            SourceKind::Run => "a run".to_string(),
+            SourceKind::Bisect => format!(
+                "a bisect session of {}",
+                crate::text::plural(self.runs, "run")
+            ),
+            SourceKind::Regress => format!(
+                "a regress session of {}",
+                crate::text::plural(self.runs, "run")
+            ),
+            SourceKind::Failure => "the failure as it happened (nothing rerun)".to_string(),
+        };
         writeln!(
             out,
-            "{} nothing was redacted (--no-redact)",
-            style.warn("note:")
+            "{} {} ({}, {} files) from {what}",
+            style.good("wrote"),
+            self.bundle.display(),
+            size(self.bytes),
+            self.files.len()
         )?;
-    } else if b.redaction.kinds.is_empty() {
-        writeln!(out, "redaction found nothing to remove")?;
-    } else {
-        writeln!(
-            out,
-            "redacted {}:",
-            crate::text::plural(b.redaction.total, "item")
-        )?;
-        let width = b
-            .redaction
-            .kinds
-            .iter()
-            .map(|k| k.what.chars().count())
-            .max()
-            .unwrap_or(0);
-        for k in &b.redaction.kinds {
-            let mut files = k
-                .files
-                .iter()
-                .take(4)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ");
-            if k.files.len() > 4 {
-                files.push_str(&format!(" and {} more", k.files.len() - 4));
-            }
+        if !self.redaction.enabled {
             writeln!(
                 out,
-                "  {:<width$}  {:>5}  {}",
-                k.what,
-                k.count,
-                style.dim(&files),
+                "{} nothing was redacted (--no-redact)",
+                style.warn("note:")
             )?;
+        } else if self.redaction.kinds.is_empty() {
+            writeln!(out, "redaction found nothing to remove")?;
+        } else {
+            writeln!(
+                out,
+                "redacted {}:",
+                crate::text::plural(self.redaction.total, "item")
+            )?;
+            let width = self
+                .redaction
+                .kinds
+                .iter()
+                .map(|k| k.what.chars().count())
+                .max()
+                .unwrap_or(0);
+            for k in &self.redaction.kinds {
+                let mut files = k
+                    .files
+                    .iter()
+                    .take(4)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                if k.files.len() > 4 {
+                    files.push_str(&format!(" and {} more", k.files.len() - 4));
+                }
+                writeln!(
+                    out,
+                    "  {:<width$}  {:>5}  {}",
+                    k.what,
+                    k.count,
+                    style.dim(&files),
+                )?;
+            }
         }
-    }
-    for f in &b.files {
-        if let Some(n) = &f.note {
-            writeln!(out, "{} {}: {n}", style.warn("note:"), f.name)?;
+        for f in &self.files {
+            if let Some(n) = &f.note {
+                writeln!(out, "{} {}: {n}", style.warn("note:"), f.name)?;
+            }
         }
-    }
-    for w in &b.warnings {
-        writeln!(out, "{} {w}", style.warn("warning:"))?;
-    }
-    writeln!(
-        out,
-        "next: read ISSUE.md in the zip and check the files, then file it at\n  https://github.com/Comfy-Org/ComfyUI/issues/new?template=bug-report.yml\n  and attach the zip"
-    )
-}
-
-impl crate::output::Answer for Built {
-    fn render(
-        &self,
-        style: &crate::output::Style,
-        out: &mut dyn std::io::Write,
-    ) -> std::io::Result<()> {
-        render(self, style, out)
+        for w in &self.warnings {
+            writeln!(out, "{} {w}", style.warn("warning:"))?;
+        }
+        writeln!(
+            out,
+            "next: read ISSUE.md in the zip and check the files, then file it at\n  https://github.com/Comfy-Org/ComfyUI/issues/new?template=bug-report.yml\n  and attach the zip"
+        )
     }
 }
 

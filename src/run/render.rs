@@ -2,7 +2,7 @@
 
 use super::record::RunRecord;
 use super::{Reporter, RunEvent};
-use crate::output::{StatusLine, Style};
+use crate::output::{Answer, StatusLine, Style};
 use std::io::{self, Write};
 
 /// A one-line progress display on stderr (hidden when stderr is not a terminal).
@@ -60,126 +60,118 @@ impl Reporter for Progress {
     }
 }
 
-/// The end-of-run summary.
-fn summary(rec: &RunRecord, style: &Style, out: &mut dyn Write) -> io::Result<()> {
-    let verdict = if rec.outcome == crate::outcome::Outcome::Pass {
-        style.good("PASS")
-    } else {
-        style.bad(&rec.outcome.as_str().to_uppercase())
-    };
-    writeln!(out, "{verdict}  {}", rec.outcome.describe())?;
-    if let Some(why) = &rec.explanation {
-        writeln!(out, "  {why}")?;
-    }
-    for line in &rec.evidence {
-        writeln!(out, "  {} {}", style.dim("|"), clip(line, 160))?;
-    }
-    writeln!(out)?;
-    let e = &rec.effective;
-    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
-    let dynamic = match e.dynamic_vram {
-        Some(true) => "on",
-        Some(false) => "off",
-        None => "?",
-    };
-    writeln!(
-        out,
-        "{:<14} {}",
-        style.bold("ComfyUI"),
-        opt(&e.comfyui_version)
-    )?;
-    writeln!(
-        out,
-        "{:<14} {}",
-        style.bold("Flags"),
-        if rec.flags.is_empty() {
-            "(none)".into()
+impl Answer for RunRecord {
+    /// The end-of-run summary.
+    fn render(&self, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+        let verdict = if self.outcome == crate::outcome::Outcome::Pass {
+            style.good("PASS")
         } else {
-            rec.flags.join(" ")
-        }
-    )?;
-    if let Some(q) = &rec.quick {
-        let what = match &q.unshortened {
-            Some(why) => format!("no, the workflow ran in full: {why}"),
-            None => format!(
-                "yes, {} (workflow.quick.json)",
-                q.changes
-                    .iter()
-                    .map(|c| c.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            style.bad(&self.outcome.as_str().to_uppercase())
         };
-        writeln!(out, "{:<14} {what}", style.bold("Shortened"))?;
-    }
-    writeln!(
-        out,
-        "{:<14} {dynamic} (from the log)",
-        style.bold("Dynamic VRAM")
-    )?;
-    writeln!(
-        out,
-        "{:<14} {}",
-        style.bold("VRAM state"),
-        opt(&e.vram_state)
-    )?;
-    writeln!(out, "{:<14} {}", style.bold("Allocator"), opt(&e.allocator))?;
-    for it in &rec.iterations {
-        writeln!(
-            out,
-            "{:<14} {} in {:.1} s{}",
-            style.bold(&format!("Prompt {}", it.iteration)),
-            it.outcome,
-            it.duration_ms as f64 / 1000.0,
-            match it.cache_bust {
-                crate::workflow::CacheBust::Seed => " (seed changed)",
-                crate::workflow::CacheBust::Free => " (cache freed first)",
-                crate::workflow::CacheBust::None => "",
-            }
-        )?;
-        if let Some(r) = it.ram_retained_bytes
-            && rec.ram_growth.is_some()
-        {
-            writeln!(
-                out,
-                "{:<14} RAM kept after it: {}",
-                "",
-                crate::text::bytes(r)
-            )?;
+        writeln!(out, "{verdict}  {}", self.outcome.describe())?;
+        if let Some(why) = &self.explanation {
+            writeln!(out, "  {why}")?;
         }
-    }
-    if let Some(g) = &rec.ram_growth {
+        for line in &self.evidence {
+            writeln!(out, "  {} {}", style.dim("|"), clip(line, 160))?;
+        }
+        writeln!(out)?;
+        let e = &self.effective;
+        let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
+        let dynamic = match e.dynamic_vram {
+            Some(true) => "on",
+            Some(false) => "off",
+            None => "?",
+        };
         writeln!(
             out,
             "{:<14} {}",
-            style.bold("RAM"),
-            style.warn(&g.statement)
+            style.bold("ComfyUI"),
+            opt(&e.comfyui_version)
         )?;
-    }
-    // A probe that could not sample (no driver, no CUDA device, ...): one line each, in the
-    // probe's own words, so a missing VRAM timeline is explained where it is missed.
-    for s in &rec.sampling {
-        writeln!(out, "{:<14} {s}", style.bold("Not sampled"))?;
-    }
-    for w in &rec.warnings {
-        writeln!(out, "{} {w}", style.warn("warning:"))?;
-    }
-    writeln!(
-        out,
-        "{:<14} {}",
-        style.bold("Run folder"),
-        rec.run_dir.display()
-    )?;
-    Ok(())
-}
-
-impl crate::output::Answer for RunRecord {
-    fn render(
-        &self,
-        style: &crate::output::Style,
-        out: &mut dyn std::io::Write,
-    ) -> std::io::Result<()> {
-        summary(self, style, out)
+        writeln!(
+            out,
+            "{:<14} {}",
+            style.bold("Flags"),
+            if self.flags.is_empty() {
+                "(none)".into()
+            } else {
+                self.flags.join(" ")
+            }
+        )?;
+        if let Some(q) = &self.quick {
+            let what = match &q.unshortened {
+                Some(why) => format!("no, the workflow ran in full: {why}"),
+                None => format!(
+                    "yes, {} (workflow.quick.json)",
+                    q.changes
+                        .iter()
+                        .map(|c| c.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            writeln!(out, "{:<14} {what}", style.bold("Shortened"))?;
+        }
+        writeln!(
+            out,
+            "{:<14} {dynamic} (from the log)",
+            style.bold("Dynamic VRAM")
+        )?;
+        writeln!(
+            out,
+            "{:<14} {}",
+            style.bold("VRAM state"),
+            opt(&e.vram_state)
+        )?;
+        writeln!(out, "{:<14} {}", style.bold("Allocator"), opt(&e.allocator))?;
+        for it in &self.iterations {
+            writeln!(
+                out,
+                "{:<14} {} in {:.1} s{}",
+                style.bold(&format!("Prompt {}", it.iteration)),
+                it.outcome,
+                it.duration_ms as f64 / 1000.0,
+                match it.cache_bust {
+                    crate::workflow::CacheBust::Seed => " (seed changed)",
+                    crate::workflow::CacheBust::Free => " (cache freed first)",
+                    crate::workflow::CacheBust::None => "",
+                }
+            )?;
+            if let Some(r) = it.ram_retained_bytes
+                && self.ram_growth.is_some()
+            {
+                writeln!(
+                    out,
+                    "{:<14} RAM kept after it: {}",
+                    "",
+                    crate::text::bytes(r)
+                )?;
+            }
+        }
+        if let Some(g) = &self.ram_growth {
+            writeln!(
+                out,
+                "{:<14} {}",
+                style.bold("RAM"),
+                style.warn(&g.statement)
+            )?;
+        }
+        // A probe that could not sample (no driver, no CUDA device, ...): one line each, in the
+        // probe's own words, so a missing VRAM timeline is explained where it is missed.
+        for s in &self.sampling {
+            writeln!(out, "{:<14} {s}", style.bold("Not sampled"))?;
+        }
+        for w in &self.warnings {
+            writeln!(out, "{} {w}", style.warn("warning:"))?;
+        }
+        writeln!(
+            out,
+            "{:<14} {}",
+            style.bold("Run folder"),
+            self.run_dir.display()
+        )?;
+        Ok(())
     }
 }
 

@@ -4,7 +4,7 @@
 use super::{Sampler, SamplerConfig, SeriesStats, Summary, probe::Unit};
 use crate::duration::format_duration;
 use crate::error::{Error, Result, exit};
-use crate::output::Style;
+use crate::output::{Answer, Style};
 use crate::process::{self, ExitStatus};
 use crate::signals::{self, Stop};
 use serde::Serialize;
@@ -301,113 +301,105 @@ fn stat_row(s: &SeriesStats) -> Vec<String> {
     ]
 }
 
-/// The summary for a person: what was sampled, then a table of every series.
-fn render(r: &SampleReport, style: &Style, out: &mut dyn Write) -> io::Result<()> {
-    use comfy_table::{CellAlignment, ContentArrangement, Table, presets};
-    let s = &r.summary;
-    writeln!(
-        out,
-        "{} {} samples over {} (every {}{})",
-        style.bold("Sampled"),
-        s.samples,
-        format_duration(Duration::from_micros((s.duration_ms * 1000.0) as u64)),
-        format_duration(Duration::from_micros((s.interval_ms * 1000.0) as u64)),
-        if s.missed_ticks > 0 {
-            format!(", {} ticks missed", s.missed_ticks)
-        } else {
-            String::new()
-        }
-    )?;
-    for d in &s.devices {
-        let mut line = format!(
-            "  gpu{}  {}",
-            d.index,
-            d.name.as_deref().unwrap_or("(unnamed GPU)")
-        );
-        if let Some(t) = d.total_bytes {
-            line.push_str(&format!("  {} total", crate::text::bytes(t as i64)));
-        }
-        if let Some(rv) = d.reserved_bytes {
-            line.push_str(&format!(
-                ", {} reserved by the driver",
-                crate::text::bytes(rv as i64)
-            ));
-        }
-        writeln!(out, "{line}")?;
-    }
-    if let Some(v) = &s.driver_version {
-        let cuda = s
-            .cuda_driver_version
-            .as_deref()
-            .map(|c| format!(", CUDA {c}"))
-            .unwrap_or_default();
-        writeln!(out, "  driver {v}{cuda}")?;
-    }
-    if let Some(pid) = s.root_pid {
-        writeln!(out, "  following process {pid} and its children")?;
-    }
-    if let Some(b) = s.cuda_context_bytes {
+impl Answer for SampleReport {
+    /// The summary for a person: what was sampled, then a table of every series.
+    fn render(&self, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+        use comfy_table::{CellAlignment, ContentArrangement, Table, presets};
+        let s = &self.summary;
         writeln!(
             out,
-            "  {} the own CUDA context held {} of VRAM (inside every nvml.used figure)",
-            style.warn("!"),
-            crate::text::bytes(b as i64)
-        )?;
-    }
-    for u in &s.unavailable {
-        writeln!(out, "  {} {}: {}", style.dim("-"), u.probe, u.reason)?;
-    }
-    writeln!(out)?;
-    if s.series.is_empty() {
-        writeln!(out, "No readings.")?;
-    } else {
-        let mut table = Table::new();
-        table
-            .load_style(presets::ASCII_MARKDOWN)
-            .set_content_arrangement(ContentArrangement::Disabled)
-            .set_header(vec!["series", "min", "max", "last", "min at", "max at"]);
-        for st in &s.series {
-            table.add_row(stat_row(st));
-        }
-        for i in 1..6 {
-            if let Some(c) = table.column_mut(i) {
-                c.set_cell_alignment(CellAlignment::Right);
+            "{} {} samples over {} (every {}{})",
+            style.bold("Sampled"),
+            s.samples,
+            format_duration(Duration::from_micros((s.duration_ms * 1000.0) as u64)),
+            format_duration(Duration::from_micros((s.interval_ms * 1000.0) as u64)),
+            if s.missed_ticks > 0 {
+                format!(", {} ticks missed", s.missed_ticks)
+            } else {
+                String::new()
             }
+        )?;
+        for d in &s.devices {
+            let mut line = format!(
+                "  gpu{}  {}",
+                d.index,
+                d.name.as_deref().unwrap_or("(unnamed GPU)")
+            );
+            if let Some(t) = d.total_bytes {
+                line.push_str(&format!("  {} total", crate::text::bytes(t as i64)));
+            }
+            if let Some(rv) = d.reserved_bytes {
+                line.push_str(&format!(
+                    ", {} reserved by the driver",
+                    crate::text::bytes(rv as i64)
+                ));
+            }
+            writeln!(out, "{line}")?;
         }
-        writeln!(out, "{table}")?;
-    }
-    if !s.marks.is_empty() {
-        writeln!(out, "\n{} marks", s.marks.len())?;
-    }
-    for f in [&s.csv, &s.jsonl].into_iter().flatten() {
-        writeln!(out, "wrote {}", f.display())?;
-    }
-    if let Some(e) = &s.write_error {
-        writeln!(out, "{} {e}", style.bad("error:"))?;
-    }
-    if let Some(c) = &r.command {
-        let how = match (c.exit_code, c.signal) {
-            (Some(code), _) => format!("exited with {code}"),
-            (None, Some(sig)) => format!("was killed by signal {sig}"),
-            (None, None) => "did not report how it ended".into(),
-        };
-        let by_us = if c.stopped_by_us {
-            " (stopped by vrambisect)"
+        if let Some(v) = &s.driver_version {
+            let cuda = s
+                .cuda_driver_version
+                .as_deref()
+                .map(|c| format!(", CUDA {c}"))
+                .unwrap_or_default();
+            writeln!(out, "  driver {v}{cuda}")?;
+        }
+        if let Some(pid) = s.root_pid {
+            writeln!(out, "  following process {pid} and its children")?;
+        }
+        if let Some(b) = s.cuda_context_bytes {
+            writeln!(
+                out,
+                "  {} the own CUDA context held {} of VRAM (inside every nvml.used figure)",
+                style.warn("!"),
+                crate::text::bytes(b as i64)
+            )?;
+        }
+        for u in &s.unavailable {
+            writeln!(out, "  {} {}: {}", style.dim("-"), u.probe, u.reason)?;
+        }
+        writeln!(out)?;
+        if s.series.is_empty() {
+            writeln!(out, "No readings.")?;
         } else {
-            ""
-        };
-        writeln!(out, "{} {how}{by_us}", crate::text::shell_words(&c.argv))?;
-    }
-    Ok(())
-}
-
-impl crate::output::Answer for SampleReport {
-    fn render(
-        &self,
-        style: &crate::output::Style,
-        out: &mut dyn std::io::Write,
-    ) -> std::io::Result<()> {
-        render(self, style, out)
+            let mut table = Table::new();
+            table
+                .load_style(presets::ASCII_MARKDOWN)
+                .set_content_arrangement(ContentArrangement::Disabled)
+                .set_header(vec!["series", "min", "max", "last", "min at", "max at"]);
+            for st in &s.series {
+                table.add_row(stat_row(st));
+            }
+            for i in 1..6 {
+                if let Some(c) = table.column_mut(i) {
+                    c.set_cell_alignment(CellAlignment::Right);
+                }
+            }
+            writeln!(out, "{table}")?;
+        }
+        if !s.marks.is_empty() {
+            writeln!(out, "\n{} marks", s.marks.len())?;
+        }
+        for f in [&s.csv, &s.jsonl].into_iter().flatten() {
+            writeln!(out, "wrote {}", f.display())?;
+        }
+        if let Some(e) = &s.write_error {
+            writeln!(out, "{} {e}", style.bad("error:"))?;
+        }
+        if let Some(c) = &self.command {
+            let how = match (c.exit_code, c.signal) {
+                (Some(code), _) => format!("exited with {code}"),
+                (None, Some(sig)) => format!("was killed by signal {sig}"),
+                (None, None) => "did not report how it ended".into(),
+            };
+            let by_us = if c.stopped_by_us {
+                " (stopped by vrambisect)"
+            } else {
+                ""
+            };
+            writeln!(out, "{} {how}{by_us}", crate::text::shell_words(&c.argv))?;
+        }
+        Ok(())
     }
 }
 
@@ -524,7 +516,7 @@ mod tests {
             }),
         };
         let mut out = Vec::new();
-        render(&r, &Style::plain(), &mut out).unwrap();
+        r.render(&Style::plain(), &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(
             text.starts_with("Sampled 12 samples over 1.2s (every 100ms)\n"),
