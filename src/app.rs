@@ -9,18 +9,23 @@ use std::io::{self, Write};
 /// Runs one command, printing to `out` (stdout) and `err` (stderr); returns the exit code.
 pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let global = cli.global.clone();
+    let mut c = Console {
+        global: &global,
+        out,
+        err,
+    };
     let result = match cli.command {
-        Command::Explain(args) => run_explain(args, &global, out),
-        Command::Run(args) => run_run(args, &global, out, err),
-        Command::Bisect(args) => run_bisect(args, &global, out, err),
-        Command::Regress(args) => run_regress(args, &global, out, err),
-        Command::Sample(args) => run_sample(args, &global, out, err),
-        Command::Logscan(args) => run_logscan(args, &global, out, err),
-        Command::Report(args) => run_report(args, &global, out, err),
-        Command::Doctor(args) => run_doctor(args, &global, out),
-        Command::Extension(args) => run_extension(args, &global, out),
-        Command::Completions(args) => run_completions(args.shell, &global, out),
-        Command::Man => run_man(&global, out),
+        Command::Explain(args) => run_explain(args, &mut c),
+        Command::Run(args) => run_run(args, &mut c),
+        Command::Bisect(args) => run_bisect(args, &mut c),
+        Command::Regress(args) => run_regress(args, &mut c),
+        Command::Sample(args) => run_sample(args, &mut c),
+        Command::Logscan(args) => run_logscan(args, &mut c),
+        Command::Report(args) => run_report(args, &mut c),
+        Command::Doctor(args) => run_doctor(args, &mut c),
+        Command::Extension(args) => run_extension(args, &mut c),
+        Command::Completions(args) => run_completions(args.shell, &mut c),
+        Command::Man => run_man(&mut c),
         Command::Guard { pgid } => {
             crate::process::guardian(pgid);
             Ok(exit::OK)
@@ -30,11 +35,11 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Ok(code) => code,
         Err(Failure::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => exit::OK,
         Err(Failure::Io(e)) => {
-            let _ = writeln!(err, "vrambisect: error: cannot write output: {e}");
+            let _ = writeln!(c.err, "vrambisect: error: cannot write output: {e}");
             exit::ENVIRONMENT
         }
         Err(Failure::Tool(e)) => {
-            report_error(&e, &global, out, err);
+            report_error(&e, &global, c.out, c.err);
             e.exit_code()
         }
     }
@@ -77,7 +82,7 @@ impl From<io::Error> for Failure {
     }
 }
 
-fn run_explain(args: ExplainArgs, global: &Global, out: &mut dyn Write) -> Result<i32, Failure> {
+fn run_explain(args: ExplainArgs, c: &mut Console) -> Result<i32, Failure> {
     let req = explain::Request {
         comfyui: args.comfyui,
         python: args.python,
@@ -86,24 +91,15 @@ fn run_explain(args: ExplainArgs, global: &Global, out: &mut dyn Write) -> Resul
         args: args.args,
     };
     let e = explain::explain(&req)?;
-    answer(
-        &e,
-        global,
-        out,
-        if e.accepted == Some(false) {
-            exit::FAILED
-        } else {
-            exit::OK
-        },
-    )
+    let code = if e.accepted == Some(false) {
+        exit::FAILED
+    } else {
+        exit::OK
+    };
+    c.answer(&e, code)
 }
 
-fn run_run(
-    args: RunArgs,
-    global: &Global,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> Result<i32, Failure> {
+fn run_run(args: RunArgs, c: &mut Console) -> Result<i32, Failure> {
     use crate::run;
     use std::io::IsTerminal;
     // Before anything is made that must be cleaned up (the stand-in's copy, a run folder).
@@ -114,7 +110,7 @@ fn run_run(
         crate::locate::Origin::current(),
     )?;
     let target = run::Target::load(&comfyui, args.python.as_deref(), &args.workflow)?;
-    say_defaults(&target.defaults, err)?;
+    say_defaults(&target.defaults, c.err)?;
     let run_dir = match &args.output {
         Some(dir) => dir.clone(),
         None => run::folder::fresh(std::path::Path::new("vrambisect-runs"), "run"),
@@ -133,23 +129,27 @@ fn run_run(
         ..run::RunOptions::new(target, limits, run_dir)
     };
     let record = {
-        let mut progress = run::render::Progress::new(!global.json && io::stderr().is_terminal());
+        let mut progress = run::render::Progress::new(!c.global.json && io::stderr().is_terminal());
         run::execute(&opts, &mut progress)?
     };
-    answer(&record, global, out, run_exit_code(&record))
+    c.answer(&record, run_exit_code(&record))
 }
 
-/// Prints a command's answer (JSON with `--json`, its text otherwise) and gives its exit status.
-fn answer(
-    a: &impl Answer,
-    global: &Global,
-    out: &mut dyn Write,
-    code: i32,
-) -> Result<i32, Failure> {
-    answered(
-        output::print(a, global.json, &Style::new(global.color), out),
-        code,
-    )
+/// Where a command writes: its answer on `out` (JSON with `--json`), everything else on
+/// `err`.
+struct Console<'a> {
+    global: &'a Global,
+    out: &'a mut dyn Write,
+    err: &'a mut dyn Write,
+}
+
+impl Console<'_> {
+    /// Prints the command's answer (JSON with `--json`, its text otherwise) and gives its exit
+    /// status.
+    fn answer(&mut self, a: &impl Answer, code: i32) -> Result<i32, Failure> {
+        let style = Style::new(self.global.color);
+        answered(output::print(a, self.global.json, &style, self.out), code)
+    }
 }
 
 /// A command's exit status once its answer is printed. A reader that went away (the other end
@@ -183,12 +183,7 @@ pub fn run_exit_code(record: &crate::run::RunRecord) -> i32 {
     }
 }
 
-fn run_sample(
-    args: SampleArgs,
-    global: &Global,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> Result<i32, Failure> {
+fn run_sample(args: SampleArgs, c: &mut Console) -> Result<i32, Failure> {
     use crate::sampler::command;
     use std::io::IsTerminal;
     let req = command::Request {
@@ -200,25 +195,20 @@ fn run_sample(
         comfy_url: args.comfyui_url,
         cuda: args.cuda,
         nvml_lib: args.nvml_lib,
-        live: !global.json && io::stderr().is_terminal(),
-        json: global.json,
+        live: !c.global.json && io::stderr().is_terminal(),
+        json: c.global.json,
     };
-    let outcome = command::sample(&req, err)?;
-    answer(&outcome.report, global, out, outcome.exit_code)
+    let outcome = command::sample(&req, c.err)?;
+    c.answer(&outcome.report, outcome.exit_code)
 }
 
-fn run_bisect(
-    args: BisectArgs,
-    global: &Global,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> Result<i32, Failure> {
+fn run_bisect(args: BisectArgs, c: &mut Console) -> Result<i32, Failure> {
     use std::io::IsTerminal;
     crate::signals::install();
     let req = bisect_request(args)?;
-    let visible = !global.json && io::stderr().is_terminal();
-    let (result, code) = crate::bisect::command::run(&req, visible, err)?;
-    answer(&result, global, out, code)
+    let visible = !c.global.json && io::stderr().is_terminal();
+    let (result, code) = crate::bisect::command::run(&req, visible, c.err)?;
+    c.answer(&result, code)
 }
 
 /// `bisect`'s arguments as the bisect's own request (a launcher read, paths made absolute).
@@ -270,12 +260,7 @@ fn bisect_request(args: BisectArgs) -> Result<crate::bisect::command::Request, F
     })
 }
 
-fn run_regress(
-    args: crate::cli::RegressArgs,
-    global: &Global,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> Result<i32, Failure> {
+fn run_regress(args: crate::cli::RegressArgs, c: &mut Console) -> Result<i32, Failure> {
     use crate::regress::Request;
     crate::signals::install();
     if args.clean_cache {
@@ -283,7 +268,7 @@ fn run_regress(
         let (count, bytes) = crate::regress::env::clean()
             .map_err(|e| crate::error::io_error("remove the environments in", &root, &e))?;
         let _ = writeln!(
-            err,
+            c.err,
             "regress: removed {} ({}) from {}",
             crate::text::plural(count, "environment"),
             crate::text::mib(bytes),
@@ -336,36 +321,26 @@ fn run_regress(
             }
         }
     };
-    let quiet = global.json;
+    let quiet = c.global.json;
     let mut progress = |line: &str| {
         if !quiet {
-            let _ = writeln!(err, "regress: {line}");
+            let _ = writeln!(c.err, "regress: {line}");
         }
     };
     let (result, code) = crate::regress::run(req, &mut progress)?;
-    answer(&result, global, out, code)
+    c.answer(&result, code)
 }
 
-fn run_logscan(
-    args: LogscanArgs,
-    global: &Global,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> Result<i32, Failure> {
-    let report = crate::logscan::command(&args.file, err)?;
-    answer(&report, global, out, report.exit_code())
+fn run_logscan(args: LogscanArgs, c: &mut Console) -> Result<i32, Failure> {
+    let report = crate::logscan::command(&args.file, c.err)?;
+    c.answer(&report, report.exit_code())
 }
 
-fn run_report(
-    args: crate::cli::ReportArgs,
-    global: &Global,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> Result<i32, Failure> {
-    let style = Style::new(global.color);
+fn run_report(args: crate::cli::ReportArgs, c: &mut Console) -> Result<i32, Failure> {
+    let style = Style::new(c.global.color);
     if args.no_redact {
         writeln!(
-            err,
+            c.err,
             "{} --no-redact: the bundle keeps home folders, user and host names, tokens and API keys as recorded; read every file before sharing it",
             style.warn("warning:")
         )?;
@@ -384,14 +359,10 @@ fn run_report(
         nvml_lib: args.nvml_lib,
     };
     let built = crate::report::build(&req)?;
-    answer(&built, global, out, exit::OK)
+    c.answer(&built, exit::OK)
 }
 
-fn run_doctor(
-    args: crate::cli::DoctorArgs,
-    global: &Global,
-    out: &mut dyn Write,
-) -> Result<i32, Failure> {
+fn run_doctor(args: crate::cli::DoctorArgs, c: &mut Console) -> Result<i32, Failure> {
     let req = crate::doctor::Request {
         comfyui: args.comfyui,
         python: args.python,
@@ -399,14 +370,10 @@ fn run_doctor(
         origin: crate::locate::Origin::current().clone(),
     };
     let report = crate::doctor::run(&req);
-    answer(&report, global, out, report.exit_code())
+    c.answer(&report, report.exit_code())
 }
 
-fn run_extension(
-    args: crate::cli::ExtensionArgs,
-    global: &Global,
-    out: &mut dyn Write,
-) -> Result<i32, Failure> {
+fn run_extension(args: crate::cli::ExtensionArgs, c: &mut Console) -> Result<i32, Failure> {
     let target = args.action.target();
     let comfyui = crate::locate::require_comfyui_dir(
         target.comfyui.as_deref(),
@@ -417,7 +384,7 @@ fn run_extension(
         crate::cli::ExtensionAction::Install(_) => crate::extension::install(&comfyui.path)?,
         crate::cli::ExtensionAction::Remove(_) => crate::extension::remove(&comfyui.path)?,
     };
-    answer(&done, global, out, crate::error::exit::OK)
+    c.answer(&done, crate::error::exit::OK)
 }
 
 /// `completions`: the script for one shell.
@@ -445,11 +412,7 @@ impl Answer for ManPage {
     }
 }
 
-fn run_completions(
-    shell: clap_complete::Shell,
-    global: &Global,
-    out: &mut dyn Write,
-) -> Result<i32, Failure> {
+fn run_completions(shell: clap_complete::Shell, c: &mut Console) -> Result<i32, Failure> {
     use clap::CommandFactory;
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "vrambisect", &mut script);
@@ -457,15 +420,15 @@ fn run_completions(
         shell: shell.to_string(),
         script: String::from_utf8_lossy(&script).into_owned(),
     };
-    answer(&script, global, out, exit::OK)
+    c.answer(&script, exit::OK)
 }
 
-fn run_man(global: &Global, out: &mut dyn Write) -> Result<i32, Failure> {
+fn run_man(c: &mut Console) -> Result<i32, Failure> {
     use clap::CommandFactory;
     let mut page = Vec::new();
     clap_mangen::Man::new(Cli::command()).render(&mut page)?;
     let page = ManPage {
         roff: String::from_utf8_lossy(&page).into_owned(),
     };
-    answer(&page, global, out, exit::OK)
+    c.answer(&page, exit::OK)
 }
