@@ -303,23 +303,27 @@ fn sort_values(values: &mut [Option<String>]) {
     }
 }
 
+/// The space of `toggles` over `base`, with the built-in flag table on Linux.
+#[cfg(test)]
+pub(super) fn for_tests(base: &[&str], toggles: &[&str]) -> Space {
+    let p = crate::flags::profile::builtin(None);
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    Space::new(
+        &p.flags,
+        Some(p.version),
+        Context::new(crate::flags::decide::Platform::Linux),
+        &s(base),
+        &s(toggles),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::flags::decide::Platform;
     use crate::flags::profile;
 
-    fn space(base: &[&str], toggles: &[&str]) -> Space {
-        let p = profile::builtin(None);
-        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        Space::new(
-            &p.flags,
-            Some(p.version),
-            Context::new(Platform::Linux),
-            &s(base),
-            &s(toggles),
-        )
-    }
+    use super::for_tests as space;
 
     #[test]
     fn values_of_one_flag_are_one_ordered_dimension() {

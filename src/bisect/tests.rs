@@ -2,22 +2,11 @@
 
 use super::scripted::{SWITCHES, Scripted};
 use super::search::{Found, Search, Settings, Strategy, VerdictKind};
-use super::space::Space;
+use super::space::{Space, for_tests as space};
 use crate::flags::decide::{Context, Platform};
 use crate::flags::profile;
 use std::collections::BTreeSet;
 
-fn space(base: &[&str], toggles: &[&str]) -> Space {
-    let p = profile::builtin(None);
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    Space::new(
-        &p.flags,
-        Some(p.version),
-        Context::new(Platform::Linux),
-        &s(base),
-        &s(toggles),
-    )
-}
 
 fn bisect(space: &Space, oracle: &mut Scripted, settings: Settings) -> (Found, u32) {
     let mut search = Search::new(space, oracle, settings, Vec::new());
@@ -340,15 +329,17 @@ fn an_untestable_baseline_is_reported_as_such() {
 #[test]
 fn verdict_kinds_are_named_as_in_json() {
     use crate::bisect::search::VerdictKind::*;
-    for kind in [
-        FixedBy,
-        CausedBy,
-        NotReproduced,
-        NoFixFound,
-        Untestable,
-        Incomplete,
+    // DESIGN.md's `verdict.kind` values.
+    for (kind, name) in [
+        (FixedBy, "fixed_by"),
+        (CausedBy, "caused_by"),
+        (NotReproduced, "not_reproduced"),
+        (NoFixFound, "no_fix_found"),
+        (Untestable, "untestable"),
+        (Incomplete, "incomplete"),
     ] {
-        assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
+        assert_eq!(serde_json::to_value(kind).unwrap(), name);
+        assert_eq!(kind.as_str(), name);
     }
 }
 
