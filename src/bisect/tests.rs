@@ -7,7 +7,6 @@ use crate::flags::decide::{Context, Platform};
 use crate::flags::profile;
 use std::collections::BTreeSet;
 
-
 fn bisect(space: &Space, oracle: &mut Scripted, settings: Settings) -> (Found, u32) {
     let mut search = Search::new(space, oracle, settings, Vec::new());
     let found = search.run().unwrap();

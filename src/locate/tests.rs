@@ -52,45 +52,42 @@ fn the_portable_layout() {
 #[test]
 fn a_venv_inside_or_beside_the_comfyui_folder() {
     let tmp = tempfile::tempdir().unwrap();
-    let inside = tmp.path().join("a");
-    files(
-        &inside,
-        &[
-            "ComfyUI/main.py",
-            "ComfyUI/venv/pyvenv.cfg",
+    // (folder, its files, the interpreter in it, where the finding says it came from)
+    let cases = [
+        (
+            "a",
+            [
+                "ComfyUI/main.py",
+                "ComfyUI/venv/pyvenv.cfg",
+                "ComfyUI/venv/bin/python",
+            ],
             "ComfyUI/venv/bin/python",
-        ],
-    );
-    let py = inside.join("ComfyUI/venv/bin/python");
-    let o = origin(tmp.path(), Some(py.clone()));
-    let dir = comfyui_dir(None, None, &o).unwrap().unwrap();
-    assert!(same(&dir.path, &inside.join("ComfyUI")));
-    assert_eq!(
-        dir.source,
-        "the folder holding venv, the venv of the Python that ran python -m vrambisect"
-    );
-    assert_eq!(python_for(&dir.path, None, &o).path, py);
-
-    let beside = tmp.path().join("b");
-    files(
-        &beside,
-        &[
-            "ComfyUI/main.py",
-            ".venv/pyvenv.cfg",
+            "the folder holding venv, the venv of the Python that ran python -m vrambisect",
+        ),
+        (
+            "b",
+            [
+                "ComfyUI/main.py",
+                ".venv/pyvenv.cfg",
+                ".venv/Scripts/python.exe",
+            ],
             ".venv/Scripts/python.exe",
-        ],
-    );
+            "the ComfyUI folder beside .venv, the venv of the Python that ran python -m vrambisect",
+        ),
+    ];
+    for (folder, names, python, source) in cases {
+        let root = tmp.path().join(folder);
+        files(&root, &names);
+        let py = root.join(python);
+        let o = origin(tmp.path(), Some(py.clone()));
+        let dir = comfyui_dir(None, None, &o).unwrap().unwrap();
+        assert!(same(&dir.path, &root.join("ComfyUI")), "{folder}: {dir:?}");
+        assert_eq!(dir.source, source);
+        // The interpreter belongs to the install, its venv inside it or not.
+        assert_eq!(python_for(&dir.path, None, &o).path, py);
+    }
+    let beside = tmp.path().join("b");
     let py = beside.join(".venv/Scripts/python.exe");
-    let o = origin(tmp.path(), Some(py.clone()));
-    let dir = comfyui_dir(None, None, &o).unwrap().unwrap();
-    assert!(same(&dir.path, &beside.join("ComfyUI")));
-    assert_eq!(
-        dir.source,
-        "the ComfyUI folder beside .venv, the venv of the Python that ran python -m vrambisect"
-    );
-    // The interpreter belongs to the install, though the install has no venv inside it.
-    let python = python_for(&dir.path, None, &o);
-    assert_eq!(python.path, py);
     // --python is looked around in the same way, instead of the interpreter.
     let o = origin(tmp.path(), None);
     let dir = comfyui_dir(None, Some(&py), &o).unwrap().unwrap();
