@@ -16,23 +16,7 @@ pub const MAX_SCRIPT: u64 = 1 << 20;
 
 /// Reads the file `path`, a `what` ("workflow", "launcher"), of at most `max` bytes.
 pub fn read(path: &Path, what: &str, max: u64) -> Result<Vec<u8>> {
-    let meta = std::fs::metadata(path).map_err(|e| io_error(&format!("read {what}"), path, &e))?;
-    plain(path, what, &meta, max)?;
-    let mut o = std::fs::OpenOptions::new();
-    o.read(true);
-    #[cfg(unix)]
-    {
-        // Never wait on a FIFO swapped in after the check.
-        use std::os::unix::fs::OpenOptionsExt;
-        o.custom_flags(libc::O_NONBLOCK);
-    }
-    let file = o
-        .open(path)
-        .map_err(|e| io_error(&format!("read {what}"), path, &e))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| io_error(&format!("read {what}"), path, &e))?;
-    plain(path, what, &meta, max)?;
+    let file = open(path, what, max)?;
     let mut bytes = Vec::new();
     file.take(max + 1)
         .read_to_end(&mut bytes)
@@ -45,8 +29,20 @@ pub fn read(path: &Path, what: &str, max: u64) -> Result<Vec<u8>> {
 
 /// The first `n` bytes of a plain file (fewer when it is shorter), to tell what it is.
 pub fn head(path: &Path, what: &str, n: usize) -> Result<Vec<u8>> {
-    let meta = std::fs::metadata(path).map_err(|e| io_error(&format!("read {what}"), path, &e))?;
-    plain(path, what, &meta, u64::MAX)?;
+    let file = open(path, what, u64::MAX)?;
+    let mut out = Vec::with_capacity(n);
+    file.take(n as u64)
+        .read_to_end(&mut out)
+        .map_err(|e| io_error(&format!("read {what}"), path, &e))?;
+    Ok(out)
+}
+
+/// Opens a plain file of at most `max` bytes, checked before it is opened and again once
+/// open (what was checked may have been swapped); never waits on a FIFO.
+fn open(path: &Path, what: &str, max: u64) -> Result<std::fs::File> {
+    let failed = |e: std::io::Error| io_error(&format!("read {what}"), path, &e);
+    let meta = std::fs::metadata(path).map_err(failed)?;
+    plain(path, what, &meta, max)?;
     let mut o = std::fs::OpenOptions::new();
     o.read(true);
     #[cfg(unix)]
@@ -54,14 +50,9 @@ pub fn head(path: &Path, what: &str, n: usize) -> Result<Vec<u8>> {
         use std::os::unix::fs::OpenOptionsExt;
         o.custom_flags(libc::O_NONBLOCK);
     }
-    let file = o
-        .open(path)
-        .map_err(|e| io_error(&format!("read {what}"), path, &e))?;
-    let mut out = Vec::with_capacity(n);
-    file.take(n as u64)
-        .read_to_end(&mut out)
-        .map_err(|e| io_error(&format!("read {what}"), path, &e))?;
-    Ok(out)
+    let file = o.open(path).map_err(failed)?;
+    plain(path, what, &file.metadata().map_err(failed)?, max)?;
+    Ok(file)
 }
 
 /// Refuses what is not a plain file of a sane size.
