@@ -8,8 +8,8 @@ use vrambisect::bisect::search::{Search, Settings, Strategy, VerdictKind};
 use vrambisect::bisect::space::Space;
 use vrambisect::flags::decide::{Context, Platform};
 use vrambisect::flags::profile;
-use vrambisect::regress::bisect_flaky;
 use vrambisect::regress::search::FlakyHistory;
+use vrambisect::regress::{Hunt, bisect_flaky};
 
 struct Case {
     name: String,
@@ -216,7 +216,17 @@ fn main() {
         for seed in 0..400u64 {
             let first_bad = 1 + (seed as usize) % 64;
             let mut h = FlakyHistory::new(first_bad, p, seed + 1);
-            let b = bisect_flaky(&mut h, "good", "c64", &line, None, 0.99).unwrap();
+            let b = bisect_flaky(
+                &mut h,
+                Hunt {
+                    good: "good",
+                    bad: "c64",
+                    commits: &line,
+                    regress: None,
+                },
+                0.99,
+            )
+            .unwrap();
             if b.first_bad.as_deref() == Some(format!("c{first_bad}").as_str()) {
                 right += 1;
             }

@@ -10,7 +10,7 @@
 //! ([`super::Session`]), so it goes on where it stopped.
 
 use super::Mark;
-use super::search::{Answer, Bisection, CommitTester, Stop, stopped};
+use super::search::{Answer, Bisection, CommitTester, Hunt, Stop, stopped};
 use crate::bayes::{Posterior, percent};
 use crate::error::Error;
 use crate::outcome::Outcome;
@@ -22,16 +22,18 @@ const BAD_END_TRIES: usize = crate::bayes::TRIES_TO_SHOW;
 /// is skipped.
 const ODD_TO_SKIP: usize = crate::bayes::ODD_RUNS_TO_GIVE_UP;
 
-/// Bisects `commits` (first-parent history after `good`, oldest first, ending with `bad`) for
-/// a flaky failure.
+/// Bisects history for a flaky failure, until one commit is first bad with `confidence`.
 pub fn bisect(
     tester: &mut dyn CommitTester,
-    good: &str,
-    bad: &str,
-    commits: &[String],
-    regress: Option<Outcome>,
+    hunt: Hunt<'_>,
     confidence: f64,
 ) -> Result<Bisection, Error> {
+    let Hunt {
+        good,
+        bad,
+        commits,
+        regress,
+    } = hunt;
     let mut kind = regress;
     let n = commits.len();
     // What each commit gave, by index (the good end apart): (passes, failures).
@@ -192,6 +194,7 @@ fn test(
 mod tests {
     use super::*;
     use crate::regress::search::FlakyHistory as Flaky;
+    use crate::regress::search::hunt;
 
     #[test]
     fn a_flaky_regression_in_64_commits_is_found_with_its_confidence() {
@@ -202,7 +205,7 @@ mod tests {
         for seed in 0..n {
             let first_bad = 1 + (seed as usize * 7) % 64;
             let mut h = Flaky::new(first_bad, 0.7, seed + 1);
-            let b = bisect(&mut h, "good", "c64", &line, None, 0.99).unwrap();
+            let b = bisect(&mut h, hunt("c64", &line), 0.99).unwrap();
             runs += h.runs;
             if b.first_bad.as_deref() == Some(format!("c{first_bad}").as_str()) {
                 right += 1;
@@ -221,7 +224,7 @@ mod tests {
     fn a_bad_end_that_never_fails_passes_after_its_tries() {
         let line: Vec<String> = (1..=8).map(|i| format!("c{i}")).collect();
         let mut h = Flaky::new(99, 0.7, 1);
-        let b = bisect(&mut h, "good", "c8", &line, None, 0.99).unwrap();
+        let b = bisect(&mut h, hunt("c8", &line), 0.99).unwrap();
         assert_eq!(b.answer, Answer::BadPasses);
         assert_eq!(h.runs, BAD_END_TRIES);
     }

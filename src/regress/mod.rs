@@ -12,6 +12,7 @@ pub mod env;
 mod flaky;
 pub mod git;
 pub use flaky::bisect as bisect_flaky;
+pub use search::Hunt;
 pub mod search;
 mod then;
 pub mod tree;
@@ -835,12 +836,18 @@ fn stop_of(e: Error) -> search::Stop {
 
 /// Confirms the ends, then bisects first-parent history.
 fn search(s: &mut Session<'_>, commits: &[String]) -> Result<RegressResult> {
-    let (good, bad, regress) = (s.spec.good.clone(), s.spec.bad.clone(), s.spec.regress);
+    let (good, bad) = (s.spec.good.clone(), s.spec.bad.clone());
+    let hunt = search::Hunt {
+        good: &good,
+        bad: &bad,
+        commits,
+        regress: s.spec.regress,
+    };
     let found = if s.spec.flaky() {
         let confidence = s.spec.confidence;
-        flaky::bisect(s, &good, &bad, commits, regress, confidence)?
+        flaky::bisect(s, hunt, confidence)?
     } else {
-        search::bisect(s, &good, &bad, commits, regress)?
+        search::bisect(s, hunt)?
     };
     finish(s, commits, found)
 }

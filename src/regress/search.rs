@@ -104,14 +104,27 @@ impl Bisection {
     }
 }
 
-/// Bisects `commits` (first-parent history after `good`, oldest first, ending with `bad`).
-pub fn bisect(
-    tester: &mut dyn CommitTester,
-    good: &str,
-    bad: &str,
-    commits: &[String],
-    regress: Option<Outcome>,
-) -> Result<Bisection, Error> {
+/// What a bisect of history looks for, and where.
+#[derive(Debug, Clone, Copy)]
+pub struct Hunt<'a> {
+    /// A commit where the workflow passes.
+    pub good: &'a str,
+    /// A commit where it fails.
+    pub bad: &'a str,
+    /// First-parent history after `good`, oldest first, ending with `bad`.
+    pub commits: &'a [String],
+    /// The failure looked for (`--regress`); `None`: whatever the bad end fails with.
+    pub regress: Option<Outcome>,
+}
+
+/// Bisects history for a failure that shows on every run.
+pub fn bisect(tester: &mut dyn CommitTester, hunt: Hunt<'_>) -> Result<Bisection, Error> {
+    let Hunt {
+        good,
+        bad,
+        commits,
+        regress,
+    } = hunt;
     let mut kind = regress;
     // The bad end first: it says what "bad" is.
     let bad_end = match tester.test(bad, kind) {
@@ -282,6 +295,17 @@ pub(super) fn stopped(stop: Stop, regress: Option<Outcome>) -> Result<Bisection,
     }
 }
 
+/// From `good` to `bad` over `commits`, for whatever the bad end fails with (tests).
+#[cfg(test)]
+pub(super) fn hunt<'a>(bad: &'a str, commits: &'a [String]) -> Hunt<'a> {
+    Hunt {
+        good: "good",
+        bad,
+        commits,
+        regress: None,
+    }
+}
+
 /// A made-up history for the tests and the benchmark: commits `c1`, `c2`, … after `good`;
 /// those from `first_bad` on fail (out of memory) with chance `rate`.
 pub struct FlakyHistory {
@@ -361,7 +385,13 @@ mod tests {
         fn run(&mut self, good: &str, regress: Option<Outcome>) -> Bisection {
             let line = self.line();
             let bad = line.last().unwrap().clone();
-            bisect(self, good, &bad, &line, regress).unwrap()
+            let hunt = Hunt {
+                good,
+                bad: &bad,
+                commits: &line,
+                regress,
+            };
+            bisect(self, hunt).unwrap()
         }
     }
 
@@ -490,7 +520,7 @@ mod tests {
             asked: Vec::new(),
         };
         let line = h.inner.line();
-        let b = bisect(&mut h, "good", "c16", &line, None).unwrap();
+        let b = bisect(&mut h, hunt("c16", &line)).unwrap();
         assert_eq!(b.first_bad.as_deref(), Some("c9"));
         assert!(
             matches!(b.quick, QuickState::Reproduces { .. }),
@@ -517,7 +547,7 @@ mod tests {
             asked: Vec::new(),
         };
         let line = h.inner.line();
-        let b = bisect(&mut h, "good", "c10", &line, None).unwrap();
+        let b = bisect(&mut h, hunt("c10", &line)).unwrap();
         assert_eq!(b.first_bad.as_deref(), Some("c6"));
         assert_eq!(b.last_good.as_deref(), Some("c5"));
         let QuickState::SetAside(why) = &b.quick else {
@@ -543,7 +573,7 @@ mod tests {
                 Err(Stop::Failed(Error::environment("cannot write the journal")))
             }
         }
-        let err = bisect(&mut Full, "good", "c1", &["c1".to_string()], None).unwrap_err();
+        let err = bisect(&mut Full, hunt("c1", &["c1".to_string()])).unwrap_err();
         assert_eq!(err.message, "cannot write the journal");
     }
 }
