@@ -18,6 +18,13 @@ fn origin(cwd: &Path, interpreter: Option<PathBuf>) -> Origin {
     }
 }
 
+/// ComfyUI with its venv inside it.
+const VENV_INSIDE: [&str; 3] = [
+    "ComfyUI/main.py",
+    "ComfyUI/venv/pyvenv.cfg",
+    "ComfyUI/venv/bin/python",
+];
+
 fn same(a: &Path, b: &Path) -> bool {
     crate::paths::canonical(a) == crate::paths::canonical(b)
 }
@@ -56,11 +63,7 @@ fn a_venv_inside_or_beside_the_comfyui_folder() {
     let cases = [
         (
             "a",
-            [
-                "ComfyUI/main.py",
-                "ComfyUI/venv/pyvenv.cfg",
-                "ComfyUI/venv/bin/python",
-            ],
+            VENV_INSIDE,
             "ComfyUI/venv/bin/python",
             "the folder holding venv, the venv of the Python that ran python -m vrambisect",
         ),
@@ -396,12 +399,10 @@ fn another_tools_venv_beside_an_install_with_its_own() {
     files(
         tmp.path(),
         &[
-            "ComfyUI/main.py",
-            "ComfyUI/venv/pyvenv.cfg",
-            "ComfyUI/venv/bin/python",
-            "kohya-venv/pyvenv.cfg",
-            "kohya-venv/bin/python",
-        ],
+            &VENV_INSIDE[..],
+            &["kohya-venv/pyvenv.cfg", "kohya-venv/bin/python"],
+        ]
+        .concat(),
     );
     let stranger = tmp.path().join("kohya-venv/bin/python");
     let elsewhere = tmp.path().join("elsewhere");
@@ -429,18 +430,19 @@ fn the_python_the_program_is_installed_in() {
     files(
         tmp.path(),
         &[
-            "ComfyUI/main.py",
-            "ComfyUI/venv/pyvenv.cfg",
-            "ComfyUI/venv/bin/python",
-            "ComfyUI/venv/bin/vrambisect",
-            "portable/python_embeded/python.exe",
-            "portable/python_embeded/Scripts/vrambisect.exe",
-            "portable/ComfyUI/main.py",
-            "win/.venv/pyvenv.cfg",
-            "win/.venv/Scripts/python.exe",
-            "win/.venv/Scripts/vrambisect.exe",
-            "cargo/target/release/vrambisect",
-        ],
+            &VENV_INSIDE[..],
+            &[
+                "ComfyUI/venv/bin/vrambisect",
+                "portable/python_embeded/python.exe",
+                "portable/python_embeded/Scripts/vrambisect.exe",
+                "portable/ComfyUI/main.py",
+                "win/.venv/pyvenv.cfg",
+                "win/.venv/Scripts/python.exe",
+                "win/.venv/Scripts/vrambisect.exe",
+                "cargo/target/release/vrambisect",
+            ],
+        ]
+        .concat(),
     );
     let venv = Interpreter::installed_in(&tmp.path().join("ComfyUI/venv/bin/vrambisect")).unwrap();
     assert_eq!(venv.path, tmp.path().join("ComfyUI/venv/bin/python"));

@@ -28,13 +28,8 @@ pub fn bisect(
     hunt: Hunt<'_>,
     confidence: f64,
 ) -> Result<Bisection, Error> {
-    let Hunt {
-        good,
-        bad,
-        commits,
-        regress,
-    } = hunt;
-    let mut kind = regress;
+    let (good, bad, commits) = (hunt.good, hunt.bad, hunt.commits);
+    let mut kind = hunt.regress;
     let n = commits.len();
     // What each commit gave, by index (the good end apart): (passes, failures).
     let mut seen = vec![(0usize, 0usize); n];

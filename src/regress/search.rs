@@ -119,13 +119,8 @@ pub struct Hunt<'a> {
 
 /// Bisects history for a failure that shows on every run.
 pub fn bisect(tester: &mut dyn CommitTester, hunt: Hunt<'_>) -> Result<Bisection, Error> {
-    let Hunt {
-        good,
-        bad,
-        commits,
-        regress,
-    } = hunt;
-    let mut kind = regress;
+    let (good, bad, commits) = (hunt.good, hunt.bad, hunt.commits);
+    let mut kind = hunt.regress;
     // The bad end first: it says what "bad" is.
     let bad_end = match tester.test(bad, kind) {
         Ok(t) => t,
