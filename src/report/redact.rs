@@ -615,43 +615,24 @@ impl Redactor {
     /// Private keys, URLs taken apart, credentials, bearer and other tokens, values of secret-named keys and flags.
     fn secrets(&self, s: &str, tally: &mut Redactions) -> String {
         let r = rules();
-        let mut out = replace(
-            &r.pem,
-            s,
-            |c, t| {
-                bump(t, Kind::PrivateKey);
+        let mut out = s.to_string();
+        for re in [&r.pem, &r.pem_open] {
+            out = redact(re, &out, Kind::PrivateKey, never, tally, |c| {
                 format!("[{}private key]", c[1].to_ascii_lowercase())
-            },
-            tally,
-        );
-        out = replace(
-            &r.pem_open,
-            &out,
-            |c, t| {
-                bump(t, Kind::PrivateKey);
-                format!("[{}private key]", c[1].to_ascii_lowercase())
-            },
-            tally,
-        );
+            });
+        }
         out = replace(&r.url, &out, |c, t| redact_url(&c[0], t), tally);
-        out = replace(
+        out = redact(
             &r.url_credentials,
             &out,
-            |c, t| {
-                bump(t, Kind::UrlCredentials);
-                format!("{}[credentials]@", &c[1])
-            },
+            Kind::UrlCredentials,
+            never,
             tally,
+            |c| format!("{}[credentials]@", &c[1]),
         );
-        out = replace(
-            &r.bearer,
-            &out,
-            |c, t| {
-                bump(t, Kind::Bearer);
-                format!("{}{}[token]", &c[1], &c[2])
-            },
-            tally,
-        );
+        out = redact(&r.bearer, &out, Kind::Bearer, never, tally, |c| {
+            format!("{}{}[token]", &c[1], &c[2])
+        });
         out = redact_aws_secrets(r, &out, tally);
         for re in r.tokens.iter().chain([&r.hex32]) {
             out = replace_as(re, &out, Kind::Token, "[token]", tally);
@@ -680,17 +661,14 @@ impl Redactor {
             },
             tally,
         );
-        out = replace(
+        let harmless_flag = |c: &Captures| !is_secret_name(&c["key"]) || harmless_value(&c["val"]);
+        out = redact(
             &r.flag_value,
             &out,
-            |c, t| {
-                if !is_secret_name(&c["key"]) || harmless_value(&c["val"]) {
-                    return c[0].to_string();
-                }
-                bump(t, Kind::SecretValue);
-                format!("{}{}{}{REDACTED}", &c["pre"], &c["flag"], &c["sp"])
-            },
+            Kind::SecretValue,
+            harmless_flag,
             tally,
+            |c| format!("{}{}{}{REDACTED}", &c["pre"], &c["flag"], &c["sp"]),
         );
         out
     }
@@ -719,33 +697,27 @@ impl Redactor {
             tally,
         );
         // Every pair of a cookie header, not only the first.
-        out = replace(
+        let harmless_cookie = |c: &Captures| harmless_value(&c["val"]);
+        out = redact(
             &r.cookie,
             &out,
-            |c, t| {
-                if harmless_value(&c["val"]) {
-                    return c[0].to_string();
-                }
-                bump(t, Kind::SecretValue);
-                format!("{}{REDACTED}", &c["key"])
-            },
+            Kind::SecretValue,
+            harmless_cookie,
             tally,
+            |c| format!("{}{REDACTED}", &c["key"]),
         );
         // A query string without its scheme (`… with url: /path?X-Amz-Signature=…`).
-        out = replace(
+        let harmless_query = |c: &Captures| {
+            let (k, v) = (&c["k"], &c["v"]);
+            harmless_value(v) || !(is_secret_name(k) || query_secret(k) || random_looking(v, 16))
+        };
+        out = redact(
             &r.bare_query,
             &out,
-            |c, t| {
-                let (k, v) = (&c["k"], &c["v"]);
-                if harmless_value(v)
-                    || !(is_secret_name(k) || query_secret(k) || random_looking(v, 16))
-                {
-                    return c[0].to_string();
-                }
-                bump(t, Kind::SecretValue);
-                format!("{}{k}={REDACTED}", &c["sep"])
-            },
+            Kind::SecretValue,
+            harmless_query,
             tally,
+            |c| format!("{}{}={REDACTED}", &c["sep"], &c["k"]),
         );
         out = replace_as(&r.email, &out, Kind::Email, "[email]", tally);
         out
@@ -756,42 +728,20 @@ impl Redactor {
         let r = rules();
         let mut out = s.to_string();
         for re in &self.homes {
-            out = replace(
-                re,
-                &out,
-                |c, t| {
-                    bump(t, Kind::HomePath);
-                    format!("{}~{}", &c["pre"], &c["post"])
-                },
-                tally,
-            );
+            out = redact(re, &out, Kind::HomePath, never, tally, |c| {
+                format!("{}~{}", &c["pre"], &c["post"])
+            });
         }
-        out = replace(
-            &r.win_user,
-            &out,
-            |c, t| {
-                let name = c["name"].trim();
-                if generic(name) {
-                    return c[0].to_string();
-                }
-                bump(t, Kind::HomePath);
-                format!("{}[user]{}", &c["pre"], &c["sep"])
-            },
-            tally,
-        );
+        let nobody = |c: &Captures| generic(c["name"].trim());
+        out = redact(&r.win_user, &out, Kind::HomePath, nobody, tally, |c| {
+            format!("{}[user]{}", &c["pre"], &c["sep"])
+        });
+        let nobody_or_shared =
+            |c: &Captures| generic(&c["name"]) || c["name"].eq_ignore_ascii_case("Shared");
         for re in [&r.unix_home, &r.mac_user] {
-            out = replace(
-                re,
-                &out,
-                |c, t| {
-                    if generic(&c["name"]) || c["name"].eq_ignore_ascii_case("Shared") {
-                        return c[0].to_string();
-                    }
-                    bump(t, Kind::HomePath);
-                    format!("{}[user]", &c["pre"])
-                },
-                tally,
-            );
+            out = redact(re, &out, Kind::HomePath, nobody_or_shared, tally, |c| {
+                format!("{}[user]", &c["pre"])
+            });
         }
         out = replace_as(
             &r.mac_temp,
@@ -959,15 +909,36 @@ fn replace(
 
 /// Replaces every match with `with`, counting each as `kind`.
 fn replace_as(re: &Regex, s: &str, kind: Kind, with: &str, tally: &mut Redactions) -> String {
+    redact(re, s, kind, never, tally, |_| with.to_string())
+}
+
+/// Replaces each match with what `with` makes of it, counting each as `kind`, but for those
+/// `spare` leaves as they are.
+fn redact(
+    re: &Regex,
+    s: &str,
+    kind: Kind,
+    spare: impl Fn(&Captures) -> bool,
+    tally: &mut Redactions,
+    with: impl Fn(&Captures) -> String,
+) -> String {
     replace(
         re,
         s,
-        |_, t| {
+        |c, t| {
+            if spare(c) {
+                return c[0].to_string();
+            }
             bump(t, kind);
-            with.to_string()
+            with(c)
         },
         tally,
     )
+}
+
+/// Spares no match.
+fn never(_: &Captures) -> bool {
+    false
 }
 
 /// Replaces whole-word names; repeated because a shared edge character between two
