@@ -9,7 +9,7 @@
 
 use crate::install::Install;
 use crate::locate::{Chosen, Defaults};
-use crate::machine::{self as environment, NvmlNow, PyFacts};
+use crate::machine::{self as environment, NvmlNow, PyFacts, TorchBuild};
 use crate::nvidia::NvmlOpenError;
 use crate::output::{Answer, Style};
 use crate::sampler::cuda::CudaStart;
@@ -583,18 +583,18 @@ fn torch_check(f: &PyFacts, now: &Result<NvmlNow, NvmlOpenError>) -> Check {
         None => Check::new("torch", "PyTorch", Status::Fail, "torch is not installed in this Python")
             .hint("install ComfyUI's requirements with this Python (pip install -r requirements.txt and the torch build for your GPU), or pass --python"),
         Some(v) => {
-            let build = f
-                .torch_cuda
-                .clone()
-                .or_else(|| f.torch_hip.as_ref().map(|h| format!("ROCm {h}")))
-                .or_else(|| environment::torch_build_from_version(v));
+            let build = match (&f.torch_cuda, &f.torch_hip) {
+                (Some(c), _) => Some(TorchBuild::Cuda(c.clone())),
+                (None, Some(h)) => Some(TorchBuild::Rocm(h.clone())),
+                _ => environment::torch_build_from_version(v),
+            };
             let driver = now.as_ref().ok().and_then(|n| n.cuda_driver.clone());
             match build {
-                Some(b) if b.starts_with("none") => {
+                Some(TorchBuild::CpuOnly) => {
                     Check::new("torch", "PyTorch", Status::Warn, format!("{v}: a CPU-only build"))
                         .hint("ComfyUI will not use the GPU: install torch built for CUDA (see pytorch.org)")
                 }
-                Some(b) if driver.as_deref().is_some_and(|d| newer_than(&b, d)) => Check::new(
+                Some(TorchBuild::Cuda(b)) if driver.as_deref().is_some_and(|d| newer_than(&b, d)) => Check::new(
                     "torch",
                     "PyTorch",
                     Status::Fail,
@@ -604,7 +604,8 @@ fn torch_check(f: &PyFacts, now: &Result<NvmlNow, NvmlOpenError>) -> Check {
                     ),
                 )
                 .hint("update the NVIDIA driver, or install a torch built for an older CUDA"),
-                Some(b) => Check::new("torch", "PyTorch", Status::Ok, format!("{v} (built for {})", if b.starts_with("ROCm") { b } else { format!("CUDA {b}") })),
+                Some(TorchBuild::Cuda(b)) => Check::new("torch", "PyTorch", Status::Ok, format!("{v} (built for CUDA {b})")),
+                Some(rocm @ TorchBuild::Rocm(_)) => Check::new("torch", "PyTorch", Status::Ok, format!("{v} (built for {rocm})")),
                 None => Check::new("torch", "PyTorch", Status::Ok, v.to_string()),
             }
         }

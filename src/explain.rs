@@ -238,10 +238,7 @@ pub fn analyse(
         .collect();
     // The built-in list is one version's: a flag missing from it may be in the user's install.
     let builtin = flags_source.kind == "builtin";
-    let unknown_only = parsed
-        .error
-        .as_deref()
-        .is_some_and(|e| e.starts_with("unrecognized arguments"));
+    let unknown_only = parsed.only_unrecognized;
     let unknown_flags = parsed
         .unknown
         .iter()

@@ -74,6 +74,10 @@ pub struct Parsed {
     pub help_requested: bool,
     /// The error line ComfyUI prints before exiting 2, without the `main.py: error: ` prefix.
     pub error: Option<String>,
+    /// That error is argparse's last check alone: arguments nobody consumed
+    /// (`unrecognized arguments: …`), nothing else wrong before it.
+    #[serde(skip)]
+    pub only_unrecognized: bool,
 }
 
 impl Parsed {
@@ -212,6 +216,7 @@ pub fn parse(set: &FlagSet, args: &[impl AsRef<str>], version: Option<&Version>)
     }
     if out.error.is_none() && !out.unknown.is_empty() {
         out.error = Some(format!("unrecognized arguments: {}", out.unknown.join(" ")));
+        out.only_unrecognized = true;
     }
     out
 }
@@ -505,6 +510,9 @@ mod tests {
         for (profile, args, expected) in cases {
             let p = profile(args);
             assert_eq!(p.error.as_deref(), *expected, "{args:?}");
+            // Tested here on the message only: the flag says the same without reading it.
+            let unrecognized = expected.is_some_and(|e| e.starts_with("unrecognized arguments"));
+            assert_eq!(p.only_unrecognized, unrecognized, "{args:?}");
         }
     }
 

@@ -656,7 +656,11 @@ fn python_facts(rec: &Recorded, py: &Result<(PyFacts, String), String>) -> Pytho
             Err(_) => Item::missing(""),
         },
         opt(
-            torch.text().as_deref().and_then(torch_build_from_version),
+            torch
+                .text()
+                .as_deref()
+                .and_then(torch_build_from_version)
+                .map(|b| b.to_string()),
             "the torch version's local suffix (+cuXYZ)",
             "the torch version names no CUDA build",
         ),

@@ -115,21 +115,39 @@ pub fn ask_python(python: &Python, dir: &Path) -> Result<PyFacts, String> {
     parse_probe(&String::from_utf8_lossy(&output.stdout))
 }
 
-/// The CUDA (or ROCm) build in a torch version string: `2.10.0+cu130` → `13.0`.
-pub fn torch_build_from_version(v: &str) -> Option<String> {
+/// What a torch build runs on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TorchBuild {
+    /// CUDA, at this version (`12.8`).
+    Cuda(String),
+    /// ROCm, at this version.
+    Rocm(String),
+    /// No GPU backend (`+cpu`).
+    CpuOnly,
+}
+
+impl std::fmt::Display for TorchBuild {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TorchBuild::Cuda(v) => write!(f, "{v}"),
+            TorchBuild::Rocm(v) => write!(f, "ROCm {v}"),
+            TorchBuild::CpuOnly => write!(f, "none (CPU-only build)"),
+        }
+    }
+}
+
+/// The build in a torch version string: `2.10.0+cu130` → CUDA 13.0.
+pub fn torch_build_from_version(v: &str) -> Option<TorchBuild> {
     let (_, local) = v.split_once('+')?;
     if let Some(digits) = local.strip_prefix("cu")
         && digits.len() >= 3
         && digits.chars().all(|c| c.is_ascii_digit())
     {
         let (major, minor) = digits.split_at(digits.len() - 1);
-        return Some(format!("{major}.{minor}"));
+        return Some(TorchBuild::Cuda(format!("{major}.{minor}")));
     }
     if let Some(r) = local.strip_prefix("rocm") {
-        return Some(format!("ROCm {r}"));
+        return Some(TorchBuild::Rocm(r.to_string()));
     }
-    if local == "cpu" {
-        return Some("none (CPU-only build)".into());
-    }
-    None
+    (local == "cpu").then_some(TorchBuild::CpuOnly)
 }
