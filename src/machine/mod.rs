@@ -475,7 +475,11 @@ fn gpu_facts(rec: &Recorded, now: &Result<NvmlNow, NvmlOpenError>) -> GpuFacts {
         rec.record.and_then(|r| r.peaks.vram_other_processes_bytes),
         &format!("NVML during {} (peak)", rec.label),
         &rec.record
-            .and_then(|r| r.sampling.iter().find(|s| s.starts_with("nvml")).cloned())
+            .and_then(|r| {
+                r.not_sampled()
+                    .find(|(probe, _)| *probe == "nvml" || probe.starts_with("nvml."))
+                    .map(|(probe, why)| format!("{probe}: {why}"))
+            })
             .unwrap_or_else(|| "not recorded (no per-process NVML figures during the run)".into()),
     );
     let gpu_processes_now = match now {

@@ -546,9 +546,9 @@ fn pictures(
             continue;
         };
         let no_gpu = d.record.as_ref().and_then(|r| {
-            r.sampling
-                .iter()
-                .find_map(|l| l.strip_prefix("nvml: ").map(str::to_string))
+            r.not_sampled()
+                .find(|(probe, _)| *probe == "nvml")
+                .map(|(_, why)| why.to_string())
         });
         let t = plot::Timeline {
             title: issue::run_label(d),

@@ -217,6 +217,13 @@ impl RamGrowth {
 }
 
 impl RunRecord {
+    /// The probes that could not sample and why, from `sampling`'s `probe: reason` lines.
+    pub fn not_sampled(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.sampling
+            .iter()
+            .filter_map(|line| line.split_once(": "))
+    }
+
     /// Reads a record back from a run folder.
     pub fn load(dir: &std::path::Path) -> crate::error::Result<RunRecord> {
         let path = dir.join(super::folder::RECORD);
