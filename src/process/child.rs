@@ -201,8 +201,20 @@ impl Child {
 
     /// SIGTERM to the group, up to `grace` for it to exit (cut short by a second Ctrl-C),
     /// then SIGKILL; waits until the whole group is gone (bounded).
-    pub fn terminate(mut self, grace: Duration) -> Teardown {
+    pub fn terminate(self, grace: Duration) -> Teardown {
+        self.terminate_telling(grace, &mut || {})
+    }
+
+    /// [`terminate`](Self::terminate), calling `first_interrupt` once when the group is
+    /// given its grace after a first Ctrl-C (or SIGTERM), pressed before or during it: the one
+    /// who pressed it can be told that a second press ends the wait.
+    pub fn terminate_telling(
+        mut self,
+        grace: Duration,
+        first_interrupt: &mut dyn FnMut(),
+    ) -> Teardown {
         let mut killed = false;
+        let mut told = false;
         let mut exit = self.try_wait();
         if exit.is_none() || self.group_alive() {
             // Where no polite request can be sent, it was an order (Windows without a
@@ -210,6 +222,10 @@ impl Child {
             killed = !sys::signal_group(self.pid, Signal::Terminate);
             let deadline = Instant::now() + grace;
             while Instant::now() < deadline && !crate::signals::kill_now() {
+                if !told && crate::signals::requested() != crate::signals::Stop::No {
+                    told = true;
+                    first_interrupt();
+                }
                 exit = exit.or_else(|| self.try_wait());
                 if exit.is_some() && !self.group_alive() {
                     break;

@@ -359,6 +359,9 @@ fn run(
         }
     }
 
+    // A Ctrl-C that interrupted a prompt was answered there; one pressed after its prompt
+    // ended is answered once ComfyUI is given its grace.
+    let mut interrupt_said = parts.interrupted;
     reporter.event(&RunEvent::Stopping);
     let stopping = Instant::now();
     if process_exit.is_none() && signals::requested() != Stop::Now {
@@ -376,7 +379,11 @@ fn run(
         opts.grace
     };
     let Server { child, feed, .. } = server;
-    parts.teardown = child.terminate(grace);
+    parts.teardown = child.terminate_telling(grace, &mut || {
+        if !std::mem::replace(&mut interrupt_said, true) {
+            reporter.event(&RunEvent::Interrupting);
+        }
+    });
     if let Some(t) = ws_thread {
         let _ = t.join();
     }

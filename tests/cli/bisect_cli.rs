@@ -324,21 +324,22 @@ fn resume_after_an_interruption_repeats_no_finished_run() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Interrupt during the second run, once the first is journaled.
+    // Interrupt during the second run: the first journaled, the second's ComfyUI started.
     let journal = session.join("journal.jsonl");
+    let second = session.join("runs/002/comfyui.log");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while std::fs::read_to_string(&journal)
         .map(|j| j.lines().count())
         .unwrap_or(0)
         < 1
+        || !second.exists()
     {
         assert!(
             std::time::Instant::now() < deadline,
-            "the first run never finished"
+            "the second run never started"
         );
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    std::thread::sleep(std::time::Duration::from_millis(400));
     unsafe {
         libc::kill(child.id() as i32, libc::SIGINT);
     }

@@ -502,7 +502,7 @@ fn ctrl_c_leaves_the_checkout_as_it_was_and_can_resume() {
             child.id()
         )
     );
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Ctrl-C during that first run.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGINT);
     }

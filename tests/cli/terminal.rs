@@ -118,10 +118,11 @@ fn ctrl_c_twice_while_comfyui_is_torn_down_kills_it_at_once() {
     let mut pty = Pty::spawn(readme_bisect(&install, &tmp.path().join("s")), 100, 30);
     // The status line says when the teardown starts; SIGTERM follows within milliseconds.
     pty.wait_for("stopping ComfyUI", Duration::from_secs(30));
-    std::thread::sleep(Duration::from_millis(500));
     let pressed = std::time::Instant::now();
     pty.type_keys(b"\x03");
-    std::thread::sleep(Duration::from_millis(200));
+    // The first press is taken (and said) before the second is typed: two presses are never
+    // one signal.
+    pty.wait_for("press Ctrl-C again", Duration::from_secs(10));
     pty.type_keys(b"\x03");
     let code = pty.exit_code(Duration::from_secs(20));
     assert_eq!(code, 130, "{}", pty.text());
