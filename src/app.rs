@@ -298,7 +298,7 @@ fn run_regress(args: crate::cli::RegressArgs, c: &mut Console) -> Result<i32, Fa
                 Some(path) => crate::launcher::read_file(path, &args.flags)?,
                 None => crate::launcher::Launch::from_command_line(&args.flags),
             };
-            Request::New {
+            Request::New(crate::regress::NewSession {
                 comfyui,
                 workflow,
                 python: args.python,
@@ -318,7 +318,7 @@ fn run_regress(args: crate::cli::RegressArgs, c: &mut Console) -> Result<i32, Fa
                 quick: args.quick,
                 install: !args.no_install,
                 then_bisect: args.then_bisect,
-            }
+            })
         }
     };
     let quiet = c.global.json;

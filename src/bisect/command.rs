@@ -158,105 +158,97 @@ pub fn run(
         },
         Session::New(new) => start(new, req, err)?,
     };
-    let Opened {
-        dir,
-        spec,
-        entries,
-        target,
-        space,
-        toggles,
-        toggle_set,
-        _owner,
-    } = *opened;
-    if spec.strategy == Strategy::Matrix && matrix_size(&space) > 1024 {
+    // Its owner's lock is held until the session is written.
+    let o = *opened;
+    if o.spec.strategy == Strategy::Matrix && matrix_size(&o.space) > 1024 {
         return Err(Error::usage(format!(
             "--strategy matrix would need up to {} runs for these toggles",
-            matrix_size(&space)
+            matrix_size(&o.space)
         ))
         .hint("use the adaptive strategy, or fewer toggles"));
     }
-    let launcher_line = launcher_line(&spec, &target.python);
-    let defaults = target.defaults.clone();
+    let launcher_line = launcher_line(&o.spec, &o.target.python);
+    let defaults = o.target.defaults.clone();
     // The RAM guard is the machine's, not the session's: it comes with the request.
     let limits = Limits {
         min_available_ram: req.min_available_ram,
-        ..spec.limits
+        ..o.spec.limits
     };
-    let target_workflow = target.workflow.clone();
+    let target_workflow = o.target.workflow.clone();
     let opts = RunOptions {
-        env: spec.env.clone(),
+        env: o.spec.env.clone(),
         nvml_lib: req.nvml_lib.clone(),
-        overlay: spec.overlay.clone(),
-        ..RunOptions::new(target, limits, dir.clone())
+        overlay: o.spec.overlay.clone(),
+        ..RunOptions::new(o.target, limits, o.dir.clone())
     };
     let mut progress = BisectProgress::new(
         progress_visible,
-        planned_runs(&space, spec.strategy, spec.repeat),
-        entries.len() as u64,
+        planned_runs(&o.space, o.spec.strategy, o.spec.repeat),
+        o.entries.len() as u64,
     )
-    .with_file(dir.join(PROGRESS_FILE));
+    .with_file(o.dir.join(PROGRESS_FILE));
     let mut oracle = LiveOracle {
-        dir: dir.clone(),
+        dir: o.dir.clone(),
         base: opts.clone(),
         reporter: &mut progress,
-        next: entries.iter().map(|e| e.n).max().unwrap_or(0) + 1,
+        next: o.entries.iter().map(|e| e.n).max().unwrap_or(0) + 1,
         describe: Box::new(|c| {
             if c.choice.is_empty() {
                 "your flags".to_string()
             } else {
-                space.describe(&c.choice).join(", ")
+                o.space.describe(&c.choice).join(", ")
             }
         }),
-        quick: spec.quick,
+        quick: o.spec.quick,
         unshortenable: session::known_shortening(
             &target_workflow,
-            spec.quick,
-            entries.iter().filter_map(|e| e.trial.run_dir.as_deref()),
+            o.spec.quick,
+            o.entries.iter().filter_map(|e| e.trial.run_dir.as_deref()),
         ),
     };
     let mut search = Search::new(
-        &space,
+        &o.space,
         &mut oracle,
-        spec.settings(),
-        session::tallies(&entries),
+        o.spec.settings(),
+        session::tallies(&o.entries),
     );
-    let found = search.run().map_err(|e| stopped_by(e, &dir))?;
+    let found = search.run().map_err(|e| stopped_by(e, &o.dir))?;
     let (tallies, runs) = (search.tallies.clone(), search.runs);
     drop(search);
     let next = oracle.next;
     drop(oracle);
     drop(progress);
     let info = result::SessionInfo {
-        session_dir: dir.clone(),
-        strategy: spec.strategy,
-        toggles,
+        session_dir: o.dir.clone(),
+        strategy: o.spec.strategy,
+        toggles: o.toggles,
         launcher: &launcher_line,
-        quick: spec.quick,
+        quick: o.spec.quick,
         quick_steps: quick_steps(&tallies),
     };
-    let mut result = result::build(&space, &found, &tallies, runs, info);
-    result.toggle_set = toggle_set;
+    let mut result = result::build(&o.space, &found, &tallies, runs, info);
+    result.toggle_set = o.toggle_set;
     result.defaults = defaults;
-    if spec.custom_nodes_check
-        && spec.max_runs.is_none_or(|max| runs < max)
+    if o.spec.custom_nodes_check
+        && o.spec.max_runs.is_none_or(|max| runs < max)
         && let Some(target) = found.target
         && found.kind != VerdictKind::Incomplete
     {
         let check = CheckRun {
             opts,
-            dir: &dir,
+            dir: &o.dir,
             next,
             visible: progress_visible,
         };
-        if let Some(c) = custom_nodes_check(check, &spec, &space, target) {
+        if let Some(c) = custom_nodes_check(check, &o.spec, &o.space, target) {
             result.runs_total += 1;
             result.custom_nodes_check = Some(c);
         }
     }
     if found.kind == VerdictKind::Incomplete {
-        result.continue_with = Some(continue_line(&dir, &spec, runs, found.flaky));
+        result.continue_with = Some(continue_line(&o.dir, &o.spec, runs, found.flaky));
     }
-    run::folder::write_json(&dir.join(session::RESULT_FILE), &result)?;
+    run::folder::write_json(&o.dir.join(session::RESULT_FILE), &result)?;
     let code = exit_code(found.kind);
     Ok((result, code))
 }

@@ -87,32 +87,32 @@ pub const SPEC_FILE: &str = "regress.json";
 pub const JOURNAL_FILE: &str = "regress.jsonl";
 pub const RESULT_FILE: &str = "result.json";
 
+/// A new session: the checkout, the workflow and the ends, and how to run.
+pub struct NewSession {
+    pub comfyui: crate::locate::Chosen,
+    pub workflow: PathBuf,
+    pub python: Option<PathBuf>,
+    pub launcher: Option<PathBuf>,
+    pub flags: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub good: String,
+    pub bad: Option<String>,
+    pub regress: Option<Outcome>,
+    pub repeat: u32,
+    pub limits: Limits,
+    pub max_runs: u32,
+    pub confidence: f64,
+    pub output: Option<PathBuf>,
+    pub quick: Quick,
+    pub install: bool,
+    pub then_bisect: bool,
+}
+
 /// A new session or one to resume (made once per command: its size does not matter).
 #[allow(clippy::large_enum_variant)]
 pub enum Request {
-    New {
-        comfyui: crate::locate::Chosen,
-        workflow: PathBuf,
-        python: Option<PathBuf>,
-        launcher: Option<PathBuf>,
-        flags: Vec<String>,
-        env: Vec<(String, String)>,
-        good: String,
-        bad: Option<String>,
-        regress: Option<Outcome>,
-        repeat: u32,
-        limits: Limits,
-        max_runs: u32,
-        confidence: f64,
-        output: Option<PathBuf>,
-        quick: Quick,
-        install: bool,
-        then_bisect: bool,
-    },
-    Resume {
-        dir: PathBuf,
-        max_runs: Option<u32>,
-    },
+    New(NewSession),
+    Resume { dir: PathBuf, max_runs: Option<u32> },
 }
 
 /// How one commit behaved.
@@ -655,98 +655,86 @@ fn resumed(
     Ok((spec, dir, journal, owner))
 }
 
+/// A new session: the ends resolved and checked, its folder made outside the checkout and
+/// claimed, its settings written.
+fn started(
+    new: NewSession,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(Spec, PathBuf, Vec<Tested>, crate::session_owner::Owner)> {
+    let repo = Repo::open(&new.comfyui.path)?;
+    let install = crate::install::Install::open(&new.comfyui.path)?;
+    crate::workflow::Workflow::load(&new.workflow)?;
+    let chosen = install.python(new.python.as_deref());
+    let python = chosen.path.clone();
+    let defaults = crate::locate::Defaults {
+        comfyui: Some(new.comfyui),
+        python: Some(chosen),
+    };
+    for line in defaults.lines() {
+        progress(&line);
+    }
+    let good = repo.resolve(&snapshot_rev(&new.good)?)?;
+    let bad = repo.resolve(new.bad.as_deref().unwrap_or("HEAD"))?;
+    if good == bad
+        || !repo.is_ancestor(&good, &bad)
+        || !repo.first_parent_line(&bad)?.contains(&good)
+    {
+        return Err(Error::usage(format!(
+            "--good {} is not on the first-parent line before --bad {}",
+            git::abbrev(&good, 7),
+            git::abbrev(&bad, 7)
+        ))
+        .hint("--good is an older commit on the main line (a merge, not a commit inside a merged branch) where it worked; --bad the newer one that fails (default: the checkout's HEAD)"));
+    }
+    let dir = new
+        .output
+        .unwrap_or_else(|| run::folder::fresh(Path::new("vrambisect-sessions"), "regress"));
+    // Inside the checkout it would show as untracked files there.
+    let abs = std::env::current_dir()
+        .map(|c| c.join(&dir))
+        .unwrap_or_else(|_| dir.clone());
+    let top = crate::paths::canonical(&repo.dir);
+    let parent = abs.parent().and_then(crate::paths::canonical_opt);
+    if parent.is_some_and(|p| p.starts_with(&top)) {
+        return Err(Error::usage(format!(
+            "the session folder {} would be inside your checkout {}",
+            dir.display(),
+            top.display()
+        ))
+        .hint("run vrambisect from another folder, or give --output outside the checkout"));
+    }
+    let dir = run::folder::create(&dir)?;
+    let owner = crate::session_owner::take(&dir)?;
+    let spec = Spec {
+        comfyui: crate::paths::canonical(&repo.dir),
+        python,
+        defaults,
+        workflow: crate::paths::canonical(&new.workflow),
+        launcher: new.launcher,
+        flags: new.flags,
+        env: new.env,
+        good,
+        bad,
+        regress: new.regress,
+        repeat: new.repeat,
+        max_runs: new.max_runs,
+        confidence: new.confidence,
+        limits: new.limits,
+        quick: new.quick,
+        install: new.install,
+        then_bisect: new.then_bisect,
+    };
+    run::folder::write_json(&dir.join(SPEC_FILE), &spec)?;
+    crate::private::create_dir_all(&dir.join("runs"))
+        .map_err(|e| crate::error::io_error("create", &dir.join("runs"), &e))?;
+    Ok((spec, dir, Vec::new(), owner))
+}
+
 /// Runs (or resumes) a regress session; returns the result and the exit status.
 pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResult, i32)> {
     let (spec, dir, journal, _owner) = match req {
         Request::Resume { dir, max_runs } => resumed(dir, max_runs, progress)?,
-        Request::New {
-            comfyui,
-            workflow,
-            python,
-            launcher,
-            flags,
-            env,
-            good,
-            bad,
-            regress,
-            repeat,
-            limits,
-            max_runs,
-            confidence,
-            output,
-            quick,
-            install: install_pins,
-            then_bisect,
-        } => {
-            let repo = Repo::open(&comfyui.path)?;
-            let install = crate::install::Install::open(&comfyui.path)?;
-            crate::workflow::Workflow::load(&workflow)?;
-            let chosen = install.python(python.as_deref());
-            let python = chosen.path.clone();
-            let defaults = crate::locate::Defaults {
-                comfyui: Some(comfyui),
-                python: Some(chosen),
-            };
-            for line in defaults.lines() {
-                progress(&line);
-            }
-            let good = repo.resolve(&snapshot_rev(&good)?)?;
-            let bad = repo.resolve(bad.as_deref().unwrap_or("HEAD"))?;
-            if good == bad
-                || !repo.is_ancestor(&good, &bad)
-                || !repo.first_parent_line(&bad)?.contains(&good)
-            {
-                return Err(Error::usage(format!(
-                    "--good {} is not on the first-parent line before --bad {}",
-                    git::abbrev(&good, 7),
-                    git::abbrev(&bad, 7)
-                ))
-                .hint("--good is an older commit on the main line (a merge, not a commit inside a merged branch) where it worked; --bad the newer one that fails (default: the checkout's HEAD)"));
-            }
-            let dir = output
-                .unwrap_or_else(|| run::folder::fresh(Path::new("vrambisect-sessions"), "regress"));
-            // Inside the checkout it would show as untracked files there.
-            let abs = std::env::current_dir()
-                .map(|c| c.join(&dir))
-                .unwrap_or_else(|_| dir.clone());
-            let top = crate::paths::canonical(&repo.dir);
-            let parent = abs.parent().and_then(crate::paths::canonical_opt);
-            if parent.is_some_and(|p| p.starts_with(&top)) {
-                return Err(Error::usage(format!(
-                    "the session folder {} would be inside your checkout {}",
-                    dir.display(),
-                    top.display()
-                ))
-                .hint(
-                    "run vrambisect from another folder, or give --output outside the checkout",
-                ));
-            }
-            let dir = run::folder::create(&dir)?;
-            let owner = crate::session_owner::take(&dir)?;
-            let spec = Spec {
-                comfyui: crate::paths::canonical(&repo.dir),
-                python,
-                defaults,
-                workflow: crate::paths::canonical(&workflow),
-                launcher,
-                flags,
-                env,
-                good,
-                bad,
-                regress,
-                repeat,
-                max_runs,
-                confidence,
-                limits,
-                quick,
-                install: install_pins,
-                then_bisect,
-            };
-            run::folder::write_json(&dir.join(SPEC_FILE), &spec)?;
-            crate::private::create_dir_all(&dir.join("runs"))
-                .map_err(|e| crate::error::io_error("create", &dir.join("runs"), &e))?;
-            (spec, dir, Vec::new(), owner)
-        }
+        Request::New(new) => started(new, progress)?,
     };
     let repo = Repo::open(&spec.comfyui)?;
     let commits = repo.first_parent(&spec.good, &spec.bad)?;

@@ -450,7 +450,9 @@ fn sample_a_command() {
     // the first line): that goes too.
     let all_numbers = |s: String| {
         let (exit, rest) = s.split_once('\n').unwrap();
-        let rest = NUMBER.replace_all(rest, "[n]").replace(", [n] ticks missed", "");
+        let rest = NUMBER
+            .replace_all(rest, "[n]")
+            .replace(", [n] ticks missed", "");
         format!("{exit}\n{rest}")
     };
     insta::assert_snapshot!(all_numbers(human(&vrambisect(&args), &[], Volatile::Sizes)));
