@@ -184,9 +184,6 @@ pub struct LimitArgs {
     pub startup_timeout: std::time::Duration,
 }
 
-/// [`LimitArgs`]'s ids, which `--resume` refuses (the session keeps its own limits).
-const LIMIT_ARGS: [&str; 4] = ["iterations", "timeout", "stall_timeout", "startup_timeout"];
-
 impl LimitArgs {
     /// The run's limits, with the RAM guard (the machine's, given apart).
     pub fn limits(self, min_available_ram: Option<u64>) -> crate::run::Limits {
@@ -303,16 +300,32 @@ pub struct SampleArgs {
     pub command: Vec<String>,
 }
 
+/// What a new bisect is given and a resumed one keeps from its session: `--resume` refuses
+/// them ([`LimitArgs`] last).
+const BISECT_NEW_ONLY: [&str; 16] = [
+    "comfyui",
+    "workflow",
+    "toggle",
+    "strategy",
+    "repeat",
+    "output",
+    "launcher",
+    "python",
+    "confidence",
+    "quick",
+    "no_custom_nodes_check",
+    "base",
+    "iterations",
+    "timeout",
+    "stall_timeout",
+    "startup_timeout",
+];
+
 #[derive(Debug, Args)]
 pub struct BisectArgs {
     /// The ComfyUI folder (holding main.py). Default: found from the Python that ran
     /// `python -m vrambisect` and from the current folder, as for run.
-    #[arg(
-        help_heading = "Inputs",
-        long,
-        value_name = "DIR",
-        conflicts_with = "resume"
-    )]
+    #[arg(help_heading = "Inputs", long, value_name = "DIR")]
     pub comfyui: Option<PathBuf>,
     /// The workflow: the .json ComfyUI saved (UI format), its API export, or a PNG, WebP,
     /// audio or video file ComfyUI made (the prompt inside it).
@@ -320,8 +333,7 @@ pub struct BisectArgs {
         help_heading = "Inputs",
         long,
         value_name = "FILE",
-        required_unless_present = "resume",
-        conflicts_with = "resume"
+        required_unless_present = "resume"
     )]
     pub workflow: Option<PathBuf>,
     /// A flag to try, or a flag with a value (`--toggle --reserve-vram=2`); repeat it. Several
@@ -332,55 +344,33 @@ pub struct BisectArgs {
         help_heading = "Search",
         long,
         value_name = "FLAG[=VALUE]",
-        allow_hyphen_values = true,
-        conflicts_with = "resume"
+        allow_hyphen_values = true
     )]
     pub toggle: Vec<String>,
     /// adaptive: as few runs as the information allows; matrix: every valid combination;
     /// each: one toggle at a time.
-    #[arg(
-        help_heading = "Search",
-        long,
-        value_enum,
-        default_value = "adaptive",
-        conflicts_with = "resume"
-    )]
+    #[arg(help_heading = "Search", long, value_enum, default_value = "adaptive")]
     pub strategy: StrategyArg,
     /// 1: failures are taken to show every time. 2 or more (use 3 for flaky failures): the
     /// flaky search runs what tells most until --confidence, and a passing baseline gets
     /// max(2N + 1, 13) runs before "not reproduced".
-    #[arg(help_heading = "Search", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100), conflicts_with = "resume")]
+    #[arg(help_heading = "Search", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeat: u32,
     #[command(flatten)]
     pub limits: LimitArgs,
     /// The session folder (default: vrambisect-sessions/bisect-<time>-<id>).
-    #[arg(
-        help_heading = "Output",
-        long,
-        value_name = "DIR",
-        conflicts_with = "resume"
-    )]
+    #[arg(help_heading = "Output", long, value_name = "DIR")]
     pub output: Option<PathBuf>,
     /// Continue an interrupted bisect from its session folder (no finished run is repeated).
     /// The session keeps its own install, workflow, flags, toggles, repeats and timeouts; only
     /// --max-runs and --min-available-ram may be given with it.
-    #[arg(help_heading = "Search", long, value_name = "DIR", conflicts_with_all = LIMIT_ARGS)]
+    #[arg(help_heading = "Search", long, value_name = "DIR", conflicts_with_all = BISECT_NEW_ONLY)]
     pub resume: Option<PathBuf>,
     /// Read the base flags (and environment) from this launcher (.bat or .sh).
-    #[arg(
-        help_heading = "Inputs",
-        long,
-        value_name = "FILE",
-        conflicts_with = "resume"
-    )]
+    #[arg(help_heading = "Inputs", long, value_name = "FILE")]
     pub launcher: Option<PathBuf>,
     /// The Python that runs ComfyUI.
-    #[arg(
-        help_heading = "Inputs",
-        long,
-        value_name = "PY",
-        conflicts_with = "resume"
-    )]
+    #[arg(help_heading = "Inputs", long, value_name = "PY")]
     pub python: Option<PathBuf>,
     /// The most ComfyUI runs the bisect may take (default 64, or for flaky failures what
     /// --confidence calls for at the failure rate seen; with --resume, a new budget).
@@ -388,7 +378,7 @@ pub struct BisectArgs {
     pub max_runs: Option<u32>,
     /// For flaky failures: stop when one answer is this probable given the runs (0.5 to
     /// 0.9999).
-    #[arg(help_heading = "Search", long, value_name = "P", default_value_t = crate::bayes::DEFAULT_CONFIDENCE, value_parser = parse_confidence, conflicts_with = "resume")]
+    #[arg(help_heading = "Search", long, value_name = "P", default_value_t = crate::bayes::DEFAULT_CONFIDENCE, value_parser = parse_confidence)]
     pub confidence: f64,
     /// Stop ComfyUI when available system RAM falls below this (e.g. 1G; 0: never), before
     /// the kernel's OOM killer picks a process. Default: 2% of RAM, 256 MiB to 1 GiB.
@@ -400,27 +390,43 @@ pub struct BisectArgs {
     /// Search on shortened runs: auto (2 sampling steps, when the workflow has 6 or more),
     /// off, or a number of steps. Used only once a shortened run has failed as the workflow
     /// does; every verdict is confirmed on the workflow as it is.
-    #[arg(help_heading = "Search", long, value_name = "auto|off|STEPS", default_value = "auto", value_parser = crate::workflow::quick::Quick::parse, conflicts_with = "resume")]
+    #[arg(help_heading = "Search", long, value_name = "auto|off|STEPS", default_value = "auto", value_parser = crate::workflow::quick::Quick::parse)]
     pub quick: crate::workflow::quick::Quick,
     /// Skip the one extra run of the failing configuration with --disable-all-custom-nodes
     /// (made when the install has custom nodes: maintainers ask for it first).
-    #[arg(help_heading = "Search", long, conflicts_with = "resume")]
+    #[arg(help_heading = "Search", long)]
     pub no_custom_nodes_check: bool,
     /// Your ComfyUI flags: part of the question (removing one may be the fix).
-    #[arg(
-        last = true,
-        value_name = "BASE_FLAGS",
-        allow_hyphen_values = true,
-        conflicts_with = "resume"
-    )]
+    #[arg(last = true, value_name = "BASE_FLAGS", allow_hyphen_values = true)]
     pub base: Vec<String>,
 }
 
 /// `vrambisect regress`.
+/// What a new regress is given and a resumed one keeps from its session: `--resume` refuses
+/// them ([`LimitArgs`] last).
+const REGRESS_NEW_ONLY: [&str; 16] = [
+    "comfyui",
+    "bad",
+    "regress",
+    "repeat",
+    "output",
+    "launcher",
+    "python",
+    "confidence",
+    "quick",
+    "no_install",
+    "then_bisect",
+    "flags",
+    "iterations",
+    "timeout",
+    "stall_timeout",
+    "startup_timeout",
+];
+
 #[derive(Debug, Args)]
 pub struct RegressArgs {
     /// Your ComfyUI checkout (a git clone; it is only read). Default: found as for run.
-    #[arg(long, value_name = "DIR", conflicts_with = "resume")]
+    #[arg(long, value_name = "DIR")]
     pub comfyui: Option<PathBuf>,
     /// The workflow: the .json ComfyUI saved, its API export, or a file ComfyUI made with it.
     #[arg(long, value_name = "FILE", required_unless_present_any = ["resume", "clean_cache"])]
@@ -430,45 +436,45 @@ pub struct RegressArgs {
     #[arg(long, value_name = "REV", required_unless_present_any = ["resume", "clean_cache"])]
     pub good: Option<String>,
     /// A commit or tag where it fails (default: the checkout's HEAD).
-    #[arg(long, value_name = "REV", conflicts_with = "resume")]
+    #[arg(long, value_name = "REV")]
     pub bad: Option<String>,
     /// What counts as bad (default: the bad end's own failure, e.g. oom).
-    #[arg(long, value_name = "KIND", value_parser = parse_outcome, conflicts_with = "resume")]
+    #[arg(long, value_name = "KIND", value_parser = parse_outcome)]
     pub regress: Option<crate::outcome::Outcome>,
     /// 1: a commit is bad if its run fails, good if it passes. 2 or more (any value: the
     /// failure is flaky): each run is chosen by what it tells until --confidence, and the bad
     /// end gets up to 13 runs to show the failure.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100), conflicts_with = "resume")]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeat: u32,
     #[command(flatten)]
     pub limits: LimitArgs,
     /// The session folder (default: a new one under vrambisect-sessions/).
-    #[arg(long, value_name = "DIR", conflicts_with = "resume")]
+    #[arg(long, value_name = "DIR")]
     pub output: Option<PathBuf>,
     /// Continue a session stopped early.
-    #[arg(long, value_name = "DIR", conflicts_with_all = LIMIT_ARGS)]
+    #[arg(long, value_name = "DIR", conflicts_with_all = REGRESS_NEW_ONLY)]
     pub resume: Option<PathBuf>,
     /// Read ComfyUI's flags (and environment) from a .bat or .sh launcher.
-    #[arg(long, value_name = "FILE", conflicts_with = "resume")]
+    #[arg(long, value_name = "FILE")]
     pub launcher: Option<PathBuf>,
     /// The Python that runs ComfyUI (default: the checkout's venv, as for run).
-    #[arg(long, value_name = "PY", conflicts_with = "resume")]
+    #[arg(long, value_name = "PY")]
     pub python: Option<PathBuf>,
     /// The most ComfyUI runs (default 64; with --resume, a new budget).
     #[arg(help_heading = "Limits", long, value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub max_runs: Option<u32>,
     /// With --repeat 2 or more (a flaky failure): call a commit first bad only when it is
     /// this probable given the runs (0.5 to 0.9999).
-    #[arg(long, value_name = "P", default_value_t = crate::bayes::DEFAULT_CONFIDENCE, value_parser = parse_confidence, conflicts_with = "resume")]
+    #[arg(long, value_name = "P", default_value_t = crate::bayes::DEFAULT_CONFIDENCE, value_parser = parse_confidence)]
     pub confidence: f64,
     /// Search on shortened runs: auto (2 sampling steps, when the workflow has 6 or more),
     /// off, or a number of steps. Used only once the bad end's shortened run fails as the bad
     /// end does; the first bad and last good commits are confirmed in full.
-    #[arg(long, value_name = "auto|off|STEPS", default_value = "auto", value_parser = crate::workflow::quick::Quick::parse, conflicts_with = "resume")]
+    #[arg(long, value_name = "auto|off|STEPS", default_value = "auto", value_parser = crate::workflow::quick::Quick::parse)]
     pub quick: crate::workflow::quick::Quick,
     /// Skip a commit whose requirements.txt pins another comfy-aimdo or comfy-kitchen than
     /// your Python has, instead of installing those pins into an environment of their own.
-    #[arg(long, conflicts_with = "resume")]
+    #[arg(long)]
     pub no_install: bool,
     /// Remove the environments made for pinned packages (kept for later sessions in the
     /// cache folder; docs/regress.md) and stop, unless a session is asked for too.
@@ -477,15 +483,10 @@ pub struct RegressArgs {
     /// Once the first bad commit is found, bisect the flags on it (the same workflow, flags,
     /// repeats and shortened runs), in the same session folder: which flags make that
     /// version work.
-    #[arg(long, conflicts_with = "resume")]
+    #[arg(long)]
     pub then_bisect: bool,
     /// Your ComfyUI flags, used at every commit.
-    #[arg(
-        last = true,
-        value_name = "FLAGS",
-        allow_hyphen_values = true,
-        conflicts_with = "resume"
-    )]
+    #[arg(last = true, value_name = "FLAGS", allow_hyphen_values = true)]
     pub flags: Vec<String>,
 }
 
