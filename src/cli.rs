@@ -302,23 +302,11 @@ pub struct SampleArgs {
 
 /// What a new bisect is given and a resumed one keeps from its session: `--resume` refuses
 /// them ([`LimitArgs`] last).
+#[rustfmt::skip]
 const BISECT_NEW_ONLY: [&str; 16] = [
-    "comfyui",
-    "workflow",
-    "toggle",
-    "strategy",
-    "repeat",
-    "output",
-    "launcher",
-    "python",
-    "confidence",
-    "quick",
-    "no_custom_nodes_check",
-    "base",
-    "iterations",
-    "timeout",
-    "stall_timeout",
-    "startup_timeout",
+    "comfyui", "workflow", "toggle", "strategy", "repeat", "output", "launcher", "python",
+    "confidence", "quick", "no_custom_nodes_check", "base", "iterations", "timeout",
+    "stall_timeout", "startup_timeout",
 ];
 
 #[derive(Debug, Args)]
@@ -401,28 +389,16 @@ pub struct BisectArgs {
     pub base: Vec<String>,
 }
 
-/// `vrambisect regress`.
 /// What a new regress is given and a resumed one keeps from its session: `--resume` refuses
 /// them ([`LimitArgs`] last).
+#[rustfmt::skip]
 const REGRESS_NEW_ONLY: [&str; 16] = [
-    "comfyui",
-    "bad",
-    "regress",
-    "repeat",
-    "output",
-    "launcher",
-    "python",
-    "confidence",
-    "quick",
-    "no_install",
-    "then_bisect",
-    "flags",
-    "iterations",
-    "timeout",
-    "stall_timeout",
+    "comfyui", "bad", "regress", "repeat", "output", "launcher", "python", "confidence",
+    "quick", "no_install", "then_bisect", "flags", "iterations", "timeout", "stall_timeout",
     "startup_timeout",
 ];
 
+/// `vrambisect regress`.
 #[derive(Debug, Args)]
 pub struct RegressArgs {
     /// Your ComfyUI checkout (a git clone; it is only read). Default: found as for run.
@@ -837,4 +813,15 @@ fn usage_error(e: &clap::Error, args: &[String]) -> serde_json::Value {
         "hint": hint,
         "exit_code": crate::error::exit::USAGE,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap's own checks: every id an argument names (conflicts, requirements) exists, no two
+    /// arguments share a name.
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
 }
