@@ -197,16 +197,18 @@ impl LimitArgs {
     }
 }
 
+/// `--python` where the ComfyUI folder may be found from the Python that ran vrambisect.
+const PYTHON_HELP: &str = "The Python that runs ComfyUI (default: the one that ran `python -m \
+    vrambisect` when the folder was found from it; else DIR/venv, DIR/.venv, the portable \
+    python_embeded beside DIR, Desktop's venv; else the one that ran `python -m vrambisect`; \
+    else python3)";
+
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
     /// The ComfyUI folder (holding main.py); its own `main.py --help` gives the flag list.
     #[arg(help_heading = "Inputs", long, value_name = "DIR")]
     pub comfyui: Option<PathBuf>,
-    /// The Python that runs ComfyUI (default: the one that ran `python -m vrambisect` when
-    /// the folder was found from it; else DIR/venv, DIR/.venv, the portable python_embeded
-    /// beside DIR, Desktop's venv; else the one that ran `python -m vrambisect`; else
-    /// python3).
-    #[arg(help_heading = "Inputs", long, value_name = "PY")]
+    #[arg(help_heading = "Inputs", long, value_name = "PY", help = PYTHON_HELP)]
     pub python: Option<PathBuf>,
     /// A launcher script (run_nvidia_gpu.bat, a .sh) to read the flags from.
     #[arg(help_heading = "Inputs", long, value_name = "FILE")]
@@ -231,11 +233,7 @@ pub struct RunArgs {
     /// audio or video file ComfyUI made (the prompt inside it).
     #[arg(help_heading = "Inputs", long, value_name = "FILE")]
     pub workflow: PathBuf,
-    /// The Python that runs ComfyUI (default: the one that ran `python -m vrambisect` when
-    /// the folder was found from it; else DIR/venv, DIR/.venv, the portable python_embeded
-    /// beside DIR, Desktop's venv; else the one that ran `python -m vrambisect`; else
-    /// python3).
-    #[arg(help_heading = "Inputs", long, value_name = "PY")]
+    #[arg(help_heading = "Inputs", long, value_name = "PY", help = PYTHON_HELP)]
     pub python: Option<PathBuf>,
     #[command(flatten)]
     pub limits: LimitArgs,
@@ -554,11 +552,7 @@ pub struct DoctorArgs {
     /// The ComfyUI folder to check (holding main.py).
     #[arg(help_heading = "Inputs", long, value_name = "DIR")]
     pub comfyui: Option<PathBuf>,
-    /// The Python that runs ComfyUI (default: the one that ran `python -m vrambisect` when
-    /// the folder was found from it; else DIR/venv, DIR/.venv, the portable python_embeded
-    /// beside DIR, Desktop's venv; else the one that ran `python -m vrambisect`; else
-    /// python3).
-    #[arg(help_heading = "Inputs", long, value_name = "PY")]
+    #[arg(help_heading = "Inputs", long, value_name = "PY", help = PYTHON_HELP)]
     pub python: Option<PathBuf>,
     /// The NVML library to load (default: the system's libnvidia-ml.so.1).
     #[arg(long, value_name = "PATH", env = "VRAMBISECT_NVML_LIB")]
