@@ -165,29 +165,8 @@ fn gpu(tree_pid: u32) -> Gpu {
     }
 }
 
-fn main() {
-    let children = 4;
-    let t = tree(children);
-    let root = t.id();
-    let g = gpu(root);
-    let which = if g.fake.is_some() {
-        "fake (test bed)"
-    } else {
-        "real driver"
-    };
-    let mut members = Tree::new(Some(root));
-    let members = members.refresh(Instant::now()).to_vec();
-    assert_eq!(members.len(), children + 1, "tree {members:?}");
-    let ctx = Context {
-        tree: &members,
-        root_pid: Some(root),
-        self_pid: std::process::id(),
-        now: Instant::now(),
-    };
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    println!("## Sampler\n");
-    println!("Machine: {cpus} CPUs; NVML/CUDA: {which}; tree: 1 shell + {children} children.\n");
-
+/// What one sample costs, backend by backend.
+fn one_sample_per_backend(g: &Gpu, ctx: &Context, members: &[u32], root: u32) {
     println!("### One sample per backend\n");
     println!("| backend | CPU µs per sample | wall µs per sample |");
     println!("|---|---:|---:|");
@@ -201,20 +180,20 @@ fn main() {
     let mut out = vec![None; nvml.series().len()];
     row(
         "NVML (memory v2, compute + graphics processes; 1 GPU)",
-        per_call(2000, || nvml.sample(&ctx, &mut out)),
+        per_call(2000, || nvml.sample(ctx, &mut out)),
     );
     drop(nvml);
 
     let mut sys = SystemProbe::open().unwrap();
     let mut out = vec![None; sys.series().len()];
-    let no_tree = Context { tree: &[], ..ctx };
+    let no_tree = Context { tree: &[], ..*ctx };
     row(
         "system (RAM, swap)",
         per_call(5000, || sys.sample(&no_tree, &mut out)),
     );
     row(
         &format!("system + process tree ({} processes)", members.len()),
-        per_call(3000, || sys.sample(&ctx, &mut out)),
+        per_call(3000, || sys.sample(ctx, &mut out)),
     );
     let listing = per_call(200, || {
         let mut t = Tree::new(Some(root));
@@ -237,7 +216,7 @@ fn main() {
     let mut out = vec![None; cuda.series().len()];
     row(
         "CUDA (cuMemGetInfo, own context)",
-        per_call(5000, || cuda.sample(&ctx, &mut out)),
+        per_call(5000, || cuda.sample(ctx, &mut out)),
     );
     drop(cuda);
 
@@ -275,7 +254,10 @@ fn main() {
         }),
     );
     drop(w);
+}
 
+/// The sampler thread as `run` starts it, at each rate, and over a long run.
+fn the_whole_sampler(g: &Gpu, root: u32) {
     println!("\n### The whole sampler\n");
     println!(
         "The sampler thread as `run` starts it, CSV and JSON lines on disk; CPU time of the \
@@ -395,7 +377,12 @@ fn main() {
          | the bare sleep loop (the machine's wake-up floor) | {f:.2}% ({f_lo:.2}–{f_hi:.2}%) |\n\
          | the sampler over that floor | {o:.2}% ({o_lo:.2}–{o_hi:.2}%) |"
     );
+    memory_over_a_long_run(g, root);
+}
 
+/// The sampler's memory as samples and marks pile up (`VRAMBISECT_BENCH_LONG_SECS`, default
+/// 60).
+fn memory_over_a_long_run(g: &Gpu, root: u32) {
     let secs: u64 = std::env::var("VRAMBISECT_BENCH_LONG_SECS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -458,5 +445,32 @@ fn main() {
     };
     long_run(secs, false);
     long_run(secs / 3, true);
+}
+
+fn main() {
+    let children = 4;
+    let t = tree(children);
+    let root = t.id();
+    let g = gpu(root);
+    let which = if g.fake.is_some() {
+        "fake (test bed)"
+    } else {
+        "real driver"
+    };
+    let mut members = Tree::new(Some(root));
+    let members = members.refresh(Instant::now()).to_vec();
+    assert_eq!(members.len(), children + 1, "tree {members:?}");
+    let ctx = Context {
+        tree: &members,
+        root_pid: Some(root),
+        self_pid: std::process::id(),
+        now: Instant::now(),
+    };
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!("## Sampler\n");
+    println!("Machine: {cpus} CPUs; NVML/CUDA: {which}; tree: 1 shell + {children} children.\n");
+
+    one_sample_per_backend(&g, &ctx, &members, root);
+    the_whole_sampler(&g, root);
     kill_tree(t);
 }
