@@ -390,8 +390,9 @@ fn run_extension(args: crate::cli::ExtensionArgs, c: &mut Console) -> Result<i32
 /// `completions`: the script for one shell.
 #[derive(serde::Serialize)]
 struct Completions {
-    shell: String,
+    // In the order `--json` has always printed them.
     script: String,
+    shell: String,
 }
 
 impl Answer for Completions {
@@ -417,8 +418,8 @@ fn run_completions(shell: clap_complete::Shell, c: &mut Console) -> Result<i32, 
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "vrambisect", &mut script);
     let script = Completions {
-        shell: shell.to_string(),
         script: String::from_utf8_lossy(&script).into_owned(),
+        shell: shell.to_string(),
     };
     c.answer(&script, exit::OK)
 }

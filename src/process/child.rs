@@ -222,13 +222,13 @@ impl Child {
             killed = !sys::signal_group(self.pid, Signal::Terminate);
             let deadline = Instant::now() + grace;
             while Instant::now() < deadline && !crate::signals::kill_now() {
-                if !told && crate::signals::requested() != crate::signals::Stop::No {
-                    told = true;
-                    first_interrupt();
-                }
                 exit = exit.or_else(|| self.try_wait());
                 if exit.is_some() && !self.group_alive() {
                     break;
+                }
+                if !told && crate::signals::requested() != crate::signals::Stop::No {
+                    told = true;
+                    first_interrupt();
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }

@@ -637,29 +637,30 @@ impl Redactor {
         for re in r.tokens.iter().chain([&r.hex32]) {
             out = replace_as(re, &out, Kind::Token, "[token]", tally);
         }
-        out = replace(
+        // `https://…` is a URL, already taken apart above, not `https: value`.
+        let harmless_assignment = |c: &Captures| {
+            let val = &c["val"];
+            !is_secret_name(&c["key"]) || harmless_value(val) || val.starts_with("//")
+        };
+        out = redact(
             &r.assignment,
             &out,
-            |c, t| {
-                let key = &c["key"];
-                let val = &c["val"];
-                // `https://…` is a URL, already taken apart above, not `https: value`.
-                if !is_secret_name(key) || harmless_value(val) || val.starts_with("//") {
-                    return c[0].to_string();
-                }
-                bump(t, Kind::SecretValue);
-                let quote = match val.chars().next() {
+            Kind::SecretValue,
+            harmless_assignment,
+            tally,
+            |c| {
+                let quote = match c["val"].chars().next() {
                     Some(q @ ('"' | '\'')) => q.to_string(),
                     _ => String::new(),
                 };
                 format!(
-                    "{key}{}{}{}{quote}{REDACTED}{quote}",
+                    "{}{}{}{}{quote}{REDACTED}{quote}",
+                    &c["key"],
                     &c["q"],
                     &c["sep"],
                     c.name("scheme").map(|m| m.as_str()).unwrap_or("")
                 )
             },
-            tally,
         );
         let harmless_flag = |c: &Captures| !is_secret_name(&c["key"]) || harmless_value(&c["val"]);
         out = redact(
@@ -677,24 +678,22 @@ impl Redactor {
     fn places(&self, s: &str, tally: &mut Redactions) -> String {
         let r = rules();
         let mut out = s.to_string();
-        out = replace(
+        // `google.protobuf.internal`, `Path.home`: Python names, not hosts. These two
+        // suffixes count only on a name with a hyphen or a digit in it.
+        let python_name = |c: &Captures| {
+            let (host, tld) = (&c["host"], c["tld"].to_ascii_lowercase());
+            let plain_words = !host[..host.len() - tld.len()]
+                .chars()
+                .any(|ch| ch == '-' || ch.is_ascii_digit());
+            (tld == "internal" || tld == "home") && plain_words
+        };
+        out = redact(
             &r.local_host,
             &out,
-            |c, t| {
-                let host = &c["host"];
-                let tld = c["tld"].to_ascii_lowercase();
-                // `google.protobuf.internal`, `Path.home`: Python names, not hosts. These two
-                // suffixes count only on a name with a hyphen or a digit in it.
-                let plain_words = !host[..host.len() - tld.len()]
-                    .chars()
-                    .any(|ch| ch == '-' || ch.is_ascii_digit());
-                if (tld == "internal" || tld == "home") && plain_words {
-                    return c[0].to_string();
-                }
-                bump(t, Kind::HostName);
-                format!("{}[host]{}", &c["pre"], &c["post"])
-            },
+            Kind::HostName,
+            python_name,
             tally,
+            |c| format!("{}[host]{}", &c["pre"], &c["post"]),
         );
         // Every pair of a cookie header, not only the first.
         let harmless_cookie = |c: &Captures| harmless_value(&c["val"]);
@@ -879,17 +878,14 @@ fn redact_aws_secrets(r: &Rules, s: &str, tally: &mut Redactions) -> String {
             out.push_str(line);
             continue;
         }
-        out.push_str(&replace(
+        let commit_id = |c: &Captures| c["s"].chars().all(|ch| ch.is_ascii_hexdigit());
+        out.push_str(&redact(
             &r.aws_secret,
             line,
-            |c, t| {
-                if c["s"].chars().all(|ch| ch.is_ascii_hexdigit()) {
-                    return c[0].to_string();
-                }
-                bump(t, Kind::Token);
-                format!("{}[token]{}", &c["pre"], &c["post"])
-            },
+            Kind::Token,
+            commit_id,
             tally,
+            |c| format!("{}[token]{}", &c["pre"], &c["post"]),
         ));
     }
     out

@@ -1,8 +1,7 @@
 //! The run engine: one ComfyUI process, N prompts, one record.
 //!
 //! [`launch`](super::launch) starts ComfyUI; each prompt is posted and followed by
-//! [`prompt`](super::prompt) (the watch that decides when and how it ended, and the I/O it asks
-//! for); this module samples, compares the startup log with the flags' prediction, tears
+//! `run/prompt.rs` (the watch that decides when and how it ended, and the I/O it asks for); this module samples, compares the startup log with the flags' prediction, tears
 //! ComfyUI down and builds the [`RunRecord`] in one place ([`assemble`]).
 
 use super::folder::{self, Mark, write_json};
