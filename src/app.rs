@@ -83,14 +83,7 @@ impl From<io::Error> for Failure {
 }
 
 fn run_explain(args: ExplainArgs, c: &mut Console) -> Result<i32, Failure> {
-    let req = explain::Request {
-        comfyui: args.comfyui,
-        python: args.python,
-        launcher: args.launcher,
-        platform: args.platform,
-        args: args.args,
-    };
-    let e = explain::explain(&req)?;
+    let e = explain::explain(&args)?;
     let code = if e.accepted == Some(false) {
         exit::FAILED
     } else {

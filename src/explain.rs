@@ -14,16 +14,8 @@ use serde::Serialize;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-/// What the user asked to explain.
-#[derive(Debug, Clone, Default)]
-pub struct Request {
-    pub comfyui: Option<PathBuf>,
-    pub python: Option<PathBuf>,
-    pub launcher: Option<PathBuf>,
-    pub platform: Option<Platform>,
-    /// Arguments after `--`: ComfyUI flags, or a whole `python main.py …` line.
-    pub args: Vec<String>,
-}
+/// What the user asked to explain: the command line's arguments as they are.
+pub use crate::cli::ExplainArgs as Request;
 
 /// Where the flag list came from.
 #[derive(Debug, Clone, Serialize)]
