@@ -97,11 +97,7 @@ fn run_run(args: RunArgs, c: &mut Console) -> Result<i32, Failure> {
     use std::io::IsTerminal;
     // Before anything is made that must be cleaned up (the stand-in's copy, a run folder).
     crate::signals::install();
-    let comfyui = crate::locate::require_comfyui_dir(
-        args.comfyui.as_deref(),
-        args.python.as_deref(),
-        crate::locate::Origin::current(),
-    )?;
+    let comfyui = comfyui_folder(args.comfyui.as_deref(), args.python.as_deref())?;
     let target = run::Target::load(&comfyui, args.python.as_deref(), &args.workflow)?;
     say_defaults(&target.defaults, c.err)?;
     let run_dir = match &args.output {
@@ -126,6 +122,28 @@ fn run_run(args: RunArgs, c: &mut Console) -> Result<i32, Failure> {
         run::execute(&opts, &mut progress)?
     };
     c.answer(&record, run_exit_code(&record))
+}
+
+/// The ComfyUI folder a command works on: given, or found from the Python that ran
+/// vrambisect and from the current folder.
+fn comfyui_folder(
+    comfyui: Option<&std::path::Path>,
+    python: Option<&std::path::Path>,
+) -> Result<crate::locate::Chosen, Failure> {
+    let origin = crate::locate::Origin::current();
+    Ok(crate::locate::require_comfyui_dir(comfyui, python, origin)?)
+}
+
+/// ComfyUI's flags and environment: read from a launcher (the flags given filling its
+/// arguments), or the flags given.
+fn launch_of(
+    launcher: Option<&std::path::Path>,
+    flags: &[String],
+) -> Result<crate::launcher::Launch, Failure> {
+    Ok(match launcher {
+        Some(path) => crate::launcher::read_file(path, flags)?,
+        None => crate::launcher::Launch::from_command_line(flags),
+    })
 }
 
 /// Where a command writes: its answer on `out` (JSON with `--json`), everything else on
@@ -207,19 +225,11 @@ fn run_bisect(args: BisectArgs, c: &mut Console) -> Result<i32, Failure> {
 /// `bisect`'s arguments as the bisect's own request (a launcher read, paths made absolute).
 fn bisect_request(args: BisectArgs) -> Result<crate::bisect::command::Request, Failure> {
     use crate::bisect::command::{NewSession, Request, Session};
-    use crate::launcher::{self, Launch};
     let session = match (args.resume, args.workflow) {
         (Some(dir), _) => Session::Resume(dir),
         (None, Some(workflow)) => {
-            let comfyui = crate::locate::require_comfyui_dir(
-                args.comfyui.as_deref(),
-                args.python.as_deref(),
-                crate::locate::Origin::current(),
-            )?;
-            let launch = match &args.launcher {
-                Some(path) => launcher::read_file(path, &args.base)?,
-                None => Launch::from_command_line(&args.base),
-            };
+            let comfyui = comfyui_folder(args.comfyui.as_deref(), args.python.as_deref())?;
+            let launch = launch_of(args.launcher.as_deref(), &args.base)?;
             Session::New(Box::new(NewSession {
                 comfyui,
                 workflow,
@@ -282,15 +292,8 @@ fn run_regress(args: crate::cli::RegressArgs, c: &mut Console) -> Result<i32, Fa
                     "--workflow and --good are needed (or --resume DIR)",
                 )));
             };
-            let comfyui = crate::locate::require_comfyui_dir(
-                args.comfyui.as_deref(),
-                args.python.as_deref(),
-                crate::locate::Origin::current(),
-            )?;
-            let launch = match &args.launcher {
-                Some(path) => crate::launcher::read_file(path, &args.flags)?,
-                None => crate::launcher::Launch::from_command_line(&args.flags),
-            };
+            let comfyui = comfyui_folder(args.comfyui.as_deref(), args.python.as_deref())?;
+            let launch = launch_of(args.launcher.as_deref(), &args.flags)?;
             Request::New(crate::regress::NewSession {
                 comfyui,
                 workflow,
@@ -368,11 +371,7 @@ fn run_doctor(args: crate::cli::DoctorArgs, c: &mut Console) -> Result<i32, Fail
 
 fn run_extension(args: crate::cli::ExtensionArgs, c: &mut Console) -> Result<i32, Failure> {
     let target = args.action.target();
-    let comfyui = crate::locate::require_comfyui_dir(
-        target.comfyui.as_deref(),
-        target.python.as_deref(),
-        crate::locate::Origin::current(),
-    )?;
+    let comfyui = comfyui_folder(target.comfyui.as_deref(), target.python.as_deref())?;
     let done = match &args.action {
         crate::cli::ExtensionAction::Install(_) => crate::extension::install(&comfyui.path)?,
         crate::cli::ExtensionAction::Remove(_) => crate::extension::remove(&comfyui.path)?,

@@ -274,12 +274,8 @@ pub struct SampleArgs {
     #[arg(help_heading = "Output", long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Follow this process and its children (e.g. a running ComfyUI); stop when it exits.
-    #[arg(
-        help_heading = "Inputs",
-        long,
-        value_name = "PID",
-        conflicts_with = "command"
-    )]
+    #[arg(help_heading = "Inputs", long, value_name = "PID")]
+    #[arg(conflicts_with = "command")]
     pub pid: Option<u32>,
     /// Also poll a running ComfyUI's /system_stats (CUDA's view from inside ComfyUI), e.g.
     /// http://127.0.0.1:8188.
@@ -315,23 +311,15 @@ pub struct BisectArgs {
     pub comfyui: Option<PathBuf>,
     /// The workflow: the .json ComfyUI saved (UI format), its API export, or a PNG, WebP,
     /// audio or video file ComfyUI made (the prompt inside it).
-    #[arg(
-        help_heading = "Inputs",
-        long,
-        value_name = "FILE",
-        required_unless_present = "resume"
-    )]
+    #[arg(help_heading = "Inputs", long, value_name = "FILE")]
+    #[arg(required_unless_present = "resume")]
     pub workflow: Option<PathBuf>,
     /// A flag to try, or a flag with a value (`--toggle --reserve-vram=2`); repeat it. Several
     /// values of one flag are alternatives, searched for the least that works. Default:
     /// --disable-dynamic-vram, --disable-pinned-memory, --disable-async-offload,
     /// --disable-nvml-pressure (those this install has), and --cache-none with --iterations 2+.
-    #[arg(
-        help_heading = "Search",
-        long,
-        value_name = "FLAG[=VALUE]",
-        allow_hyphen_values = true
-    )]
+    #[arg(help_heading = "Search", long, value_name = "FLAG[=VALUE]")]
+    #[arg(allow_hyphen_values = true)]
     pub toggle: Vec<String>,
     /// adaptive: as few runs as the information allows; matrix: every valid combination;
     /// each: one toggle at a time.
@@ -513,12 +501,8 @@ pub struct LogscanArgs {
 #[derive(Debug, Args)]
 pub struct ReportArgs {
     /// A run folder (vrambisect run --output) or a bisect session folder.
-    #[arg(
-        help_heading = "Inputs",
-        value_name = "DIR",
-        required_unless_present = "log",
-        conflicts_with = "log"
-    )]
+    #[arg(help_heading = "Inputs", value_name = "DIR")]
+    #[arg(required_unless_present = "log", conflicts_with = "log")]
     pub dir: Option<PathBuf>,
     /// Instead of a folder: a bundle of the failure as it happened, nothing rerun, from
     /// ComfyUI's log (its console output or user/comfyui.log).
