@@ -867,6 +867,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn torch_is_checked_by_the_build_it_names() {
+        let facts = |version: &str, cuda: Option<&str>, hip: Option<&str>| PyFacts {
+            packages: [("torch".to_string(), Some(version.to_string()))].into(),
+            torch_cuda: cuda.map(str::to_string),
+            torch_hip: hip.map(str::to_string),
+            ..PyFacts::default()
+        };
+        let driver = |cuda: &str| {
+            Ok(NvmlNow {
+                driver: Some("550.54".into()),
+                cuda_driver: Some(cuda.into()),
+                gpus: Vec::new(),
+                processes: None,
+            })
+        };
+        let none = Err(NvmlOpenError::NotInstalled);
+        // A CPU-only build, known from the version's suffix alone.
+        let c = torch_check(&facts("2.5.0+cpu", None, None), &none);
+        assert_eq!(
+            (c.status, c.summary.as_str()),
+            (Status::Warn, "2.5.0+cpu: a CPU-only build")
+        );
+        // A CUDA build newer than the driver supports fails; one it supports passes.
+        let c = torch_check(&facts("2.8.0+cu128", Some("12.8"), None), &driver("12.4"));
+        assert_eq!(c.status, Status::Fail, "{}", c.summary);
+        let c = torch_check(&facts("2.8.0+cu128", Some("12.8"), None), &driver("13.0"));
+        assert_eq!(
+            (c.status, c.summary.as_str()),
+            (Status::Ok, "2.8.0+cu128 (built for CUDA 12.8)")
+        );
+        // ROCm is never held against the CUDA driver.
+        let c = torch_check(&facts("2.5.0+rocm6.2", None, Some("6.2")), &driver("12.4"));
+        assert_eq!(
+            (c.status, c.summary.as_str()),
+            (Status::Ok, "2.5.0+rocm6.2 (built for ROCm 6.2)")
+        );
+    }
+
+    #[test]
     fn a_driver_library_version_mismatch_says_to_reboot() {
         let c = nvml_check(&Err(NvmlOpenError::VersionMismatch));
         assert_eq!(c.status, Status::Fail);
