@@ -22,7 +22,7 @@ pub const NOT_ON_THIS_OS: Option<&str> = if cfg!(target_os = "macos") {
 /// What NVML's `nvmlErrorString` says for `NVML_ERROR_LIB_RM_VERSION_MISMATCH` (18): the
 /// driver's kernel module and its libraries are different versions, the usual state on
 /// Linux after a driver update until the next reboot.
-pub const NVML_VERSION_MISMATCH: &str = "Driver/library version mismatch";
+const NVML_VERSION_MISMATCH: &str = "Driver/library version mismatch";
 
 /// The library to load: the one given, else `$VRAMBISECT_NVML_LIB`, else the system's
 /// (`None`: the loader's search; on Windows the NVSMI folder where older drivers put it).

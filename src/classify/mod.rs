@@ -187,10 +187,7 @@ fn process_ended(
                     "ComfyUI was killed (SIGKILL) while system RAM was exhausted: the kernel's OOM killer",
                 )
             } else {
-                (
-                    Outcome::Crash,
-                    "ComfyUI was killed with SIGKILL: most likely the kernel's OOM killer (check 'dmesg' for 'Out of memory: Killed process')",
-                )
+                (Outcome::Crash, LoggedDeath::Killed.meaning())
             };
             let mut v = Classification::new(outcome).explain(why).with_hits(&all);
             v.evidence
