@@ -2,8 +2,8 @@
 //!
 //! A multi-gigabyte log is mostly noise (custom-node chatter, a bar's redraws). Rather than
 //! normalise and match every line, the scanner searches whole buffers for a set of literal
-//! needles (one regex alternation of plain strings, which the regex crate runs with SIMD
-//! literal search) and looks closely only at the lines they hit. The needles are not a second
+//! needles (multi-literal searchers that run SIMD literal search, Teddy) and looks closely
+//! only at the lines they hit. The needles are not a second
 //! list of signatures: they are taken from the catalogue's own patterns and from the
 //! structural markers, so a signature added to the catalogue is pre-filtered automatically.
 //! A needle is matched against the raw line (before ANSI codes, `[LEVEL]` tags and timestamps
@@ -12,7 +12,7 @@
 use super::joins::Joins;
 use super::lines::{Kind, MARKERS};
 use crate::classify::catalogue::{Phase, SIGNATURES};
-use regex::bytes::Regex;
+use aho_corasick::{AhoCorasick, Input, MatchKind};
 use std::sync::OnceLock;
 
 /// The shortest needle worth having: shorter ones would hit most lines.
@@ -237,28 +237,39 @@ pub fn all_needles() -> Vec<Needle> {
     keep
 }
 
-/// The needles as one regular expression over raw bytes.
-fn source_of(needles: &[Needle]) -> String {
-    needles
-        .iter()
-        .map(|n| {
-            let escaped = regex::escape(&n.text);
-            if n.case_insensitive {
-                format!("(?i:{escaped})")
-            } else {
-                escaped
+/// The literals that find a needle in raw bytes: the needle itself, or for a
+/// case-insensitive one each of its spellings (its few letters in either case, as a regex's
+/// `(?i)` folds them: single-character mappings only).
+fn literals(n: &Needle) -> Vec<String> {
+    if !n.case_insensitive {
+        return vec![n.text.clone()];
+    }
+    let mut out = vec![String::new()];
+    for c in n.text.chars() {
+        let mut cases = vec![c];
+        let lower: Vec<char> = c.to_lowercase().collect();
+        let upper: Vec<char> = c.to_uppercase().collect();
+        for other in [lower, upper] {
+            if let [o] = other[..]
+                && !cases.contains(&o)
+            {
+                cases.push(o);
             }
-        })
-        .collect::<Vec<_>>()
-        .join("|")
+        }
+        out = out
+            .iter()
+            .flat_map(|s| cases.iter().map(move |c| format!("{s}{c}")))
+            .collect();
+    }
+    out
 }
 
 /// The compiled pre-filter: which raw lines are worth a look.
 pub struct Prefilter {
-    /// The needles, as alternations of at most [`CHUNK`] literals each: the regex crate
-    /// searches a small set of literals with SIMD (Teddy) and falls back to a much slower
-    /// automaton above about 64 (85 needles ran at half the speed as one set).
-    chunks: Vec<Regex>,
+    /// The needles' literals, in sets of at most [`CHUNK`]: a set that small is searched
+    /// with SIMD (Teddy); above 64 literals the search falls back to a much slower automaton
+    /// (85 needles ran at half the speed as one set).
+    chunks: Vec<AhoCorasick>,
     /// The set of the progress bars' needles, last of `chunks`: searched only while the sink
     /// wants bars.
     bars: Option<usize>,
@@ -266,8 +277,8 @@ pub struct Prefilter {
     pub joins: Joins,
 }
 
-/// Needles per searched set (see [`Prefilter::chunks`]).
-const CHUNK: usize = 48;
+/// Literals per searched set (see [`Prefilter::chunks`]).
+const CHUNK: usize = 64;
 
 impl Prefilter {
     pub fn new(needles: &[Needle]) -> Self {
@@ -280,10 +291,19 @@ impl Prefilter {
             .iter()
             .cloned()
             .partition(|n| bar_needles.contains(n));
-        let compile = |c: &[Needle]| Regex::new(&source_of(c)).expect("pre-filter compiles");
-        let mut chunks: Vec<Regex> = rest.chunks(CHUNK).map(compile).collect();
+        let literals_of =
+            |set: &[Needle]| -> Vec<String> { set.iter().flat_map(literals).collect() };
+        // The earliest end of any literal is all a search needs (the line it is on), so the
+        // standard semantics, which may stop at the first match seen.
+        let compile = |c: &[String]| {
+            AhoCorasick::builder()
+                .match_kind(MatchKind::LeftmostFirst)
+                .build(c)
+                .expect("pre-filter literals compile")
+        };
+        let mut chunks: Vec<AhoCorasick> = literals_of(&rest).chunks(CHUNK).map(compile).collect();
         let bars = (!bars.is_empty()).then(|| {
-            chunks.push(compile(&bars));
+            chunks.push(compile(&literals_of(&bars)));
             chunks.len() - 1
         });
         Prefilter {
@@ -303,9 +323,11 @@ impl Prefilter {
         self.chunks.len()
     }
 
-    /// The first hit of needle set `set` in `hay` at or after `start`: where it ends.
+    /// The first hit of needle set `set` in `hay` at or after `start`: where it ends (the
+    /// earliest end; needles hold no newline, so it is on the first line that holds one).
     pub fn hit_at(&self, set: usize, hay: &[u8], start: usize) -> Option<usize> {
-        self.chunks[set].shortest_match_at(hay, start)
+        let input = Input::new(hay).range(start..);
+        self.chunks[set].find(input).map(|m| m.end())
     }
 
     /// Whether `hay` holds a needle.
@@ -415,7 +437,7 @@ mod tests {
         for m in MARKERS {
             assert!(needles(m.needle).is_some(), "{}", m.needle);
         }
-        Regex::new(&source_of(&all_needles())).unwrap();
+        assert!(Prefilter::new(&all_needles()).sets() > 1);
     }
 
     #[test]
@@ -437,6 +459,49 @@ mod tests {
             assert!(re.hits(line.as_bytes()), "{line:?}");
         }
         assert!(!re.hits("Using pytorch attention".as_bytes()));
+    }
+
+    #[test]
+    fn a_case_insensitive_needle_is_found_in_every_spelling() {
+        let needle = |text: &str, case_insensitive| Needle {
+            text: text.to_string(),
+            case_insensitive,
+        };
+        let mut sorted = literals(&needle("r.Cp", true));
+        sorted.sort();
+        assert_eq!(
+            sorted,
+            [
+                "R.CP", "R.Cp", "R.cP", "R.cp", "r.CP", "r.Cp", "r.cP", "r.cp"
+            ]
+        );
+        assert_eq!(literals(&needle("Ärger", false)), ["Ärger"]);
+        assert_eq!(literals(&needle("ä1", true)).len(), 2);
+        let pre = Prefilter::new(&[needle("r.cp", true), needle("got prompt", false)]);
+        for hit in ["x R.CPP", "aLLOCATOR.Cpp", "got prompt"] {
+            assert!(pre.hits(hit.as_bytes()), "{hit}");
+        }
+        for miss in ["rxcp", "Got prompt", "r.c p"] {
+            assert!(!pre.hits(miss.as_bytes()), "{miss}");
+        }
+    }
+
+    #[test]
+    fn a_hit_is_where_the_earliest_needle_ends() {
+        let pre = Prefilter::new(&[
+            Needle {
+                text: "loaded completely".into(),
+                case_insensitive: false,
+            },
+            Needle {
+                text: "got prompt".into(),
+                case_insensitive: false,
+            },
+        ]);
+        let hay = b"noise\ngot prompt\nloaded completely\n";
+        assert_eq!(pre.hit_at(0, hay, 0), Some(16));
+        assert_eq!(pre.hit_at(0, hay, 17), Some(34));
+        assert_eq!(pre.hit_at(0, hay, 35), None);
     }
 
     #[test]
