@@ -713,7 +713,10 @@ fn escape_args(mut text: String, args: &[String]) -> String {
         if escaped == a.as_str() {
             continue;
         }
-        for quoted in [a.clone(), crate::classify::normalize::strip_ansi(a)] {
+        for quoted in [
+            a.clone(),
+            crate::classify::normalize::strip_ansi(a).into_owned(),
+        ] {
             if text.contains(&quoted) {
                 text = text.replace(&quoted, &escaped);
                 break;

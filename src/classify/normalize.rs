@@ -5,6 +5,20 @@
 //! `[2026-05-22 10:00:00.123] `; tqdm redraws progress bars with `\r`; Windows logs end in
 //! CRLF. Every signature is matched on normalised text, so this runs first.
 
+use memchr::memmem::Finder;
+use std::borrow::Cow;
+use std::sync::LazyLock;
+
+/// The separators looked for on every line, each searcher built once (`str::find` builds one
+/// per call, which cost more than the search on a log's short lines).
+static DASH: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(" - "));
+static PIPE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(" | "));
+
+/// Where `finder`'s needle first is in `text`.
+fn find(finder: &Finder<'_>, text: &str) -> Option<usize> {
+    finder.find(text.as_bytes())
+}
+
 /// A log level as ComfyUI's `[LEVEL]` tag or a `--verbose … FILE` log names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "UPPERCASE")]
@@ -55,13 +69,13 @@ fn strip_logging_prefix(text: &str) -> Option<(Level, &str)> {
             return Some((Level::parse(level)?, &rest[colon + 1..]));
         }
     }
-    let dash = text.find(" - ")?;
+    let dash = find(&DASH, text)?;
     let name = &text[..dash];
     if !is_logger_name(name) {
         return None;
     }
     let rest = &text[dash + 3..];
-    let end = rest.find(" - ")?;
+    let end = find(&DASH, rest)?;
     let level = Level::parse(&rest[..end])?;
     Some((level, &rest[end + 3..]))
 }
@@ -128,36 +142,44 @@ pub fn normalize(raw: &str) -> Line {
 
 /// What follows a tqdm bar's closing `it/s]` / `s/it]` on the same line, when anything does.
 fn after_progress_bar(text: &str) -> Option<&str> {
-    let end = ["it/s]", "s/it]"]
-        .iter()
-        .filter_map(|m| text.rfind(m).map(|i| i + m.len()))
-        .max()?;
+    // The last `]` a rate ends with (a line has few `]`: each is a byte search, not a
+    // substring search over the whole line).
+    let b = text.as_bytes();
+    let end = memchr::memrchr_iter(b']', b)
+        .find(|&i| b[..i].ends_with(b"it/s") || b[..i].ends_with(b"s/it"))?
+        + 1;
     let rest = &text[end..];
     (!rest.trim().is_empty()).then_some(rest)
 }
 
-/// Removes `ESC [ … m` (and other CSI) sequences.
-pub fn strip_ansi(s: &str) -> String {
-    if !s.contains('\x1b') {
-        return s.to_string();
-    }
+/// Removes `ESC [ … m` (and other CSI) sequences; a lone `ESC` is removed too.
+pub fn strip_ansi(s: &str) -> Cow<'_, str> {
+    let b = s.as_bytes();
+    let Some(first) = memchr::memchr(0x1b, b) else {
+        return Cow::Borrowed(s);
+    };
     let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            if chars.peek() == Some(&'[') {
-                chars.next();
-                for c in chars.by_ref() {
-                    if ('@'..='~').contains(&c) {
-                        break;
-                    }
+    let (mut kept_from, mut at) = (0, Some(first));
+    while let Some(esc) = at {
+        out.push_str(&s[kept_from..esc]);
+        let mut i = esc + 1;
+        if b.get(i) == Some(&b'[') {
+            // Up to and including the final byte (`@` to `~`, ASCII, so what follows starts
+            // a character); an unfinished sequence runs to the end.
+            i += 1;
+            while i < b.len() {
+                let c = b[i];
+                i += 1;
+                if (b'@'..=b'~').contains(&c) {
+                    break;
                 }
             }
-            continue;
         }
-        out.push(c);
+        kept_from = i;
+        at = memchr::memchr(0x1b, &b[i..]).map(|j| i + j);
     }
-    out
+    out.push_str(&s[kept_from..]);
+    Cow::Owned(out)
 }
 
 /// The time a launcher stamped at the start of a raw line, in seconds on a day count from
@@ -211,7 +233,7 @@ pub fn timestamp_secs(raw: &[u8]) -> Option<f64> {
 
 /// Removes `docker compose`'s `service  | ` prefix (`comfyui  | Requested to load WanVAE`).
 fn strip_compose(s: &str) -> &str {
-    let Some(bar) = s.find(" | ") else {
+    let Some(bar) = find(&PIPE, s) else {
         return s;
     };
     let name = s[..bar].trim_end();
@@ -265,7 +287,7 @@ fn strip_timestamp(s: &str) -> &str {
             return "";
         }
     } else if is_date(b)
-        && let Some(end) = s.find(" - ")
+        && let Some(end) = find(&DASH, s)
         && end < 40
     {
         return &s[end + 3..];
@@ -276,6 +298,66 @@ fn strip_timestamp(s: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// `strip_ansi` as it was written first, character by character: the byte-wise one must
+    /// agree with it on anything.
+    fn strip_ansi_by_chars(s: &str) -> String {
+        let mut out = String::new();
+        let mut chars = s.chars().peekable();
+        while let Some(c) = chars.next() {
+            if c == '\x1b' {
+                if chars.peek() == Some(&'[') {
+                    chars.next();
+                    for c in chars.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                }
+                continue;
+            }
+            out.push(c);
+        }
+        out
+    }
+
+    #[test]
+    fn escape_codes_are_stripped() {
+        for (raw, plain) in [
+            ("\x1b[32m[INFO]\x1b[0m got prompt", "[INFO] got prompt"),
+            ("no codes", "no codes"),
+            ("lone \x1b at the end \x1b", "lone  at the end "),
+            ("cut \x1b[3", "cut "),
+            ("\x1b[1;31mé\x1b[0m✓", "é✓"),
+            ("inside \x1b[3€1m code", "inside  code"),
+        ] {
+            assert_eq!(strip_ansi(raw), plain, "{raw:?}");
+            assert_eq!(strip_ansi_by_chars(raw), plain, "{raw:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn escape_codes_are_stripped_as_by_characters(
+            s in "(\x1b|\\[|[0-9;]|m|K|@|~|a|é|€|✓| ){0,40}"
+        ) {
+            prop_assert_eq!(strip_ansi(&s), strip_ansi_by_chars(&s));
+        }
+
+        #[test]
+        fn a_bar_is_cut_where_its_last_rate_ends(
+            s in "(it/s]|s/it]|]|it/s|s/i|t|x|é| ){0,20}"
+        ) {
+            let by_substrings = ["it/s]", "s/it]"]
+                .iter()
+                .filter_map(|m| s.rfind(m).map(|i| i + m.len()))
+                .max()
+                .map(|end| &s[end..])
+                .filter(|rest| !rest.trim().is_empty());
+            prop_assert_eq!(after_progress_bar(&s), by_substrings);
+        }
+    }
 
     #[test]
     fn timestamps() {

@@ -58,7 +58,7 @@ pub(super) fn only_a_bar(raw: &[u8]) -> bool {
     loop {
         end = end.trim_ascii_end();
         // A closing colour code: `ESC [ digits/; m`.
-        match end.iter().rposition(|&b| b == 0x1b) {
+        match memchr::memrchr(0x1b, end) {
             Some(i)
                 if end.len() - i >= 3
                     && end[i + 1] == b'['

@@ -14,8 +14,10 @@ use crate::classify::catalogue::Signature;
 use crate::classify::normalize::normalize;
 use crate::classify::{self, LoggedDeath, PromptObservation};
 use crate::startup::StartupFacts;
+use memchr::memmem::Finder;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::LazyLock;
 
 /// The most characters of one line kept as evidence.
 const MAX_TEXT: usize = 400;
@@ -442,7 +444,10 @@ impl State {
             Kind::RequestedToLoad => self.requested_to_load(text, number),
             Kind::Loaded => {
                 self.recognized += 1;
-                if text.contains("prepared for dynamic VRAM loading") {
+                // One searcher for every load line (`str::contains` builds one per call).
+                static DYNAMIC: LazyLock<Finder<'static>> =
+                    LazyLock::new(|| Finder::new("prepared for dynamic VRAM loading"));
+                if DYNAMIC.find(text.as_bytes()).is_some() {
                     self.dynamic_loads = true;
                 }
                 // A model loads only for a prompt: after `Prompt executed` it is the next
