@@ -95,11 +95,10 @@ fn is_blank(b: &[u8]) -> bool {
 
 /// The last non-blank `\r`-segment of a line: what a terminal shows of a tqdm bar.
 pub fn visible(raw: &[u8]) -> &[u8] {
-    if !raw.contains(&b'\r') {
+    if memchr::memchr(b'\r', raw).is_none() {
         return raw;
     }
-    raw.split(|&b| b == b'\r')
-        .rev()
+    raw.rsplit(|&b| b == b'\r')
         .find(|s| !is_blank(s))
         .unwrap_or(&[])
 }
