@@ -26,10 +26,6 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Extension(args) => run_extension(args, &mut c),
         Command::Completions(args) => run_completions(args.shell, &mut c),
         Command::Man => run_man(&mut c),
-        Command::Guard { pgid } => {
-            crate::process::guardian(pgid);
-            Ok(exit::OK)
-        }
     };
     match result {
         Ok(code) => code,

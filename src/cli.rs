@@ -120,9 +120,6 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Print the manual page (roff; man -l <(vrambisect man) shows it).
     Man,
-    /// (Internal) Kills a ComfyUI process group if the vrambisect that started it dies.
-    #[command(name = "__guard", hide = true)]
-    Guard { pgid: u32 },
 }
 
 #[derive(Debug, Args)]

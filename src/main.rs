@@ -4,7 +4,11 @@ use std::ffi::OsString;
 
 fn main() {
     let args: Vec<OsString> = std::env::args_os().collect();
-    // ComfyUI started from here gets a guardian that kills its group if this process dies.
+    // ComfyUI started from here gets a guardian (this binary again, as `__guard PGID`) that
+    // kills its group if this process dies.
+    if let Some(code) = vrambisect::process::guardian_command(&args) {
+        std::process::exit(code);
+    }
     vrambisect::process::enable_guardian();
     let cli = match vrambisect::cli::parse(&args) {
         Ok(cli) => cli,

@@ -312,6 +312,20 @@ pub fn enable_guardian() {
     GUARDIAN.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// The guardian's command line, `vrambisect __guard PGID`, run to its end: `Some` with the
+/// exit code for that command line, `None` for any other. The binary asks before it parses its
+/// command line, so `__guard` is in no help, usage error or completion script.
+pub fn guardian_command(args: &[std::ffi::OsString]) -> Option<i32> {
+    match args {
+        [_, command, pgid] if command == "__guard" => {
+            let pgid = pgid.to_str()?.parse().ok()?;
+            guardian(pgid);
+            Some(0)
+        }
+        _ => None,
+    }
+}
+
 /// The guardian's side (`vrambisect __guard PGID`): waits until the tool's end of the pipe
 /// closes; unless the tool said the group was taken care of, kills the group. Never group 1,
 /// nor its own.

@@ -10,7 +10,9 @@ mod child;
 mod status;
 pub mod sys;
 
-pub use child::{Child, Output, OutputLine, Spec, Stream, Teardown, enable_guardian, guardian};
+pub use child::{
+    Child, Output, OutputLine, Spec, Stream, Teardown, enable_guardian, guardian, guardian_command,
+};
 pub use status::{ExitStatus, signal_name};
 
 use std::time::{Duration, Instant};

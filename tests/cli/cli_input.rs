@@ -206,10 +206,20 @@ fn the_bash_completion_script_loads() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("-F _vrambisect vrambisect"));
-    for shell in ["zsh", "fish", "powershell", "elvish"] {
+    for shell in ["bash", "zsh", "fish", "powershell", "elvish"] {
         let out = vrambisect().args(["completions", shell]).output().unwrap();
         assert!(out.status.success() && out.stdout.len() > 500, "{shell}");
+        // The guardian's internal command is nothing to complete.
+        assert!(!text(&out).contains("__guard"), "{shell}");
     }
+    let out = vrambisect().args(["--color", "never"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out).contains("requires a subcommand"),
+        "{}",
+        text(&out)
+    );
+    assert!(!text(&out).contains("__guard"), "{}", text(&out));
 }
 
 #[test]
