@@ -144,7 +144,13 @@ pub fn explain(req: &Request) -> Result<Explanation> {
     };
     let (platform, platform_source) = match (req.platform, launch.platform) {
         (Some(p), _) => (p, "--platform".to_string()),
-        (None, Some(p)) => (p, "implied by the .bat launcher".to_string()),
+        (None, Some(p)) if req.launcher.is_some() => {
+            (p, "implied by the .bat launcher".to_string())
+        }
+        (None, Some(p)) => (
+            p,
+            "implied by the command line (a .exe Python or --windows-standalone-build)".to_string(),
+        ),
         (None, None) => (Platform::host(), "this machine".to_string()),
     };
     let environment = environment(&launch, req, platform);

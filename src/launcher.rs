@@ -44,8 +44,12 @@ pub struct Launch {
 }
 
 impl Launch {
-    /// Only flags, from a command line: `-- --highvram` or `-- python main.py --highvram`.
+    /// Only flags, from a command line: `-- --highvram` or `-- python main.py --highvram`,
+    /// also pasted as one quoted argument. A `.exe` interpreter or
+    /// `--windows-standalone-build` (the portable build's) implies Windows.
     pub fn from_command_line(args: &[String]) -> Launch {
+        let pasted = pasted_line(args);
+        let args = pasted.as_deref().unwrap_or(args);
         let mut launch = Launch {
             python: None,
             python_args: Vec::new(),
@@ -63,6 +67,18 @@ impl Launch {
             launch.python_args = rest.iter().skip(1).cloned().collect();
             launch.script = Some(args[at].clone());
             launch.args = args[at + 1..].to_vec();
+        }
+        let exe = launch
+            .python
+            .as_ref()
+            .is_some_and(|p| p.to_ascii_lowercase().ends_with(".exe"));
+        if exe
+            || launch
+                .args
+                .iter()
+                .any(|a| a == "--windows-standalone-build")
+        {
+            launch.platform = Some(Platform::Windows);
         }
         launch
     }
@@ -308,6 +324,29 @@ pub fn parse_sh(text: &str, extra: &[String]) -> Option<Launch> {
         });
     }
     None
+}
+
+/// A whole launch line given as one argument (`-- "python main.py --lowvram"`, flags copied
+/// from a `.bat` as one string): its words, split as cmd.exe splits them where the line has
+/// Windows paths, else as a shell does. Only when it holds `main.py` or a second flag, so one
+/// flag whose value has a space (`--output-directory=D:\my models`) stays whole.
+fn pasted_line(args: &[String]) -> Option<Vec<String>> {
+    let [line] = args else {
+        return None;
+    };
+    let line = line.trim();
+    if !line.contains(char::is_whitespace) {
+        return None;
+    }
+    let windows = line.contains('\\') || line.to_ascii_lowercase().contains(".exe");
+    let words: Vec<String> = if windows {
+        bat_tokens(line)
+    } else {
+        sh_tokens(line, &[]).into_iter().map(|t| t.text).collect()
+    };
+    let pasted =
+        words.iter().any(|w| is_main_py(w)) || words.iter().skip(1).any(|w| w.starts_with('-'));
+    pasted.then_some(words)
 }
 
 fn is_main_py(token: &str) -> bool {
@@ -569,6 +608,46 @@ mod tests {
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn a_line_pasted_as_one_argument_is_split() {
+        let l = Launch::from_command_line(&s(&["python main.py --disable-dynamic-vram"]));
+        assert_eq!(l.script.as_deref(), Some("main.py"));
+        assert_eq!(l.args, ["--disable-dynamic-vram"]);
+        assert_eq!(l.platform, None);
+        let l = Launch::from_command_line(&s(&[" --lowvram --reserve-vram 2 "]));
+        assert_eq!(l.args, ["--lowvram", "--reserve-vram", "2"]);
+        let l = Launch::from_command_line(&s(&[
+            r#".\python_embeded\python.exe -s ComfyUI\main.py --windows-standalone-build --output-directory "D:\my out""#,
+        ]));
+        assert_eq!(l.python.as_deref(), Some(r".\python_embeded\python.exe"));
+        assert_eq!(
+            l.args,
+            [
+                "--windows-standalone-build",
+                "--output-directory",
+                r"D:\my out"
+            ]
+        );
+        assert_eq!(l.platform, Some(Platform::Windows));
+        // One flag whose value holds a space, and separate arguments, stay as given.
+        for args in [
+            &["--output-directory=/srv/my models"][..],
+            &["--lowvram", "--reserve-vram 2"][..],
+        ] {
+            assert_eq!(Launch::from_command_line(&s(args)).args, s(args));
+        }
+    }
+
+    #[test]
+    fn the_portable_build_s_flag_or_a_windows_python_implies_windows() {
+        let l = Launch::from_command_line(&s(&["--windows-standalone-build", "--lowvram"]));
+        assert_eq!(l.platform, Some(Platform::Windows));
+        let l = Launch::from_command_line(&s(&["C:\\py\\PYTHON.EXE", "main.py"]));
+        assert_eq!(l.platform, Some(Platform::Windows));
+        let l = Launch::from_command_line(&s(&["python3", "main.py", "--lowvram"]));
+        assert_eq!(l.platform, None);
     }
 
     #[test]

@@ -51,6 +51,26 @@ fn json_contract_fields() {
 }
 
 #[test]
+fn a_launch_line_pasted_in_quotes_is_read_word_by_word() {
+    let (code, doc) = json(&[
+        "--",
+        "python main.py --disable-dynamic-vram --reserve-vram 2",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(doc["dynamic_vram"]["enabled"], false);
+    assert_eq!(doc["dynamic_vram"]["decided_by"], "--disable-dynamic-vram");
+    assert_eq!(doc["reserved_vram_mb"], 2048);
+    assert_eq!(doc["unknown_flags"], serde_json::json!([]));
+    // The portable build's own line: Windows, as its .bat would say.
+    let (_, doc) = json(&[
+        "--",
+        r".\python_embeded\python.exe -s ComfyUI\main.py --windows-standalone-build --lowvram",
+    ]);
+    assert_eq!(doc["platform"], "windows");
+    assert_eq!(doc["no_op_flags"][0]["flag"], "--lowvram");
+}
+
+#[test]
 fn lowvram_alone_is_a_no_op_under_dynamic_vram() {
     let (code, doc) = json(&["--platform", "linux", "--", "--lowvram"]);
     assert_eq!(code, 0);
