@@ -301,3 +301,21 @@ fn a_log_of_one_oom_line_repeated_is_an_oom() {
         assert_eq!(out.status.code(), Some(1), "{name}");
     }
 }
+
+#[test]
+fn the_example_in_the_logscan_docs_is_what_logscan_prints() {
+    let doc = std::fs::read_to_string(root().join("docs/logscan.md")).unwrap();
+    let command = "$ vrambisect logscan fixtures/logs/format-multi-start.log\n";
+    let shown = doc
+        .split(command)
+        .nth(1)
+        .expect("the example in docs/logscan.md");
+    let shown = &shown[..shown.find("```").expect("the example's end")];
+    let out = Command::new(env!("CARGO_BIN_EXE_vrambisect"))
+        .args(["logscan", "fixtures/logs/format-multi-start.log"])
+        .current_dir(root())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), shown);
+}
