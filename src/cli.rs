@@ -496,10 +496,12 @@ pub struct LogscanArgs {
 }
 
 #[derive(Debug, Args)]
+// A folder, or a log the user has: both forms in the usage line when neither is given.
+#[command(group(clap::ArgGroup::new("source").required(true).args(["dir", "log"])))]
 pub struct ReportArgs {
     /// A run folder (vrambisect run --output) or a bisect session folder.
     #[arg(help_heading = "Inputs", value_name = "DIR")]
-    #[arg(required_unless_present = "log", conflicts_with = "log")]
+    #[arg(conflicts_with = "log")]
     pub dir: Option<PathBuf>,
     /// Instead of a folder: a bundle of the failure as it happened, nothing rerun, from
     /// ComfyUI's log (its console output or user/comfyui.log).

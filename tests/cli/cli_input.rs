@@ -533,3 +533,26 @@ fn control_bytes_in_paths_and_values_are_shown_escaped() {
         assert!(message.contains(shown), "{message:?}");
     }
 }
+
+#[test]
+fn report_without_a_source_names_both_forms() {
+    let out = vrambisect().arg("report").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("<DIR|--log <FILE>>"), "{}", text(&out));
+    // A log that is not ComfyUI's: the hint does not send the user to another command.
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain.txt");
+    std::fs::write(&plain, "hello\nworld\n").unwrap();
+    let out = vrambisect()
+        .args(["report", "--log"])
+        .arg(&plain)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("does not look like a ComfyUI log"),
+        "{}",
+        text(&out)
+    );
+    assert!(!text(&out).contains("logscan"), "{}", text(&out));
+}
