@@ -75,9 +75,11 @@ pub fn scan(input: input::Input, mode: Mode) -> Result<LogReport> {
     if scanned.recognized == 0 && !mentions_comfy {
         let hint = match looks_like {
             Some(kind) => format!(
-                "it looks like {kind}; logscan reads ComfyUI's console output or its user/comfyui.log"
+                "it looks like {kind}; give ComfyUI's console output saved to a file, or its user/comfyui.log"
             ),
-            None => "logscan reads ComfyUI's console output or its user/comfyui.log".to_string(),
+            None => {
+                "give ComfyUI's console output saved to a file, or its user/comfyui.log".to_string()
+            }
         };
         return Err(Error::usage(format!(
             "{shown} does not look like a ComfyUI log: none of its {} lines is a ComfyUI startup, prompt or error line",
