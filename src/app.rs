@@ -25,7 +25,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Doctor(args) => run_doctor(args, &mut c),
         Command::Extension(args) => run_extension(args, &mut c),
         Command::Completions(args) => run_completions(args.shell, &mut c),
-        Command::Man => run_man(&mut c),
+        Command::Man(args) => run_man(args.command.as_deref(), &mut c),
     };
     match result {
         Ok(code) => code,
@@ -412,10 +412,34 @@ fn run_completions(shell: clap_complete::Shell, c: &mut Console) -> Result<i32, 
     c.answer(&script, exit::OK)
 }
 
-fn run_man(c: &mut Console) -> Result<i32, Failure> {
+/// vrambisect's page, or with `command` that command's page (vrambisect-COMMAND(1), which
+/// the main page's list of commands names).
+fn run_man(command: Option<&str>, c: &mut Console) -> Result<i32, Failure> {
     use clap::CommandFactory;
+    let mut cli = Cli::command();
+    cli.build();
+    let cmd = match command {
+        None => cli,
+        Some(name) => {
+            let visible: Vec<&str> = cli
+                .get_subcommands()
+                .filter(|s| !s.is_hide_set())
+                .map(|s| s.get_name())
+                .collect();
+            if !visible.contains(&name) {
+                return Err(Failure::Tool(
+                    Error::usage(format!("no command named {name:?}"))
+                        .hint(format!("one of {}", visible.join(", "))),
+                ));
+            }
+            let sub = cli.find_subcommand(name).expect("a listed command").clone();
+            sub.name(format!("vrambisect-{name}"))
+                .bin_name(format!("vrambisect {name}"))
+                .version(env!("CARGO_PKG_VERSION"))
+        }
+    };
     let mut page = Vec::new();
-    clap_mangen::Man::new(Cli::command()).render(&mut page)?;
+    clap_mangen::Man::new(cmd).render(&mut page)?;
     let page = ManPage {
         roff: String::from_utf8_lossy(&page).into_owned(),
     };

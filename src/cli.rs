@@ -119,7 +119,10 @@ pub enum Command {
     /// powershell | Out-String | Invoke-Expression.
     Completions(CompletionsArgs),
     /// Print the manual page (roff; man -l <(vrambisect man) shows it).
-    Man,
+    ///
+    /// `vrambisect man COMMAND` prints the page of one command, vrambisect-COMMAND(1), which
+    /// the main page refers to: man -l <(vrambisect man bisect).
+    Man(ManArgs),
 }
 
 #[derive(Debug, Args)]
@@ -154,6 +157,13 @@ pub struct ExtensionTarget {
     /// The Python that runs ComfyUI, to find its folder from.
     #[arg(help_heading = "Inputs", long, value_name = "PY")]
     pub python: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The command whose page to print (default: vrambisect's own).
+    #[arg(value_name = "COMMAND")]
+    pub command: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -223,6 +223,33 @@ fn the_bash_completion_script_loads() {
 }
 
 #[test]
+fn every_page_the_man_page_names_is_printed_by_man_command() {
+    let out = vrambisect().arg("man").output().unwrap();
+    let roff = String::from_utf8(out.stdout).unwrap();
+    let named: Vec<&str> = roff
+        .split("vrambisect\\-")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("(1)").map(|(name, _)| name))
+        .collect();
+    assert!(named.contains(&"bisect") && named.len() >= 11, "{named:?}");
+    for name in named {
+        let out = vrambisect().args(["man", name]).output().unwrap();
+        assert!(out.status.success(), "man {name}: {}", text(&out));
+        let page = String::from_utf8(out.stdout).unwrap();
+        assert!(page.contains(&format!(".TH vrambisect-{name} 1")), "{page}");
+    }
+    let page = vrambisect().args(["man", "bisect"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&page.stdout).contains("\\-\\-toggle"));
+    let out = vrambisect().args(["man", "nope"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out).contains("no command named \"nope\""),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
 fn the_man_page_renders() {
     let out = vrambisect().arg("man").output().unwrap();
     assert!(out.status.success());
