@@ -102,10 +102,17 @@ pub fn sniff(name: String, mut raw: Box<dyn Read>) -> Result<Input> {
     let text: Vec<u8> = head.iter().copied().filter(|b| *b != 0).collect();
     let lower = String::from_utf8_lossy(&text).to_ascii_lowercase();
     let mentions_comfy = ["comfy", "torch"].iter().any(|w| lower.contains(w));
+    let cr_lines = encoding.starts_with("utf-8") && ends_lines_with_cr(&head);
+    let encoding = match encoding {
+        "utf-8" if cr_lines => "utf-8 (CR line ends)",
+        "utf-8 (BOM)" if cr_lines => "utf-8 (BOM, CR line ends)",
+        e => e,
+    };
     let joined: Box<dyn Read> = Box::new(io::Cursor::new(head).chain(raw));
     let reader: Box<dyn Read> = match encoding {
         "utf-16le" => Box::new(Utf16Reader::new(joined, false)),
         "utf-16be" => Box::new(Utf16Reader::new(joined, true)),
+        _ if cr_lines => Box::new(CrLines(joined)),
         _ => joined,
     };
     Ok(Input {
@@ -115,6 +122,41 @@ pub fn sniff(name: String, mut raw: Box<dyn Read>) -> Result<Input> {
         looks_like,
         mentions_comfy,
     })
+}
+
+/// Whether a log's lines end in a bare `\r` (classic Mac line ends, or a capture that lost its
+/// `\n`s): no `\n` in the head, and at least two of its `\r`-separated pieces are text
+/// rather than a progress bar's redraws (a long bar at a log's start has no `\n` either).
+fn ends_lines_with_cr(head: &[u8]) -> bool {
+    if memchr::memchr(b'\n', head).is_some() {
+        return false;
+    }
+    let bar = |piece: &[u8]| {
+        memchr::memmem::find(piece, b"%|").is_some()
+            || memchr::memmem::find(piece, b"it/s]").is_some()
+            || memchr::memmem::find(piece, b"s/it]").is_some()
+    };
+    head.split(|&b| b == b'\r')
+        .filter(|piece| !piece.trim_ascii().is_empty() && !bar(piece))
+        .take(2)
+        .count()
+        == 2
+        && memchr::memchr(b'\r', head).is_some()
+}
+
+/// A log with bare `\r` line ends, read with each `\r` as a line end.
+struct CrLines<R: Read>(R);
+
+impl<R: Read> Read for CrLines<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.0.read(buf)?;
+        for b in &mut buf[..n] {
+            if *b == b'\r' {
+                *b = b'\n';
+            }
+        }
+        Ok(n)
+    }
 }
 
 /// What a binary head is, if it is one (a NUL byte in text is as good a test as grep's).
@@ -231,6 +273,24 @@ mod tests {
         let mut s = String::new();
         input.reader.read_to_string(&mut s).unwrap();
         Ok((s, input.encoding))
+    }
+
+    #[test]
+    fn bare_cr_line_ends_are_line_ends() {
+        let (text, encoding) =
+            read_all(b"got prompt\rtorch.OutOfMemoryError: x\r".to_vec()).unwrap();
+        assert_eq!(text, "got prompt\ntorch.OutOfMemoryError: x\n");
+        assert_eq!(encoding, "utf-8 (CR line ends)");
+        // A bar redrawn at the start (no newline yet) and a CRLF log are left as they are.
+        for raw in [
+            &b"  5%|5 | 1/20 [00:01<00:19, 1.0it/s]\r 10%|# | 2/20 [00:02<00:18, 1.0it/s]\r"[..],
+            b"got prompt\r\nPrompt executed in 1.00 seconds\r\n",
+            b"one line\r",
+        ] {
+            let (text, encoding) = read_all(raw.to_vec()).unwrap();
+            assert_eq!(text.as_bytes(), raw);
+            assert_eq!(encoding, "utf-8");
+        }
     }
 
     #[test]
