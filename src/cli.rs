@@ -502,7 +502,7 @@ pub struct LogscanArgs {
     /// The log: ComfyUI's console output saved to a file, or ComfyUI/user/comfyui.log; - reads
     /// standard input.
     #[arg(help_heading = "Inputs", value_name = "FILE|-")]
-    pub file: String,
+    pub file: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -29,11 +29,13 @@ pub struct Input {
 }
 
 /// Opens `FILE` or `-` and checks that it can be a log.
-pub fn open(arg: &str) -> Result<Input> {
-    let (name, raw): (String, Box<dyn Read>) = if arg == "-" {
+pub fn open(path: &Path) -> Result<Input> {
+    let (name, raw): (String, Box<dyn Read>) = if path == Path::new("-") {
         ("-".to_string(), Box::new(io::stdin()))
     } else {
-        let path = Path::new(arg);
+        // A name that is not UTF-8 is shown with U+FFFD where it is not; the file is opened
+        // by its real name.
+        let arg = path.to_string_lossy();
         if path.is_dir() {
             return Err(Error::usage(format!("{arg} is a folder, not a log file")).hint(
                 "pass ComfyUI's console log or its user/comfyui.log, e.g. vrambisect logscan ComfyUI/user/comfyui.log",

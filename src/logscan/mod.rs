@@ -107,8 +107,8 @@ pub fn scan_bytes(name: &str, bytes: &[u8], mode: Mode) -> Result<LogReport> {
 
 /// The command: reads `FILE` or `-` (saying on `err` that it waits when standard input is a
 /// terminal).
-pub fn command(file: &str, err: &mut dyn Write) -> Result<LogReport> {
-    if file == "-" && std::io::stdin().is_terminal() {
+pub fn command(file: &std::path::Path, err: &mut dyn Write) -> Result<LogReport> {
+    if file == std::path::Path::new("-") && std::io::stdin().is_terminal() {
         let _ = writeln!(
             err,
             "reading a ComfyUI log from standard input (paste it, then Ctrl-D; Ctrl-Z Enter on Windows)"

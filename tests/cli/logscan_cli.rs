@@ -319,3 +319,34 @@ fn the_example_in_the_logscan_docs_is_what_logscan_prints() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), shown);
 }
+
+/// A file name that is not UTF-8 (legal on Linux) is read, and shown with U+FFFD.
+#[cfg(unix)]
+#[test]
+fn a_file_name_that_is_not_utf8_is_read() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"comfyui-\xff.log"));
+    std::fs::copy(log("sig-cuda-oom-native.log"), &path).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vrambisect"))
+        .args(["logscan", "--json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["outcome"], "oom");
+    assert!(
+        doc["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("comfyui-\u{fffd}.log")
+    );
+}
