@@ -290,10 +290,16 @@ pub fn reserved_vram(parsed: &Parsed, ctx: &Context) -> (u64, String) {
         .and_then(|v| v.trim().parse::<f64>().ok())
     {
         let mb = (gb.max(0.0) * 1024.0).round() as u64;
-        return (
-            mb,
-            format!("--reserve-vram {gb}, which replaces the OS default"),
-        );
+        let source = if gb < 0.0 {
+            // ComfyUI takes it as given: its working margin (0.8 GiB plus the reserve) shrinks.
+            format!(
+                "--reserve-vram {gb}, which replaces the OS default; below zero it reserves nothing and takes {} MiB off ComfyUI's 0.8 GiB working margin",
+                (-gb * 1024.0).round() as u64
+            )
+        } else {
+            format!("--reserve-vram {gb}, which replaces the OS default")
+        };
+        return (mb, source);
     }
     match ctx.platform {
         Platform::Linux => (400, "Linux default".into()),
@@ -585,7 +591,12 @@ fn advice(
             "ComfyUI warns that this flag will be removed soon: if it fixes a failure, report it upstream (vrambisect report builds the bundle)".into(),
         );
     }
-    if parsed.has("--reserve-vram") {
+    // Only a value ComfyUI accepts reserves anything (argparse refuses the rest: bad_values).
+    let reserve_given = parsed
+        .last("--reserve-vram")
+        .and_then(|g| g.values.first())
+        .is_some_and(|v| v.trim().parse::<f64>().is_ok());
+    if reserve_given {
         let default = match ctx.platform {
             Platform::Linux => "400 MiB",
             Platform::Windows => "600 MiB (700 MiB over 15 GiB)",
@@ -791,6 +802,7 @@ mod tests {
             (windows(Some(24 * 1024)), &[], 700),
             (windows(Some(24 * 1024)), &["--reserve-vram", "1"], 1024),
             (windows(Some(8 * 1024)), &["--reserve-vram=2"], 2048),
+            (linux(), &["--reserve-vram", "-1"], 0),
         ];
         for (ctx, args, mb) in cases {
             assert_eq!(
@@ -800,6 +812,15 @@ mod tests {
                 ctx.platform
             );
         }
+        // Below zero is not nothing: ComfyUI's working margin shrinks, and the source says so.
+        let below = run(&["--reserve-vram", "-0.5"], &linux());
+        assert!(
+            below
+                .reserved_vram_source
+                .ends_with("takes 512 MiB off ComfyUI's 0.8 GiB working margin"),
+            "{}",
+            below.reserved_vram_source
+        );
     }
 
     #[test]
@@ -862,6 +883,16 @@ mod tests {
             .text;
         assert!(text.contains("replaces the Windows default"), "{text}");
         assert!(text.contains("2048 MiB"), "{text}");
+        // A value ComfyUI refuses reserves nothing: no advice about what it reserves.
+        for bad in [&["--reserve-vram", "abc"][..], &["--reserve-vram"][..]] {
+            let e = run(bad, &linux());
+            assert!(
+                !e.advice
+                    .iter()
+                    .any(|a| a.flag.as_deref() == Some("--reserve-vram")),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]
