@@ -327,26 +327,42 @@ pub fn parse_sh(text: &str, extra: &[String]) -> Option<Launch> {
 }
 
 /// A whole launch line given as one argument (`-- "python main.py --lowvram"`, flags copied
-/// from a `.bat` as one string): its words, split as cmd.exe splits them where the line has
-/// Windows paths, else as a shell does. Only when it holds `main.py` or a second flag, so one
-/// flag whose value has a space (`--output-directory=D:\my models`) stays whole.
+/// from a `.bat` as one string, a multi-line paste with its continuations): its words, split as
+/// cmd.exe splits them where the line has Windows paths, else as a shell does. Only when it is
+/// not one flag that ComfyUI's argparse would take whole: it holds `main.py`, a second flag, or
+/// starts with a flag that has no `=` (`--reserve-vram 2`; argparse reads an argument with a
+/// space and no `=` as a positional). `--output-directory=D:\my models` alone stays whole.
 fn pasted_line(args: &[String]) -> Option<Vec<String>> {
     let [line] = args else {
         return None;
     };
+    // Line continuations of a multi-line paste (`\` in a shell, `^` in cmd.exe), then the
+    // line breaks themselves, are blanks between words.
+    let line = ["\\\r\n", "\\\n", "^\r\n", "^\n", "\r\n", "\n"]
+        .iter()
+        .fold(line.clone(), |l, c| l.replace(c, " "));
     let line = line.trim();
+    // PowerShell's call operator before a quoted program.
+    let line = line.strip_prefix("& ").unwrap_or(line);
     if !line.contains(char::is_whitespace) {
         return None;
     }
-    let windows = line.contains('\\') || line.to_ascii_lowercase().contains(".exe");
+    let windows = line.to_ascii_lowercase().contains(".exe")
+        || line.contains(":\\")
+        || line.contains(".\\")
+        || (line.contains('\\') && !line.contains("\\ "));
     let words: Vec<String> = if windows {
         bat_tokens(line)
     } else {
         sh_tokens(line, &[]).into_iter().map(|t| t.text).collect()
     };
-    let pasted =
-        words.iter().any(|w| is_main_py(w)) || words.iter().skip(1).any(|w| w.starts_with('-'));
-    pasted.then_some(words)
+    let first_is_flag = words
+        .first()
+        .is_some_and(|w| w.starts_with('-') && !w.contains('='));
+    let pasted = words.iter().any(|w| is_main_py(w))
+        || first_is_flag
+        || words.iter().skip(1).any(|w| w.starts_with('-'));
+    (pasted && words.len() > 1).then_some(words)
 }
 
 fn is_main_py(token: &str) -> bool {
@@ -637,6 +653,29 @@ mod tests {
             &["--lowvram", "--reserve-vram 2"][..],
         ] {
             assert_eq!(Launch::from_command_line(&s(args)).args, s(args));
+        }
+        // A flag and its value; a shell escape; a multi-line paste; PowerShell's `&`.
+        let cases: &[(&str, &[&str])] = &[
+            ("--reserve-vram 2", &["--reserve-vram", "2"]),
+            (
+                "python main.py --output-directory /srv/my\\ models --lowvram",
+                &["--output-directory", "/srv/my models", "--lowvram"],
+            ),
+            (
+                "python main.py \\\n  --lowvram \\\n  --reserve-vram 1\n",
+                &["--lowvram", "--reserve-vram", "1"],
+            ),
+            (
+                r#"& "C:\Py 3\python.exe" ComfyUI\main.py --lowvram"#,
+                &["--lowvram"],
+            ),
+        ];
+        for (line, want) in cases {
+            assert_eq!(
+                Launch::from_command_line(&s(&[line])).args,
+                s(want),
+                "{line:?}"
+            );
         }
     }
 
