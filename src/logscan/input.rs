@@ -114,7 +114,7 @@ pub fn sniff(name: String, mut raw: Box<dyn Read>) -> Result<Input> {
     let reader: Box<dyn Read> = match encoding {
         "utf-16le" => Box::new(Utf16Reader::new(joined, false)),
         "utf-16be" => Box::new(Utf16Reader::new(joined, true)),
-        _ if cr_lines => Box::new(CrLines(joined)),
+        _ if cr_lines => Box::new(CrLines::new(joined)),
         _ => joined,
     };
     Ok(Input {
@@ -146,13 +146,42 @@ fn ends_lines_with_cr(head: &[u8]) -> bool {
         && memchr::memchr(b'\r', head).is_some()
 }
 
-/// A log with bare `\r` line ends, read with each `\r` as a line end.
-struct CrLines<R: Read>(R);
+/// A log with bare `\r` line ends, read with each `\r` as a line end up to its first `\n`:
+/// if one comes after all (the head was a progress display the test above did not know), the
+/// rest is read as it is.
+struct CrLines<R: Read> {
+    inner: R,
+    newline_seen: bool,
+}
+
+impl<R: Read> CrLines<R> {
+    fn new(inner: R) -> Self {
+        CrLines {
+            inner,
+            newline_seen: false,
+        }
+    }
+}
 
 impl<R: Read> Read for CrLines<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.0.read(buf)?;
-        for b in &mut buf[..n] {
+        let n = self.inner.read(buf)?;
+        if self.newline_seen {
+            return Ok(n);
+        }
+        let end = match memchr::memchr(b'\n', &buf[..n]) {
+            Some(i) => {
+                self.newline_seen = true;
+                // A `\r\n` keeps its `\r` (one line end, not two).
+                if i > 0 && buf[i - 1] == b'\r' {
+                    i - 1
+                } else {
+                    i
+                }
+            }
+            None => n,
+        };
+        for b in &mut buf[..end] {
             if *b == b'\r' {
                 *b = b'\n';
             }
@@ -284,6 +313,17 @@ mod tests {
         assert_eq!(text, "got prompt\ntorch.OutOfMemoryError: x\n");
         assert_eq!(encoding, "utf-8 (CR line ends)");
         // A bar redrawn at the start (no newline yet) and a CRLF log are left as they are.
+        // A progress display the bar test does not know, then an ordinary log: only the head
+        // is split at its `\r`s.
+        let mut raw = b"Downloading: 1.0MB [00:01, 1.0MB/s]\r".repeat(300);
+        raw.extend_from_slice(b"got prompt\r\nPrompt executed in 1.00 seconds\r\n 5%|5 | 1/20\r");
+        let (text, _) = read_all(raw).unwrap();
+        assert!(text.starts_with("Downloading: 1.0MB [00:01, 1.0MB/s]\nDownloading"));
+        assert!(
+            text.ends_with("\ngot prompt\r\nPrompt executed in 1.00 seconds\r\n 5%|5 | 1/20\r"),
+            "{}",
+            &text[text.len() - 80..]
+        );
         for raw in [
             &b"  5%|5 | 1/20 [00:01<00:19, 1.0it/s]\r 10%|# | 2/20 [00:02<00:18, 1.0it/s]\r"[..],
             b"got prompt\r\nPrompt executed in 1.00 seconds\r\n",
