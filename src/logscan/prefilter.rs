@@ -293,8 +293,9 @@ impl Prefilter {
             .partition(|n| bar_needles.contains(n));
         let literals_of =
             |set: &[Needle]| -> Vec<String> { set.iter().flat_map(literals).collect() };
-        // The earliest end of any literal is all a search needs (the line it is on), so the
-        // standard semantics, which may stop at the first match seen.
+        // Leftmost-first: the semantics under which the crate searches with Teddy (the
+        // standard ones use its automaton alone). Which needle matched does not matter, only
+        // the line it is on.
         let compile = |c: &[String]| {
             AhoCorasick::builder()
                 .match_kind(MatchKind::LeftmostFirst)
@@ -323,8 +324,8 @@ impl Prefilter {
         self.chunks.len()
     }
 
-    /// The first hit of needle set `set` in `hay` at or after `start`: where it ends (the
-    /// earliest end; needles hold no newline, so it is on the first line that holds one).
+    /// The first hit of needle set `set` in `hay` at or after `start`: where the leftmost
+    /// match ends (needles hold no newline, so it is on the first line that holds one).
     pub fn hit_at(&self, set: usize, hay: &[u8], start: usize) -> Option<usize> {
         let input = Input::new(hay).range(start..);
         self.chunks[set].find(input).map(|m| m.end())
@@ -487,20 +488,21 @@ mod tests {
     }
 
     #[test]
-    fn a_hit_is_where_the_earliest_needle_ends() {
+    fn a_hit_is_on_the_first_line_that_holds_a_needle() {
+        let needle = |text: &str| Needle {
+            text: text.into(),
+            case_insensitive: false,
+        };
         let pre = Prefilter::new(&[
-            Needle {
-                text: "loaded completely".into(),
-                case_insensitive: false,
-            },
-            Needle {
-                text: "got prompt".into(),
-                case_insensitive: false,
-            },
+            needle("loaded completely"),
+            needle("got prompt"),
+            needle("ded comp"),
         ]);
-        let hay = b"noise\ngot prompt\nloaded completely\n";
+        let hay = b"noise\ngot prompt\nloaded completely\nnoise\n";
         assert_eq!(pre.hit_at(0, hay, 0), Some(16));
-        assert_eq!(pre.hit_at(0, hay, 17), Some(34));
+        // Overlapping needles on one line: the leftmost's end, still on that line.
+        let at = pre.hit_at(0, hay, 17).unwrap();
+        assert!((17..=34).contains(&at), "{at}");
         assert_eq!(pre.hit_at(0, hay, 35), None);
     }
 

@@ -320,8 +320,8 @@ impl Scan<'_> {
                 let end = pos + find_newline(&region[pos..]).unwrap_or(0);
                 (pos, end)
             } else {
-                // Only where a needle ends matters (needles hold no newline, so it is on the
-                // hit line): the shortest match spares the search for where it starts.
+                // Only the line a hit is on matters (needles hold no newline): each set's
+                // first hit at or after `pos` gives it.
                 let prefilter = self.prefilter;
                 let bars = self.sink.wants_bars();
                 let hit = hits
