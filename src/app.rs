@@ -421,20 +421,27 @@ fn run_man(command: Option<&str>, c: &mut Console) -> Result<i32, Failure> {
     let cmd = match command {
         None => cli,
         Some(name) => {
-            let visible: Vec<&str> = cli
-                .get_subcommands()
-                .filter(|s| !s.is_hide_set())
-                .map(|s| s.get_name())
-                .collect();
-            if !visible.contains(&name) {
+            // `extension-install`: a command's own command, as its page names it.
+            let mut found = Some(&cli);
+            for part in name.split('-') {
+                found = found
+                    .and_then(|c| c.find_subcommand(part))
+                    .filter(|c| !c.is_hide_set());
+            }
+            let Some(sub) = found else {
+                let visible: Vec<&str> = cli
+                    .get_subcommands()
+                    .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+                    .map(|s| s.get_name())
+                    .collect();
                 return Err(Failure::Tool(
                     Error::usage(format!("no command named {name:?}"))
                         .hint(format!("one of {}", visible.join(", "))),
                 ));
-            }
-            let sub = cli.find_subcommand(name).expect("a listed command").clone();
-            sub.name(format!("vrambisect-{name}"))
-                .bin_name(format!("vrambisect {name}"))
+            };
+            sub.clone()
+                .name(format!("vrambisect-{name}"))
+                .bin_name(format!("vrambisect {}", name.replace('-', " ")))
                 .version(env!("CARGO_PKG_VERSION"))
         }
     };

@@ -224,20 +224,38 @@ fn the_bash_completion_script_loads() {
 
 #[test]
 fn every_page_the_man_page_names_is_printed_by_man_command() {
+    // The pages a page names (`vrambisect\-bisect(1)`), as `man` takes them (`bisect`).
+    let named = |roff: &str| -> Vec<String> {
+        roff.split("vrambisect\\-")
+            .skip(1)
+            .filter_map(|rest| {
+                rest.split_once("(1)")
+                    .map(|(name, _)| name.replace("\\-", "-"))
+            })
+            .filter(|name| name.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+            .collect()
+    };
     let out = vrambisect().arg("man").output().unwrap();
-    let roff = String::from_utf8(out.stdout).unwrap();
-    let named: Vec<&str> = roff
-        .split("vrambisect\\-")
-        .skip(1)
-        .filter_map(|rest| rest.split_once("(1)").map(|(name, _)| name))
-        .collect();
-    assert!(named.contains(&"bisect") && named.len() >= 11, "{named:?}");
-    for name in named {
-        let out = vrambisect().args(["man", name]).output().unwrap();
+    let mut to_print = named(&String::from_utf8(out.stdout).unwrap());
+    assert!(
+        to_print.iter().any(|n| n == "bisect") && to_print.len() >= 11,
+        "{to_print:?}"
+    );
+    let mut printed = 0;
+    while let Some(name) = to_print.pop() {
+        let out = vrambisect().args(["man", &name]).output().unwrap();
         assert!(out.status.success(), "man {name}: {}", text(&out));
         let page = String::from_utf8(out.stdout).unwrap();
-        assert!(page.contains(&format!(".TH vrambisect-{name} 1")), "{page}");
+        assert!(
+            page.contains(&format!(".TH vrambisect\\-{} 1", name.replace('-', "\\-")))
+                || page.contains(&format!(".TH vrambisect-{name} 1")),
+            "{page}"
+        );
+        // A command's own commands (extension's install and remove) name their pages too.
+        to_print.extend(named(&page).into_iter().filter(|n| n.len() > name.len()));
+        printed += 1;
     }
+    assert!(printed >= 13, "{printed}");
     let page = vrambisect().args(["man", "bisect"]).output().unwrap();
     assert!(String::from_utf8_lossy(&page.stdout).contains("\\-\\-toggle"));
     let out = vrambisect().args(["man", "nope"]).output().unwrap();
