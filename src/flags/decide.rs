@@ -289,6 +289,9 @@ pub fn reserved_vram(parsed: &Parsed, ctx: &Context) -> (u64, String) {
         .and_then(|g| g.values.first())
         .and_then(|v| v.trim().parse::<f64>().ok())
     {
+        if !gb.is_finite() {
+            return (0, format!("--reserve-vram {gb}: not an amount of memory"));
+        }
         let mb = (gb.max(0.0) * 1024.0).round() as u64;
         let source = if gb < 0.0 {
             // ComfyUI takes it as given: its working margin (0.8 GiB plus the reserve) shrinks.
@@ -803,6 +806,8 @@ mod tests {
             (windows(Some(24 * 1024)), &["--reserve-vram", "1"], 1024),
             (windows(Some(8 * 1024)), &["--reserve-vram=2"], 2048),
             (linux(), &["--reserve-vram", "-1"], 0),
+            (linux(), &["--reserve-vram=-inf"], 0),
+            (linux(), &["--reserve-vram", "inf"], 0),
         ];
         for (ctx, args, mb) in cases {
             assert_eq!(
