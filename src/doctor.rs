@@ -185,6 +185,14 @@ fn nvml_check(now: &Result<NvmlNow, NvmlOpenError>) -> Check {
                  until then neither ComfyUI nor vrambisect can use the GPU",
             )
         }
+        // A library named (by --nvml-lib, VRAMBISECT_NVML_LIB, or found where Windows and WSL
+        // keep it) that does not load: its path is what to look at.
+        Err(e @ NvmlOpenError::CannotLoad { .. }) => {
+            Check::new("nvml", "NVIDIA driver (NVML)", Status::Warn, e.to_string()).hint(
+                "without NVML vrambisect cannot record GPU memory (it still records RAM and ComfyUI's own CUDA view); \
+                 check that path (--nvml-lib or VRAMBISECT_NVML_LIB, when given, must name libnvidia-ml itself), or install the NVIDIA driver",
+            )
+        }
         Err(e) => Check::new("nvml", "NVIDIA driver (NVML)", Status::Warn, e.to_string()).hint(
             "without NVML vrambisect cannot record GPU memory (it still records RAM and ComfyUI's own CUDA view); \
              install the NVIDIA driver, or pass --nvml-lib PATH where libnvidia-ml lives elsewhere (WSL: /usr/lib/wsl/lib)",
@@ -935,6 +943,21 @@ mod tests {
     fn no_nvidia_is_a_warning_not_a_failure() {
         let now = Err(NvmlOpenError::NotInstalled);
         assert_eq!(nvml_check(&now).status, Status::Warn);
+        assert!(
+            nvml_check(&now)
+                .hint
+                .unwrap()
+                .contains("pass --nvml-lib PATH")
+        );
+        // A library named that does not load: not told to pass the option just given.
+        let named = nvml_check(&Err(NvmlOpenError::CannotLoad {
+            path: "/no/such/libnvidia-ml.so.1".into(),
+            error: "No such file or directory".into(),
+        }));
+        assert_eq!(named.status, Status::Warn);
+        let hint = named.hint.unwrap();
+        assert!(!hint.contains("pass --nvml-lib"), "{hint}");
+        assert!(hint.contains("check that path"), "{hint}");
         assert_eq!(
             cuda_check(Ok(CudaStart::Missing), false).status,
             Status::Warn
