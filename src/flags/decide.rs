@@ -282,13 +282,17 @@ pub fn vram_state(parsed: &Parsed) -> &'static str {
     }
 }
 
-/// `EXTRA_RESERVED_VRAM` in MiB and where it comes from (`comfy/model_management.py`).
-pub fn reserved_vram(parsed: &Parsed, ctx: &Context) -> (u64, String) {
-    if let Some(gb) = parsed
+/// The last `--reserve-vram` value, when it is a number (argparse's `float` refuses the rest).
+fn reserve_gb(parsed: &Parsed) -> Option<f64> {
+    parsed
         .last("--reserve-vram")
         .and_then(|g| g.values.first())
         .and_then(|v| v.trim().parse::<f64>().ok())
-    {
+}
+
+/// `EXTRA_RESERVED_VRAM` in MiB and where it comes from (`comfy/model_management.py`).
+pub fn reserved_vram(parsed: &Parsed, ctx: &Context) -> (u64, String) {
+    if let Some(gb) = reserve_gb(parsed) {
         if !gb.is_finite() {
             return (0, format!("--reserve-vram {gb}: not an amount of memory"));
         }
@@ -594,12 +598,8 @@ fn advice(
             "ComfyUI warns that this flag will be removed soon: if it fixes a failure, report it upstream (vrambisect report builds the bundle)".into(),
         );
     }
-    // Only a value ComfyUI accepts reserves anything (argparse refuses the rest: bad_values).
-    let reserve_given = parsed
-        .last("--reserve-vram")
-        .and_then(|g| g.values.first())
-        .is_some_and(|v| v.trim().parse::<f64>().is_ok());
-    if reserve_given {
+    // Only an amount ComfyUI accepts reserves anything (argparse refuses the rest: bad_values).
+    if reserve_gb(parsed).is_some_and(f64::is_finite) {
         let default = match ctx.platform {
             Platform::Linux => "400 MiB",
             Platform::Windows => "600 MiB (700 MiB over 15 GiB)",
@@ -888,8 +888,12 @@ mod tests {
             .text;
         assert!(text.contains("replaces the Windows default"), "{text}");
         assert!(text.contains("2048 MiB"), "{text}");
-        // A value ComfyUI refuses reserves nothing: no advice about what it reserves.
-        for bad in [&["--reserve-vram", "abc"][..], &["--reserve-vram"][..]] {
+        // A value that is no amount reserves nothing: no advice about what it reserves.
+        for bad in [
+            &["--reserve-vram", "abc"][..],
+            &["--reserve-vram"][..],
+            &["--reserve-vram", "inf"][..],
+        ] {
             let e = run(bad, &linux());
             assert!(
                 !e.advice
