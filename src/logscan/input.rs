@@ -133,17 +133,12 @@ fn ends_lines_with_cr(head: &[u8]) -> bool {
     if memchr::memchr(b'\n', head).is_some() {
         return false;
     }
-    let bar = |piece: &[u8]| {
-        memchr::memmem::find(piece, b"%|").is_some()
-            || memchr::memmem::find(piece, b"it/s]").is_some()
-            || memchr::memmem::find(piece, b"s/it]").is_some()
-    };
+    let bar = |piece: &[u8]| super::lines::is_progress(&String::from_utf8_lossy(piece));
     head.split(|&b| b == b'\r')
         .filter(|piece| !piece.trim_ascii().is_empty() && !bar(piece))
         .take(2)
         .count()
         == 2
-        && memchr::memchr(b'\r', head).is_some()
 }
 
 /// A log with bare `\r` line ends, read with each `\r` as a line end up to its first `\n`:
