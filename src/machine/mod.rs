@@ -151,6 +151,11 @@ pub struct Environment {
     pub command: Item,
     /// `{NAME: value}` for the allowlisted variables that are set.
     pub env: Item,
+    /// `{NAME: value or null}` for what ComfyUI's own process changed in its environment after
+    /// it started (its cuda_malloc step sets `PYTORCH_CUDA_ALLOC_CONF`; a node pack may set
+    /// others), as the extension saw it; absent where nobody said (the command line).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env_set_by_comfyui: Option<Item>,
 }
 
 /// What a run recorded about the machine it ran on.
@@ -247,6 +252,8 @@ pub struct Probes {
     pub python: Result<(PyFacts, String), String>,
     /// The allowlisted variables set in this process's environment.
     pub process_env: Vec<(String, String)>,
+    /// What the extension says ComfyUI's process changed (`VRAMBISECT_COMFYUI_SET_ENV`).
+    pub comfyui_set_env: Option<Vec<(String, Option<String>)>>,
 }
 
 /// Why the install is not known, when it is not.
@@ -289,7 +296,47 @@ pub fn probe(inp: &Inputs) -> Probes {
             .iter()
             .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
             .collect(),
+        comfyui_set_env: std::env::var(SET_ENV_VAR)
+            .ok()
+            .and_then(|v| parse_set_env(&v)),
     }
+}
+
+/// The variable in which the ComfyUI extension passes what ComfyUI's own process changed in
+/// its environment (a JSON object, `{NAME: value or null}`) to the `report` it starts.
+pub const SET_ENV_VAR: &str = "VRAMBISECT_COMFYUI_SET_ENV";
+
+/// `{NAME: value or null}` as (name, value) pairs; anything else is None.
+fn parse_set_env(text: &str) -> Option<Vec<(String, Option<String>)>> {
+    let map = serde_json::from_str::<serde_json::Map<String, Value>>(text).ok()?;
+    map.into_iter()
+        .map(|(k, v)| match v {
+            Value::String(s) => Some((k, Some(s))),
+            Value::Null => Some((k, None)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What ComfyUI's process set itself: allowlisted values shown, other names only.
+fn set_env_item(set: Option<Vec<(String, Option<String>)>>) -> Option<Item> {
+    let set = set?;
+    let map: serde_json::Map<String, Value> = set
+        .into_iter()
+        .map(|(k, v)| {
+            let shown = match v {
+                Some(v) if env_allowed(&k) => Value::String(v),
+                Some(_) => Value::String("(set; not on the allowlist)".into()),
+                None => Value::Null,
+            };
+            (k, shown)
+        })
+        .collect();
+    Some(Item::found(
+        Value::Object(map),
+        "changed by ComfyUI's own process after it started (not the user's; null: removed); \
+         each run's ComfyUI makes these changes itself",
+    ))
 }
 
 /// Merges what the run recorded with what the probes found (no I/O): a run's own record
@@ -304,6 +351,7 @@ pub fn merge(inp: &Inputs, probes: Probes) -> Environment {
         custom_nodes,
         python,
         process_env,
+        comfyui_set_env,
     } = probes;
     let rec = Recorded::of(inp);
     let [os, kernel, cpu, ram_now, swap_bytes] = host;
@@ -350,6 +398,7 @@ pub fn merge(inp: &Inputs, probes: Probes) -> Environment {
         launcher: launch.launcher,
         command: launch.command,
         env: launch.env,
+        env_set_by_comfyui: set_env_item(comfyui_set_env),
     }
 }
 

@@ -204,6 +204,7 @@ fn bare_probes(process_env: &[(&str, &str)]) -> Probes {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
+        comfyui_set_env: None,
     }
 }
 
@@ -311,5 +312,39 @@ fn the_samplers_summary_is_read_typed_and_wins_over_nvml_now() {
     assert_eq!(
         serde_json::to_value(&env.comfy_kitchen).unwrap(),
         json!({"value": "0.2.36", "source": "startup log of run 002"})
+    );
+}
+
+#[test]
+fn what_comfyui_set_itself_is_told_apart_from_the_users_environment() {
+    let inp = Inputs::default();
+    let mut probes = bare_probes(&[("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")]);
+    probes.comfyui_set_env = parse_set_env(
+        r#"{"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,backend:cudaMallocAsync",
+            "HF_HUB_TOKEN": "secret", "CUDA_VISIBLE_DEVICES": null}"#,
+    );
+    let env = merge(&inp, probes);
+    assert_eq!(
+        env.env.value().unwrap(),
+        &json!({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    );
+    let set = env.env_set_by_comfyui.expect("told");
+    assert_eq!(
+        set.value().unwrap(),
+        &json!({
+            "CUDA_VISIBLE_DEVICES": null,
+            "HF_HUB_TOKEN": "(set; not on the allowlist)",
+            "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,backend:cudaMallocAsync",
+        })
+    );
+    // Not a JSON object of strings: nothing is claimed.
+    assert_eq!(parse_set_env("[1]"), None);
+    assert_eq!(parse_set_env(r#"{"A": 1}"#), None);
+    let plain = merge(&inp, bare_probes(&[]));
+    assert!(plain.env_set_by_comfyui.is_none());
+    assert!(
+        !serde_json::to_string(&plain)
+            .unwrap()
+            .contains("env_set_by_comfyui")
     );
 }

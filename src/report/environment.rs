@@ -163,6 +163,17 @@ pub fn rows(env: &Environment) -> Vec<Row> {
     }));
     out.push(item_row("Launcher", &env.launcher, &text));
     out.push(item_row("Command", &env.command, &text));
+    out.extend(env_rows(env));
+    out
+}
+
+/// The environment variables: the user's, and what ComfyUI's process set itself.
+fn env_rows(env: &Environment) -> Vec<Row> {
+    let mut out = Vec::new();
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
     out.push(item_row("Environment variables", &env.env, &|v| {
         let list: Vec<String> = v
             .as_object()
@@ -176,5 +187,23 @@ pub fn rows(env: &Environment) -> Vec<Row> {
             list.join(" ")
         }
     }));
+    if let Some(set) = &env.env_set_by_comfyui {
+        out.push(item_row("Set by ComfyUI itself", set, &|v| {
+            let list: Vec<String> = v
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| match v {
+                    Value::Null => format!("{k} removed"),
+                    v => format!("{k}={}", text(v)),
+                })
+                .collect();
+            if list.is_empty() {
+                "nothing".into()
+            } else {
+                list.join(" ")
+            }
+        }));
+    }
     out
 }

@@ -185,8 +185,9 @@ fn issue_md(
     let field = |k: &str| error.and_then(|e| e.get(k)).and_then(Value::as_str);
     let _ = writeln!(
         o,
-        "<!--\n  Made by vrambisect {} (`vrambisect report --log`) from a failure as it happened: nothing was rerun.\n  To file it: open https://github.com/Comfy-Org/ComfyUI/issues/new?template=bug-report.yml,\n  copy each section below into the field of the same name (in Debug Logs, only the lines\n  inside the code blocks), and attach the .zip this file came in.\n-->\n",
-        env!("CARGO_PKG_VERSION")
+        "<!--\n  Made by vrambisect {} (`vrambisect report --log`) from a failure as it happened: nothing was rerun.\n  To file it: open {},\n  copy each section below into the field of the same name (in Debug Logs, only the lines\n  inside the code blocks), and attach the .zip this file came in.\n-->\n",
+        env!("CARGO_PKG_VERSION"),
+        super::ISSUE_FORM
     );
     let what = match (field("exception_type"), field("node_type")) {
         (Some(t), Some(n)) => format!("{t} in {n}"),

@@ -481,8 +481,9 @@ fn header(o: &mut String, ctx: &Ctx) {
     };
     let _ = writeln!(
         o,
-        "<!--\n  Made by vrambisect {} (`vrambisect report`) from {from}.\n  To file it: open https://github.com/Comfy-Org/ComfyUI/issues/new?template=bug-report.yml,\n  copy each section below into the field of the same name (in Debug Logs, only the lines\n  inside the code blocks), and attach the .zip this file came in.\n-->\n",
-        env!("CARGO_PKG_VERSION")
+        "<!--\n  Made by vrambisect {} (`vrambisect report`) from {from}.\n  To file it: open {},\n  copy each section below into the field of the same name (in Debug Logs, only the lines\n  inside the code blocks), and attach the .zip this file came in.\n-->\n",
+        env!("CARGO_PKG_VERSION"),
+        super::ISSUE_FORM
     );
     let _ = writeln!(o, "# {}\n", title(ctx.src, ctx.failing));
     if let Some(why) = ctx.src.incomplete() {

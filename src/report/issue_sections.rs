@@ -133,6 +133,7 @@ fn environment(custom_nodes: usize) -> crate::machine::Environment {
             custom_nodes: Err("no folder".into()),
             python: Err("no folder".into()),
             process_env: Vec::new(),
+            comfyui_set_env: None,
         },
     );
     let nodes: Vec<Value> = (0..custom_nodes)

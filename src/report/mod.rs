@@ -112,10 +112,16 @@ pub struct Redaction {
     pub kinds: Vec<KindCount>,
 }
 
+/// ComfyUI's bug report form, where a bundle is filed.
+pub const ISSUE_FORM: &str =
+    "https://github.com/Comfy-Org/ComfyUI/issues/new?template=bug-report.yml";
+
 /// What was built (`report --json`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Built {
     pub bundle: PathBuf,
+    /// Where to file it (ComfyUI's bug report form).
+    pub issue_form: &'static str,
     /// Size of the zip.
     pub bytes: u64,
     pub source_kind: SourceKind,
@@ -804,6 +810,7 @@ fn finish(req: &Request, output: &Path, f: Finish) -> Result<Built> {
         })
         .collect();
     Ok(Built {
+        issue_form: ISSUE_FORM,
         bundle: crate::paths::canonical(output),
         bytes: zip.len() as u64,
         source_kind,
@@ -1041,7 +1048,7 @@ impl Answer for Built {
         }
         writeln!(
             out,
-            "next: read ISSUE.md in the zip and check the files, then file it at\n  https://github.com/Comfy-Org/ComfyUI/issues/new?template=bug-report.yml\n  and attach the zip"
+            "next: read ISSUE.md in the zip and check the files, then file it at\n  {ISSUE_FORM}\n  and attach the zip"
         )
     }
 }
