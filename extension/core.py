@@ -12,8 +12,10 @@ import ipaddress
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -45,8 +47,18 @@ NETWORK_FLAGS = {
 # A prompt id as ComfyUI makes them (a uuid4) or as API clients send them: letters, digits,
 # dashes and underscores only, so that it can never name a file.
 PROMPT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-# The names of the bundles this pack wrote, the only files it serves.
-REPORT_NAME = re.compile(r"^vrambisect-report-[0-9]{8}-[0-9]{6}(-[a-z]+)?\.zip$")
+# The names of the bundles this pack writes: the time, then 128 random bits, so that a name
+# cannot be guessed. Only the bundles this server wrote are served.
+REPORT_NAME = re.compile(r"^vrambisect-report-[0-9]{8}-[0-9]{6}(-failure)?-[0-9a-f]{32}\.zip$")
+
+# The files of a bisect's session folder this pack reads (the program's own names for them:
+# src/bisect/session.rs and src/bisect/command.rs; a test of the program holds the two together).
+SPEC_FILE = "session.json"
+PROGRESS_FILE = "progress.json"
+
+# How many of each kind of result are kept under user/vrambisect/ (the newest; a diagnosis
+# that did not end with a verdict is kept until it is resumed or deleted by hand).
+KEEP = {"diagnoses": 10, "reports": 10, "scans": 5, "failures": 5}
 
 # A log kept in memory is capped: the start (ComfyUI's startup block, what the reading needs
 # most) and the newest lines.
@@ -64,26 +76,67 @@ class Refused(Exception):
         self.kind = kind
 
 
-def server_flags(argv):
-    """The launch flags of this server (``sys.argv[1:]``) without the networking ones."""
-    out = []
+def split_flags(argv):
+    """This server's launch flags (``sys.argv[1:]``) as (the flags a diagnosis tests, the
+    networking ones it leaves out), each in the order given."""
+    kept, network = [], []
     i = 0
     while i < len(argv):
         arg = argv[i]
         name = arg.split("=", 1)[0]
         takes = NETWORK_FLAGS.get(name)
         if takes is None:
-            out.append(arg)
+            kept.append(arg)
             i += 1
             continue
+        network.append(arg)
         i += 1
         if "=" in arg:
             continue
-        if takes == 1 and i < len(argv):
+        if (takes == 1 and i < len(argv)) or (takes == "?" and i < len(argv) and not argv[i].startswith("-")):
+            network.append(argv[i])
             i += 1
-        elif takes == "?" and i < len(argv) and not argv[i].startswith("-"):
-            i += 1
-    return out
+    return kept, network
+
+
+def server_flags(argv):
+    """The launch flags of this server (``sys.argv[1:]``) without the networking ones."""
+    return split_flags(argv)[0]
+
+
+def start_environment(proc_environ="/proc/self/environ"):
+    """The environment this process was started with, before ComfyUI (its cuda_malloc step sets
+    ``PYTORCH_CUDA_ALLOC_CONF`` in its own process) or a node pack changed it, as
+    (dict, known): known is False where the start cannot be read (then the dict is the
+    environment now).
+
+    Linux keeps the start in ``/proc/self/environ``; on Windows ``nt.environ`` is the
+    interpreter's copy of it, which assignments to ``os.environ`` do not change.
+    """
+    if os.name == "nt":
+        try:
+            import nt
+
+            return {str(k): str(v) for k, v in nt.environ.items()}, True
+        except (ImportError, AttributeError):
+            return dict(os.environ), False
+    try:
+        with open(proc_environ, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return dict(os.environ), False
+    env = {}
+    for item in raw.split(b"\0"):
+        key, eq, value = item.partition(b"=")
+        if eq and key:
+            env.setdefault(os.fsdecode(key), os.fsdecode(value))
+    return env, True
+
+
+def changed_environment(start, now):
+    """{name: value now, or None where it was removed} for what this process changed."""
+    names = set(start) | set(now)
+    return {k: now.get(k) for k in sorted(names) if start.get(k) != now.get(k)}
 
 
 def same_origin(headers, listen_loopback):
@@ -102,11 +155,19 @@ def same_origin(headers, listen_loopback):
     m = re.fullmatch(r"[a-z][a-z0-9+.-]*://([^/?#]+)", origin.rstrip("/"))
     if m is None or m.group(1) != host:
         return False
-    if listen_loopback:
-        name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:].split("]")[0]
-        if not is_loopback_name(name):
-            return False
-    return True
+    return host_allowed(headers, listen_loopback)
+
+
+def host_allowed(headers, listen_loopback):
+    """Whether the Host a request names may reach this server: any, where it listens beyond
+    loopback (it cannot know the names it is reached by); a loopback name otherwise."""
+    if not listen_loopback:
+        return True
+    host = (headers.get("Host") or "").strip().lower()
+    if not host:
+        return False
+    name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:].split("]")[0]
+    return is_loopback_name(name)
 
 
 def is_loopback_name(name):
@@ -182,12 +243,21 @@ class Tool:
     # for again at most this often (the user may be installing it now).
     RECHECK_S = 10
 
-    def __init__(self, python, env=None, clock=time.monotonic):
+    def __init__(self, python, env=None, clock=time.monotonic, start_env=None):
         self.python = python
         self.env = os.environ if env is None else env
         self.clock = clock
         self._state = None
         self._checked = None
+        # What the programs it starts get: the environment the user started ComfyUI with, not
+        # what ComfyUI's process made of it; and what was changed in between, for the bundle.
+        if start_env is None:
+            start_env, known = start_environment() if env is None else (dict(self.env), True)
+        else:
+            known = True
+        self.start_env = start_env
+        self.start_env_known = known
+        self.changed_env = changed_environment(start_env, dict(self.env)) if known else {}
 
     def program(self):
         named = self.env.get("VRAMBISECT_EXTENSION_TOOL")
@@ -235,9 +305,21 @@ class Tool:
         return {"found": True, "version": version, "ok": True, "message": None}
 
     def child_env(self):
-        env = dict(self.env)
+        env = dict(self.start_env)
+        # Set for this pack's own use (an operator's build from a checkout), not for ComfyUI.
+        if self.env.get("VRAMBISECT_EXTENSION_TOOL"):
+            env["VRAMBISECT_EXTENSION_TOOL"] = self.env["VRAMBISECT_EXTENSION_TOOL"]
         env["VRAMBISECT_PYTHON"] = self.python
         env["NO_COLOR"] = "1"
+        return env
+
+    def report_env(self):
+        """child_env, and for ``report`` what ComfyUI's process changed in it (the bundle tells
+        those apart from the user's own variables)."""
+        env = self.child_env()
+        own = {k: v for k, v in self.changed_env.items() if not k.startswith("VRAMBISECT_")}
+        if own:
+            env["VRAMBISECT_COMFYUI_SET_ENV"] = json.dumps(own, sort_keys=True)
         return env
 
     def command(self, *args):
@@ -383,6 +465,10 @@ class Extension:
         self.guard_installed = False
         # A diagnosis is being started (between its checks and its process).
         self.starting = False
+        # The bundles this server wrote: the only files it serves.
+        self.written = set()
+        # What the last clean-up of each kind removed, said in the panel.
+        self.removed = {}
 
     # -- paths -----------------------------------------------------------------------------
     def _dir(self, *parts):
@@ -400,44 +486,81 @@ class Extension:
     def flags(self):
         return server_flags(list(self.host.argv))
 
+    def _clean(self, kind, keep=None, room=0):
+        """Keeps the newest KEEP[kind] of a kind (less room for one about to be added), and
+        any that keep says to (a diagnosis that can still be resumed); a removal of
+        diagnoses or reports is remembered for the panel to say."""
+        removed = _keep_newest(os.path.join(self.root, kind), KEEP[kind] - room, keep)
+        if removed and kind in ("diagnoses", "reports"):
+            self.removed[kind] = {"names": removed, "kept": KEEP[kind], "folder": "user/vrambisect/" + kind}
+        return removed
+
     # -- status ----------------------------------------------------------------------------
     def status(self):
+        """What the panel shows, and nothing more: no path of this machine but the resume
+        line the panel gives the user to copy."""
         with self.lock:
             running = self.diagnosis is not None and self.diagnosis.alive()
             current = self.diagnosis.describe() if self.diagnosis is not None else None
         last = None
         if current is None:
             last = self._read_last()
+            running = bool(last and last.get("state") in ("orphaned", "stopping"))
         return {
             "version": VERSION,
             "tool": self.tool.state(),
             "running": running,
-            "diagnosis": current or last,
+            "diagnosis": public_diagnosis(current or last),
             "flags": self.flags(),
             "holds_prompts": self.guard_installed,
+            "removed": self.removed,
         }
 
     def _read_last(self):
+        """The diagnosis an earlier run of this ComfyUI started, as its state file and its
+        session folder say now."""
         try:
             with open(self._state_file(), "r", encoding="utf-8") as f:
                 data = json.load(f)
         except (OSError, ValueError):
             return None
-        if isinstance(data, dict) and data.get("state") == "running":
-            if self.orphan():
-                # ComfyUI ended without stopping it (killed, crashed): it still runs.
+        if not isinstance(data, dict):
+            return None
+        session = data.get("session") if isinstance(data.get("session"), str) else None
+        if session:
+            data["resume"] = _resume_line(self, session)
+        if data.get("state") != "running":
+            return data
+        if self._orphan_of(data):
+            # ComfyUI ended without stopping it (killed, crashed): it still runs.
+            if data.get("cancel_requested"):
+                data["state"] = "stopping"
+                data["message"] = "stopping the diagnosis started before ComfyUI restarted; every finished run is kept"
+            else:
                 data["state"] = "orphaned"
                 data["message"] = ("this diagnosis was started before ComfyUI restarted and still runs "
                                    "(process %d); Cancel stops it" % data["pid"])
-            else:
-                data["state"] = "stopped"
-                data["message"] = "ComfyUI restarted while the diagnosis ran; resume it with the line below"
+            return data
+        # It ended while no server watched it: its own answer is in its folder.
+        result = _read_result(os.path.dirname(session)) if session else None
+        verdict = result.get("verdict") if result else None
+        if data.get("cancel_requested") and (verdict is None or verdict.get("kind") == "incomplete"):
+            data["state"] = "cancelled"
+            data["message"] = "cancelled after ComfyUI restarted"
+        elif verdict is not None:
+            data["state"] = "done"
+            data["verdict"] = summarize_verdict(result, self)
+        else:
+            data["state"] = "stopped"
+            data["message"] = "ComfyUI restarted while the diagnosis ran; resume it with the line below"
+        if verdict is not None:
+            data.setdefault("verdict", summarize_verdict(result, self))
         return data
 
     # -- scan ------------------------------------------------------------------------------
     def scan(self, prompt_id=None):
         """logscan's reading of this server's log, with the failed prompt's own error."""
-        if prompt_id is not None and not PROMPT_ID.fullmatch(str(prompt_id)):
+        if prompt_id is not None and (not isinstance(prompt_id, str) or not PROMPT_ID.fullmatch(prompt_id)):
             raise Refused(400, "not a prompt id of this server", "bad_request")
         text = self.log.text()
         if not text.strip():
@@ -446,7 +569,7 @@ class Extension:
         path = os.path.join(folder, "comfyui-%s.log" % time.strftime("%Y%m%d-%H%M%S", time.localtime(self.clock())))
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
-        _keep_newest(folder, 5)
+        self._clean("scans")
         out = self._run_json(self.tool.command("logscan", "--json", path), timeout=120)
         entry = self.host.history(prompt_id) if prompt_id else None
         return {
@@ -454,12 +577,12 @@ class Extension:
             "error": _prompt_error(entry),
             "flags": self.flags(),
             "known_flags": self.host.known_flags(),
-            "log_file": path,
         }
 
-    def _run_json(self, argv, timeout):
+    def _run_json(self, argv, timeout, env=None):
         try:
-            done = subprocess.run(argv, capture_output=True, timeout=timeout, env=self.tool.child_env(),
+            done = subprocess.run(argv, capture_output=True, timeout=timeout,
+                                  env=env if env is not None else self.tool.child_env(),
                                   cwd=self.host.comfyui_dir or None)
         except subprocess.TimeoutExpired:
             raise Refused(504, "vrambisect %s took longer than %d s" % (argv[1], timeout), "timeout")
@@ -499,7 +622,9 @@ class Extension:
             if not api:
                 raise Refused(409, "the history entry of prompt %s holds no workflow" % prompt_id, "not_found")
             stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(self.clock()))
-            _keep_newest(os.path.join(self.root, "diagnoses"), 9)
+            self._dir("diagnoses")
+            # One place for the new one; a diagnosis that can still be resumed is kept.
+            self._clean("diagnoses", keep=_resumable, room=1)
             folder = self._dir("diagnoses", stamp)
             workflow = os.path.join(folder, "prompt.json")
             with open(workflow, "w", encoding="utf-8") as f:
@@ -522,7 +647,7 @@ class Extension:
                 raise Refused(500, "vrambisect could not be started: %s" % (e.strerror or e), "tool_failed")
             with self.lock:
                 self.diagnosis = d
-            return d.describe()
+            return public_diagnosis(d.describe())
         finally:
             self.starting = False
 
@@ -534,16 +659,21 @@ class Extension:
                 data = json.load(f)
         except (OSError, ValueError):
             return None
-        pid = data.get("pid") if isinstance(data, dict) and data.get("state") == "running" else None
-        if not isinstance(pid, int) or pid <= 0 or data.get("server_pid") == os.getpid():
+        return self._orphan_of(data)
+
+    def _orphan_of(self, data):
+        if not isinstance(data, dict) or data.get("state") != "running":
             return None
-        return pid if _alive(pid) else None
+        pid = data.get("pid")
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or data.get("server_pid") == os.getpid():
+            return None
+        return pid if _is_bisect(pid, data.get("session")) else None
 
     def guard_prompt(self):
         """None when prompts may be queued; otherwise the message refusing one. Takes no lock:
         it runs on ComfyUI's event loop."""
         d = self.diagnosis
-        if self.starting or (d is not None and d.alive()):
+        if self.starting or (d is not None and d.alive()) or (d is None and self.orphan()):
             return ("vrambisect is diagnosing a workflow on this GPU: a prompt now would change "
                     "what its runs measure. Wait for the verdict or cancel the diagnosis in its panel.")
         return None
@@ -564,17 +694,39 @@ class Extension:
         with self.lock:
             d = self.diagnosis
         if d is None or not d.alive():
-            orphan = self.orphan()
-            if orphan:
-                # Ctrl-C to its group, as for one of ours (its group is its own pid).
-                try:
-                    os.killpg(orphan, signal.SIGINT)
-                except OSError:
-                    pass
-                return {"state": "stopping", "pid": orphan}
+            data = self._read_last() if d is None else None
+            if data and data.get("state") in ("orphaned", "stopping"):
+                return public_diagnosis(self._cancel_orphan(data))
             raise Refused(409, "no diagnosis is running", "not_running")
         d.cancel()
-        return d.describe()
+        return public_diagnosis(d.describe())
+
+    def _cancel_orphan(self, data):
+        """Ctrl-C to an orphan's group, as for one of ours (its group is its own pid); where that
+        cannot reach it (Windows: another console), it is ended, and the Job Object it keeps
+        its ComfyUI in ends that with it. Its finished runs stay in its session."""
+        pid = data["pid"]
+        try:
+            with open(self._state_file(), "r", encoding="utf-8") as f:
+                saved = json.load(f)
+            saved["cancel_requested"] = True
+            _write_json(self._state_file(), saved)
+        except (OSError, ValueError):
+            pass
+        try:
+            if os.name == "nt":
+                try:
+                    os.kill(pid, signal.CTRL_BREAK_EVENT)
+                except OSError:
+                    os.kill(pid, signal.SIGTERM)
+            else:
+                os.killpg(pid, signal.SIGINT)
+        except OSError:
+            pass
+        data = dict(data)
+        data["state"] = "stopping"
+        data["message"] = "stopping the diagnosis started before ComfyUI restarted; every finished run is kept"
+        return data
 
     # -- report ----------------------------------------------------------------------------
     def report(self, prompt_id=None):
@@ -587,26 +739,45 @@ class Extension:
             if self.diagnosis is not None and self.diagnosis.alive():
                 raise Refused(409, "the diagnosis is still running: the report is written from its runs when it ends",
                               "busy")
-        last = self.status()["diagnosis"]
+        last = self._current_or_last()
+        if last and last.get("state") in ("orphaned", "stopping", "running"):
+            raise Refused(409, "the diagnosis is still running: the report is written from its runs when it ends",
+                          "busy")
         session = last.get("session") if last else None
         diagnosed = bool(session and os.path.isdir(session)) and (prompt_id is None or last.get("prompt_id") == prompt_id)
+        if not diagnosed and prompt_id is not None and self.host.history(prompt_id) is None:
+            raise Refused(404, "prompt %s is not in this server's history (restarted since?): queue it again "
+                          "and report it when it fails" % prompt_id, "not_found")
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(self.clock()))
+        token = secrets.token_hex(16)
         common = ["--comfyui", self.host.comfyui_dir, "--python", self.host.python]
         if diagnosed:
-            name = "vrambisect-report-%s.zip" % stamp
+            name = "vrambisect-report-%s-%s.zip" % (stamp, token)
             args = ["report", "--json", session]
         elif prompt_id is not None:
-            name = "vrambisect-report-%s-failure.zip" % stamp
+            name = "vrambisect-report-%s-failure-%s.zip" % (stamp, token)
             args = ["report", "--json"] + self._failure_files(prompt_id, stamp)
         else:
             raise Refused(409, "no diagnosis to report yet: run Diagnose, or report a failed prompt", "nothing")
         out = os.path.join(self._dir("reports"), name)
-        reading = self._run_json(self.tool.command(*(args + ["--output", out] + common)), timeout=300)
+        reading = self._run_json(self.tool.command(*(args + ["--output", out] + common)), timeout=300,
+                                 env=self.tool.report_env())
         if not os.path.isfile(out):
             raise Refused(500, "vrambisect report wrote no bundle", "tool_failed")
-        _keep_newest(self._dir("reports"), 10)
+        self.written.add(name)
+        removed = self._clean("reports")
+        # The panel shows the bundle's name and counts, not where this machine keeps it.
+        if isinstance(reading, dict):
+            reading.pop("bundle", None)
+            reading.pop("source_dir", None)
         return {"name": name, "diagnosed": diagnosed, "report": reading,
-                "template": "https://github.com/comfyanonymous/ComfyUI/issues/new?template=bug-report.yml"}
+                "template": (reading or {}).get("issue_form") if isinstance(reading, dict) else None,
+                "removed": removed}
+
+    def _current_or_last(self):
+        with self.lock:
+            d = self.diagnosis
+        return d.describe() if d is not None else self._read_last()
 
     def _failure_files(self, prompt_id, stamp):
         """Writes what the failure bundle is made of (this server's log, the prompt's history
@@ -614,8 +785,9 @@ class Extension:
         text = self.log.text()
         if not text.strip():
             raise Refused(409, "this server's log is empty: nothing to report", "no_log")
+        self._dir("failures")
+        self._clean("failures", room=1)
         folder = self._dir("failures", stamp)
-        _keep_newest(os.path.dirname(folder), 5)
         log = os.path.join(folder, "comfyui.log")
         with open(log, "w", encoding="utf-8") as f:
             f.write(text)
@@ -635,36 +807,93 @@ class Extension:
         return args
 
     def report_file(self, name):
-        """The path of a bundle this pack wrote, by its name; anything else is refused."""
-        if not isinstance(name, str) or not REPORT_NAME.fullmatch(name):
+        """The bytes of a bundle this server wrote, by its name: a regular file in the reports
+        folder, opened without following a link; anything else is refused."""
+        if not isinstance(name, str) or not REPORT_NAME.fullmatch(name) or name not in self.written:
             raise Refused(404, "no such report", "not_found")
-        path = os.path.join(self.root, "reports", name)
-        if not os.path.isfile(path):
+        folder = os.path.join(self.root, "reports")
+        try:
+            if not stat.S_ISDIR(os.lstat(folder).st_mode) or not stat.S_ISDIR(os.lstat(self.root).st_mode):
+                raise Refused(404, "no such report", "not_found")
+            path = os.path.join(folder, name)
+            if os.name == "nt" and os.path.islink(path):
+                raise Refused(404, "no such report", "not_found")
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
+        except OSError:
             raise Refused(404, "no such report", "not_found")
-        return path
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise Refused(404, "no such report", "not_found")
+            return f.read()
 
 
-def _keep_newest(folder, n):
-    """Keeps the newest n files or folders (their names begin with their time)."""
+def _keep_newest(folder, n, keep=None):
+    """Keeps the newest n files or folders (their names begin with their time), and any that
+    keep(path) says to; returns the names removed."""
     try:
         names = sorted(os.listdir(folder))
     except OSError:
-        return
-    for old in names[:-n] if len(names) > n else []:
+        return []
+    removed = []
+    for old in names[:-n] if 0 < n < len(names) else (names if n <= 0 else []):
         path = os.path.join(folder, old)
+        if keep is not None and keep(path):
+            continue
         try:
             if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
+                shutil.rmtree(path)
             else:
                 os.remove(path)
+            removed.append(old)
         except OSError:
             pass
+    return removed
+
+
+def _resumable(path):
+    """A diagnosis folder whose session can still be resumed: it got as far as its spec and
+    did not end with a verdict."""
+    if not os.path.isfile(os.path.join(path, "session", SPEC_FILE)):
+        return False
+    result = _read_result(path)
+    verdict = result.get("verdict") if result else None
+    return verdict is None or verdict.get("kind") == "incomplete"
+
+
+def _read_result(folder):
+    """The bisect's --json answer in a diagnosis folder, or None."""
+    try:
+        with open(os.path.join(folder, "bisect.json"), "r", encoding="utf-8") as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(result, dict) or not isinstance(result.get("verdict"), dict):
+        return None
+    return result
+
+
+def _write_json(path, data):
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
 
 
 def _alive(pid):
-    """Whether process pid exists (Unix; on Windows the question is not asked: False)."""
+    """Whether process pid exists."""
     if os.name == "nt":
-        return False
+        import ctypes
+
+        kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+        handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+        if not handle:
+            return False
+        try:
+            code = ctypes.c_ulong()
+            ok = kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
+            return bool(ok) and code.value == 259  # STILL_ACTIVE
+        finally:
+            kernel32.CloseHandle(handle)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -672,6 +901,19 @@ def _alive(pid):
     except PermissionError:
         return True
     return True
+
+
+def _is_bisect(pid, session):
+    """Whether pid is alive and (where the system says) still the bisect of that session, not
+    another process that took its number since."""
+    if not _alive(pid):
+        return False
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv = [os.fsdecode(a) for a in f.read().split(b"\0")]
+    except OSError:
+        return True  # no /proc here: the number is all there is
+    return isinstance(session, str) and session in argv
 
 
 def _prompt_of(entry):
@@ -696,6 +938,22 @@ def _prompt_error(entry):
             e = msg[1]
             return {k: e.get(k) for k in ("node_id", "node_type", "exception_type", "exception_message")}
     return None
+
+
+# What status gives of a diagnosis: what the panel shows. The state file keeps the rest (the
+# process ids, the session folder) for this pack alone.
+PUBLIC_DIAGNOSIS = ("state", "prompt_id", "started", "ended", "gpu_held_by_this_comfyui", "resume",
+                    "progress", "verdict", "message")
+
+
+def public_diagnosis(d):
+    if not isinstance(d, dict):
+        return None
+    out = {k: d.get(k) for k in PUBLIC_DIAGNOSIS if k in d}
+    session = d.get("session")
+    out["reportable"] = bool(isinstance(session, str) and os.path.isdir(session)) and \
+        d.get("state") not in ("running", "orphaned", "stopping")
+    return out
 
 
 class Diagnosis:
@@ -746,15 +1004,14 @@ class Diagnosis:
         code = self.proc.wait()
         self.stdout.close()
         self.stderr.close()
-        try:
-            with open(os.path.join(self.folder, "bisect.json"), "r", encoding="utf-8") as f:
-                self.result = json.load(f)
-        except (OSError, ValueError):
-            self.result = None
-        if not isinstance(self.result, dict) or not isinstance(self.result.get("verdict"), dict):
+        self.result = _read_result(self.folder)
+        if self.result is None:
             # The bisect stopped before a verdict: its --json error, or its last words.
-            err = self.result.get("error") if isinstance(self.result, dict) else None
-            self.result = None
+            try:
+                with open(os.path.join(self.folder, "bisect.json"), "r", encoding="utf-8") as f:
+                    err = json.load(f).get("error")
+            except (OSError, ValueError, AttributeError):
+                err = None
             self.error = (err.get("message") if isinstance(err, dict) else None) or \
                 _last_line(os.path.join(self.folder, "bisect.log")) or "vrambisect bisect ended with exit status %d" % code
         self.ended = self.ext.clock()
@@ -778,7 +1035,7 @@ class Diagnosis:
         """Runs done and planned, the configuration under way and its phase, the time left:
         the bisect's own ``progress.json`` in its session folder."""
         try:
-            with open(os.path.join(self.session, "progress.json"), "r", encoding="utf-8") as f:
+            with open(os.path.join(self.session, PROGRESS_FILE), "r", encoding="utf-8") as f:
                 p = json.load(f)
         except (OSError, ValueError):
             p = {}
@@ -794,10 +1051,18 @@ class Diagnosis:
             "elapsed_s": round((self.ended or self.ext.clock()) - self.started, 1),
         }
 
+    def state(self):
+        if self.alive():
+            return "stopping" if self.cancelled else "running"
+        verdict = self.result.get("verdict") if self.result else None
+        # A Cancel that came after the verdict was written changes nothing.
+        if self.cancelled and (verdict is None or verdict.get("kind") == "incomplete"):
+            return "cancelled"
+        return "done" if verdict else "failed"
+
     def describe(self):
         d = {
-            "state": "running" if self.alive() else ("cancelled" if self.cancelled else
-                                                      ("done" if self.result else "failed")),
+            "state": self.state(),
             "prompt_id": self.prompt_id,
             "started": self.started,
             "ended": self.ended,
@@ -805,32 +1070,36 @@ class Diagnosis:
             "gpu_held_by_this_comfyui": self.held,
             "session": self.session,
             # Only a session that got as far as its spec can be resumed.
-            "resume": _resume_line(self.ext, self.session)
-            if os.path.isfile(os.path.join(self.session, "session.json")) else None,
+            "resume": _resume_line(self.ext, self.session),
             "progress": self.progress(),
             "pid": self.proc.pid if self.proc is not None else None,
             "server_pid": os.getpid(),
+            "cancel_requested": self.cancelled,
         }
+        if d["state"] == "stopping":
+            # Still the bisect's own process: an orphan check after a restart must find it.
+            d["state"] = "running"
+            d["stopping"] = True
         if self.result is not None:
             d["verdict"] = summarize_verdict(self.result, self.ext)
         if self.error:
             d["message"] = self.error
+        if self.cancelled and not self.alive() and d["state"] == "cancelled":
+            d["message"] = "cancelled: every finished run is kept"
         return d
 
     def _save(self):
         with self.save_lock:
             try:
-                data = self.describe()
-                path = self.ext._state_file()
-                tmp = path + ".tmp"
-                with open(tmp, "w", encoding="utf-8") as f:
-                    json.dump(data, f, indent=1)
-                os.replace(tmp, path)
+                _write_json(self.ext._state_file(), self.describe())
             except OSError:
                 pass
 
 
 def _resume_line(ext, session):
+    """The line that goes on with a session, once it got as far as its spec (else None)."""
+    if not isinstance(session, str) or not os.path.isfile(os.path.join(session, SPEC_FILE)):
+        return None
     return "%s -m vrambisect bisect --resume %s" % (_quote(ext.host.python), _quote(session))
 
 
@@ -844,8 +1113,9 @@ def _last_line(path):
 
 
 def summarize_verdict(result, ext):
-    """The bisect's JSON reduced to what the panel says, with the launch line for this install
-    (the verdict's own flags: this server's flags with the fix applied)."""
+    """The bisect's JSON reduced to what the panel says, with the launch line for this install:
+    the verdict's own flags (this server's flags with the fix applied) and the networking flags
+    the runs left out on purpose, so that the line starts ComfyUI as the user reaches it."""
     verdict = result.get("verdict") or {}
     kind = verdict.get("kind")
     out = {
@@ -859,7 +1129,9 @@ def summarize_verdict(result, ext):
     }
     flags = verdict.get("flags")
     if kind in ("fixed_by", "caused_by") and isinstance(flags, list):
-        kind_of_install = install_kind(ext.host.python, ext.host.comfyui_dir, list(ext.host.argv))
+        argv = list(ext.host.argv)
+        kind_of_install = install_kind(ext.host.python, ext.host.comfyui_dir, argv)
+        network = split_flags(argv)[1]
         out["launch"] = launch_line(kind_of_install, ext.host.python, ext.host.comfyui_dir,
-                                    [str(f) for f in flags])
+                                    network + [str(f) for f in flags])
     return out

@@ -3,8 +3,9 @@ history, its queue, ``/free``, its log, its folders).
 
 Every request is treated as hostile: a body is at most 4 KiB of JSON naming one of the tool's
 own actions; a state-changing route is a POST that must come from a page this server served
-(core.same_origin, besides ComfyUI's own origin check); the blocking work runs off the event
-loop, one of each kind at a time.
+(core.same_origin, besides ComfyUI's own origin check); a read must name this server by a
+loopback name where it listens on loopback only (core.host_allowed) and come from no other
+site; the blocking work runs off the event loop, one of each kind at a time.
 """
 
 import asyncio
@@ -160,9 +161,16 @@ class Routes:
         return body
 
     def _check_get(self, request):
-        """A read from another site's page (it sends an Origin) is refused; a navigation or a
-        download (no Origin) is not."""
+        """A read is answered only to this server's own page: on a server that listens on
+        loopback only, the Host must be a loopback name (a page of another site whose name was
+        pointed at 127.0.0.1, DNS rebinding, sends its own name and no Origin); a read that
+        carries an Origin must come from this server's origin; a browser's cross-site request
+        is refused. A navigation or a download of this server's page (no Origin) is not."""
+        if not core.host_allowed(request.headers, self.ext.loopback):
+            raise core.Refused(403, "refused: this server is reached by another name than its own", "origin")
         if request.headers.get("Origin") and not core.same_origin(request.headers, self.ext.loopback):
+            raise core.Refused(403, "refused: another site's page", "origin")
+        if (request.headers.get("Sec-Fetch-Site") or "").strip().lower() == "cross-site":
             raise core.Refused(403, "refused: another site's page", "origin")
 
     def _check_post(self, request):
@@ -216,9 +224,10 @@ class Routes:
     @_guarded
     async def download(self, request):
         self._check_get(request)
-        path = self.ext.report_file(request.match_info.get("name", ""))
-        return web.FileResponse(path, headers={
-            "Content-Disposition": 'attachment; filename="%s"' % os.path.basename(path),
+        name = request.match_info.get("name", "")
+        data = await self._blocking(None, self.ext.report_file, name)
+        return web.Response(body=data, headers={
+            "Content-Disposition": 'attachment; filename="%s"' % name,
             "Content-Type": "application/zip",
             "Cache-Control": "no-store",
             "X-Content-Type-Options": "nosniff",

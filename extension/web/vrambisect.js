@@ -152,7 +152,7 @@ class Panel {
   hide() {
     if (this.root) this.root.style.display = "none";
     const d = this.status && this.status.diagnosis;
-    if (d && d.state !== "running") localStorage.setItem(SEEN, String(d.started));
+    if (d && !["running", "orphaned", "stopping"].includes(d.state)) localStorage.setItem(SEEN, String(d.started));
   }
 
   async refresh() {
@@ -235,6 +235,7 @@ class Panel {
       return;
     }
     this.report = r.data;
+    await this.refresh();
     this.render();
     const a = el("a", { href: api.apiURL(`/vrambisect/report/${encodeURIComponent(r.data.name)}`), download: r.data.name });
     document.body.append(a);
@@ -257,12 +258,14 @@ class Panel {
     const shown = this.failure && this.failure.detail ? this.failure.detail.prompt_id : null;
     const mine = d && (!this.failure || d.prompt_id === shown);
     if (d && d.state === "running") body.push(this.renderProgress(d));
-    else if (d && d.state === "orphaned") body.push(this.renderStopped(d));
-    else if (mine && d.verdict) body.push(this.renderVerdict(d));
+    else if (d && ["orphaned", "stopping"].includes(d.state)) body.push(this.renderStopped(d));
     else if (mine && ["cancelled", "stopped", "failed"].includes(d.state)) body.push(this.renderStopped(d));
+    else if (mine && d.verdict) body.push(this.renderVerdict(d));
     // Beside its own diagnosis, the failure is its title and error line only.
     if (this.failure) body.push(this.renderFailure(Boolean(mine && (d.state === "running" || d.verdict))));
     if (this.report) body.push(this.renderReport());
+    const removed = this.renderRemoved();
+    if (removed) body.push(removed);
     if (this.message) body.push(el("section", { class: "vb-error vb-message" }, this.message));
     body.push(this.renderButtons());
     this.root.replaceChildren(...body);
@@ -349,11 +352,24 @@ class Panel {
   }
 
   renderStopped(d) {
-    const title = { cancelled: "Diagnosis cancelled", failed: "The diagnosis could not run", orphaned: "A diagnosis is still running" }[d.state] || "Diagnosis stopped";
+    const title = { cancelled: "Diagnosis cancelled", failed: "The diagnosis could not run", orphaned: "A diagnosis is still running", stopping: "Stopping the diagnosis…" }[d.state] || "Diagnosis stopped";
+    const v = d.verdict;
+    const runs = v && v.runs_total !== null && v.runs_total !== undefined ? `${v.runs_total} run${v.runs_total === 1 ? "" : "s"} finished. ` : "";
     return el("section", { class: "vb-stopped" }, el("h3", {}, title),
       d.message ? el("div", { class: d.state === "failed" ? "vb-error" : "" }, d.message) : null,
-      d.resume ? el("div", { class: "vb-label" }, "Every finished run is kept; go on with: ") : null,
-      d.resume ? el("pre", {}, d.resume) : null);
+      d.resume ? el("div", { class: "vb-label" }, `${runs}Every finished run is kept; go on with: `) : null,
+      d.resume ? el("pre", { class: "vb-resume" }, d.resume) : null);
+  }
+
+  // What the last clean-up removed (the newest diagnoses and reports are kept).
+  renderRemoved() {
+    const r = (this.status && this.status.removed) || {};
+    const lines = [];
+    for (const [kind, what] of Object.entries(r)) {
+      if (!what || !what.names || !what.names.length) continue;
+      lines.push(`Removed ${what.names.length} older ${kind} from ${what.folder} (the newest ${what.kept} are kept${kind === "diagnoses" ? ", and any you can still resume" : ""}): ${what.names.join(", ")}`);
+    }
+    return lines.length ? el("section", { class: "vb-label vb-removed" }, ...lines.map((l) => el("div", {}, l))) : null;
   }
 
   renderReport() {
@@ -364,7 +380,7 @@ class Panel {
       el("div", {}, "Downloaded ", el("a", { href: api.apiURL(`/vrambisect/report/${encodeURIComponent(r.name)}`), download: r.name }, r.name),
         r.diagnosed ? " (with the diagnosis's runs)." : " (the failure as it happened: nothing was rerun)."),
       el("div", { class: "vb-label" }, red.enabled ? `Redacted: ${kinds || "nothing needed it"}.` : "Not redacted."),
-      el("div", {}, "Attach it to a new issue: ", el("a", { href: r.template, target: "_blank", rel: "noopener noreferrer" }, "ComfyUI's bug report form")));
+      r.template ? el("div", {}, "Attach it to a new issue: ", el("a", { href: r.template, target: "_blank", rel: "noopener noreferrer" }, "ComfyUI's bug report form")) : null);
   }
 
   renderButtons() {
@@ -373,8 +389,9 @@ class Panel {
     const ok = s && s.tool.ok;
     const d = s && s.diagnosis;
     const row = el("div", { class: "vb-buttons" });
-    if (running || (d && d.state === "orphaned")) {
-      row.append(el("button", { class: "vb vb-cancel", disabled: Boolean(this.stopping), onclick: () => this.cancel() }, this.stopping ? "Stopping…" : "Cancel"));
+    if (running || (d && ["orphaned", "stopping"].includes(d.state))) {
+      const stopping = Boolean(this.stopping) || (d && d.state === "stopping");
+      row.append(el("button", { class: "vb vb-cancel", disabled: stopping, onclick: () => this.cancel() }, stopping ? "Stopping…" : "Cancel"));
       return row;
     }
     if (this.diagnosable() && this.failure.detail && this.failure.detail.prompt_id) {
@@ -383,7 +400,7 @@ class Panel {
     }
     // The diagnosis's bundle, or the failure's as it happened (nothing rerun).
     const failed = this.failure && this.failure.detail && this.failure.detail.prompt_id;
-    if (failed || (d && d.session && d.state !== "running")) {
+    if (failed || (d && d.reportable)) {
       row.append(el("button", { class: "vb vb-report-button", disabled: !ok, onclick: () => this.writeReport() }, "Write bug report"));
     }
     row.append(el("button", { class: "vb vb-quiet vb-dismiss", onclick: () => this.hide() }, "Dismiss"));
@@ -426,9 +443,10 @@ app.registerExtension({
     // A diagnosis under way, or a verdict not yet seen, is shown again after a reload or a restart.
     if (await panel.refresh()) {
       const d = panel.status.diagnosis;
-      if (d && (d.state === "running" || localStorage.getItem(SEEN) !== String(d.started))) {
+      const live = d && ["running", "orphaned", "stopping"].includes(d.state);
+      if (d && (live || localStorage.getItem(SEEN) !== String(d.started))) {
         panel.show();
-        if (d.state === "running") panel.follow();
+        if (live) panel.follow();
       }
     }
   },

@@ -9,6 +9,7 @@ mod bisect_cli;
 mod cli_input;
 mod doctor_cli;
 mod explain_cli;
+mod extension_contract;
 mod fake_comfyui;
 mod fake_gpu;
 mod gpu_check;

@@ -9,11 +9,14 @@ ComfyUI in tests/extension/browser.py.
 """
 
 import asyncio
+import glob
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +45,23 @@ def load_pack():
 
 
 pack, core, routes = load_pack()
+
+
+def _group_alive(pid):
+    try:
+        os.killpg(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _kill_group(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 class Queue:
@@ -129,6 +149,12 @@ class RoutesTest(unittest.TestCase):
         self.loop.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
+    def restart(self):
+        """This server's extension made anew (as at ComfyUI's start), with its routes."""
+        self.loop.run_until_complete(self.client.close())
+        self.ext = core.Extension(self.host, self.log)
+        self.client = self.loop.run_until_complete(self._client())
+
     async def _client(self):
         r = routes.Routes(self.ext)
         table = web.RouteTableDef()
@@ -202,6 +228,90 @@ class RoutesTest(unittest.TestCase):
             self.assertFalse(core.same_origin({"Host": name + ":8188", "Origin": "http://%s:8188" % name}, True), name)
             self.assertFalse(core.listens_on_loopback_only(["--listen", name]), name)
 
+    def test_dns_rebinding_reads_nothing_from_any_route(self):
+        # A report that exists, so that its route would have something to give.
+        status, rep, _ = self.request("POST", "/vrambisect/report", {"prompt_id": "p-1"})
+        self.assertEqual(status, 200, rep)
+        port = self.client.port
+        routes_all = [("GET", "/vrambisect/status"), ("GET", "/vrambisect/report/" + rep["name"]),
+                      ("POST", "/vrambisect/scan"), ("POST", "/vrambisect/diagnose"),
+                      ("POST", "/vrambisect/cancel"), ("POST", "/vrambisect/report")]
+        rebound = [
+            # A browser's same-origin request from the rebound page: its own name, no Origin on a GET.
+            {"Host": "evil.example:%d" % port, "Origin": None},
+            {"Host": "evil.example:%d" % port, "Origin": "http://evil.example:%d" % port},
+            {"Host": "127.0.0.1.nip.io:%d" % port, "Origin": None},
+        ]
+        for method, path in routes_all:
+            for headers in rebound:
+                status, body, _ = self.request(method, path, {"prompt_id": "p-1"} if method == "POST" else None,
+                                               headers)
+                self.assertEqual(status, 403, (method, path, headers, body))
+        # A browser says another site asked: refused even with this server's own Host.
+        for method, path in routes_all[:2]:
+            status, _, _ = self.request(method, path, headers={"Origin": None, "Sec-Fetch-Site": "cross-site"})
+            self.assertEqual(status, 403, path)
+        self.assertIsNone(self.ext.diagnosis)
+        # The same GETs from this server's page are answered.
+        status, _, _ = self.request("GET", "/vrambisect/status", headers={"Origin": None, "Sec-Fetch-Site": "same-origin"})
+        self.assertEqual(status, 200)
+        # A server that listens beyond loopback cannot know the names it is reached by.
+        self.assertTrue(core.host_allowed({"Host": "my-box.lan:8188"}, False))
+        self.assertFalse(core.host_allowed({"Host": "my-box.lan:8188"}, True))
+        self.assertFalse(core.host_allowed({}, True))
+
+    def test_status_and_reports_carry_no_path_but_the_resume_line(self):
+        status, body, _ = self.request("GET", "/vrambisect/status", headers={"Origin": None})
+        self.assertNotIn(self.tmp, json.dumps(body))
+        status, rep, _ = self.request("POST", "/vrambisect/report", {"prompt_id": "p-1"})
+        self.assertEqual(status, 200, rep)
+        self.assertNotIn(self.tmp, json.dumps(rep))
+        self.assertEqual(rep["template"], "https://github.com/Comfy-Org/ComfyUI/issues/new?template=bug-report.yml")
+        # Names are not guessable: 128 random bits after the time.
+        status, again, _ = self.request("POST", "/vrambisect/report", {"prompt_id": "p-1"})
+        self.assertNotEqual(rep["name"][-36:], again["name"][-36:])
+        guessed = rep["name"][:-36] + "0" * 32 + ".zip"
+        status, _, _ = self.request("GET", "/vrambisect/report/" + guessed, headers={"Origin": None})
+        self.assertEqual(status, 404)
+
+    def test_a_report_replaced_by_a_link_or_not_written_here_is_not_served(self):
+        status, rep, _ = self.request("POST", "/vrambisect/report", {"prompt_id": "p-1"})
+        self.assertEqual(status, 200, rep)
+        reports = os.path.join(self.user, "vrambisect", "reports")
+        secret = os.path.join(self.tmp, "secret.txt")
+        with open(secret, "w") as f:
+            f.write("private")
+        path = os.path.join(reports, rep["name"])
+        os.remove(path)
+        os.symlink(secret, path)
+        status, body, _ = self.request("GET", "/vrambisect/report/" + rep["name"], headers={"Origin": None})
+        self.assertEqual(status, 404, body)
+        # A file of the right shape that this server did not write (another server's, planted).
+        planted = "vrambisect-report-20261206-101010-" + "a" * 32 + ".zip"
+        with open(os.path.join(reports, planted), "wb") as f:
+            f.write(b"PK")
+        status, _, _ = self.request("GET", "/vrambisect/report/" + planted, headers={"Origin": None})
+        self.assertEqual(status, 404)
+        # A folder of reports that is itself a link.
+        status, rep, _ = self.request("POST", "/vrambisect/report", {"prompt_id": "p-1"})
+        moved = os.path.join(self.tmp, "elsewhere")
+        os.rename(reports, moved)
+        os.symlink(moved, reports)
+        status, _, _ = self.request("GET", "/vrambisect/report/" + rep["name"], headers={"Origin": None})
+        self.assertEqual(status, 404)
+
+    def test_loose_inputs_are_refused(self):
+        status, body, _ = self.request("POST", "/vrambisect/report", {"prompt_id": "not-in-history"})
+        self.assertEqual(status, 404, body)
+        self.assertIn("not in this server's history", body["error"]["message"])
+        self.assertFalse(os.path.isdir(os.path.join(self.user, "vrambisect", "reports"))
+                         and os.listdir(os.path.join(self.user, "vrambisect", "reports")), "no bundle written")
+        for bad in (7, 7.5, True, ["p-1"], {"a": 1}, "../x"):
+            for path in ("/vrambisect/scan", "/vrambisect/report", "/vrambisect/diagnose"):
+                status, body, _ = self.request("POST", path, {"prompt_id": bad})
+                self.assertEqual(status, 400, (path, bad, body))
+                self.assertEqual(body["error"]["message"].count("\n"), 0)
+
     def test_only_json_naming_an_action_is_taken(self):
         status, body, _ = self.request("POST", "/vrambisect/scan", raw="prompt_id=p-1",
                                        headers={"Content-Type": "application/x-www-form-urlencoded"})
@@ -274,7 +384,8 @@ class RoutesTest(unittest.TestCase):
         status, body, _ = self.request("POST", "/vrambisect/diagnose", {"prompt_id": "p-1"})
         self.assertEqual(status, 202, body)
         self.assertEqual(self.host.freed, 1, "ComfyUI's models are unloaded first")
-        folder = os.path.dirname(body["session"])
+        self.assertNotIn("session", body, "no path of this machine in what the panel gets")
+        folder = os.path.dirname(self.ext.diagnosis.session)
         with open(os.path.join(folder, "prompt.json"), encoding="utf-8") as f:
             self.assertEqual(json.load(f), self.host.entries["p-1"]["prompt"][2])
         self.assertTrue(os.path.isfile(os.path.join(folder, "workflow.json")))
@@ -290,7 +401,9 @@ class RoutesTest(unittest.TestCase):
         v = d["verdict"]
         self.assertEqual(v["kind"], "fixed_by")
         self.assertEqual(v["fixing_flags"], ["--disable-dynamic-vram"])
-        self.assertTrue(v["launch"]["line"].endswith("main.py --disable-dynamic-vram"), v["launch"])
+        # The line starts ComfyUI as the user reaches it: the networking flags stay.
+        self.assertTrue(v["launch"]["line"].endswith("main.py --listen 127.0.0.1 --port 8188 --disable-dynamic-vram"),
+                        v["launch"])
         self.assertEqual(d["progress"]["runs_done"], v["runs_total"])
         self.assertEqual(d["gpu_held_by_this_comfyui"]["device"], "cpu")
         status, _, _ = self.request("POST", "/prompt", {"prompt": {}})
@@ -331,12 +444,93 @@ class RoutesTest(unittest.TestCase):
         done = self.wait_done(timeout=90)["diagnosis"]
         self.assertEqual(done["state"], "cancelled", done)
         self.assertIn("--resume", done["resume"])
+        if "verdict" in done:
+            self.assertEqual(done["verdict"]["kind"], "incomplete", done)
+        # Read back after a restart, it is still a cancelled diagnosis.
+        again = core.Extension(self.host, self.log).status()["diagnosis"]
+        self.assertEqual(again["state"], "cancelled", again)
+        self.assertEqual(again["resume"], done["resume"])
         self.assertTrue(os.path.isfile(os.path.join(d.session, "session.json")))
         # The bisect's process group (it and the ComfyUI it started) is gone.
         with self.assertRaises(ProcessLookupError):
             os.killpg(d.proc.pid, 0)
         status, body, _ = self.request("POST", "/vrambisect/cancel", {})
         self.assertEqual(status, 409)
+
+    def test_the_runs_get_the_environment_comfyui_was_started_with(self):
+        # What ComfyUI's cuda_malloc step does in its own process, after it started (so not in
+        # the start environment the system keeps).
+        with open("/proc/self/environ", "rb") as f:
+            self.assertNotIn(b"PYTORCH_CUDA_ALLOC_CONF=", f.read())
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+        self.addCleanup(os.environ.pop, "PYTORCH_CUDA_ALLOC_CONF", None)
+        self.restart()
+        self.host.argv = ["--disable-cuda-malloc"]
+        self.assertEqual(self.ext.tool.changed_env, {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"})
+        self.assertNotIn("PYTORCH_CUDA_ALLOC_CONF", self.ext.tool.child_env())
+        status, body, _ = self.request("POST", "/vrambisect/diagnose", {"prompt_id": "p-1"})
+        self.assertEqual(status, 202, body)
+        d = self.wait_done()["diagnosis"]
+        self.assertEqual(d["state"], "done", d)
+        records = sorted(glob.glob(os.path.join(self.ext.diagnosis.session, "runs", "*", "record.json")))
+        self.assertTrue(records)
+        for path in records:
+            with open(path, encoding="utf-8") as f:
+                rec = json.load(f)
+            self.assertIn("--disable-cuda-malloc", rec["argv"])
+            # The stand-in's cuda_malloc step, as ComfyUI's: an inherited backend would win.
+            self.assertEqual(rec["effective"]["allocator"], "native", path)
+        status, rep, _ = self.request("POST", "/vrambisect/report", {})
+        self.assertEqual(status, 200, rep)
+        status, content, _ = self.request("GET", "/vrambisect/report/" + rep["name"], headers={"Origin": None})
+        path = os.path.join(self.tmp, "env.zip")
+        with open(path, "wb") as f:
+            f.write(content)
+        with zipfile.ZipFile(path) as z:
+            env = json.loads(z.read("environment.json"))
+            issue = z.read("ISSUE.md").decode()
+        self.assertNotIn("PYTORCH_CUDA_ALLOC_CONF", env["env"]["value"], env["env"])
+        self.assertEqual(env["env_set_by_comfyui"]["value"], {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"})
+        self.assertIn("Set by ComfyUI itself", issue)
+
+    def test_the_launch_line_keeps_the_flags_the_runs_left_out(self):
+        self.host.argv = ["--listen", "0.0.0.0", "--port", "8189", "--disable-auto-launch"]
+        self.restart()
+        status, body, _ = self.request("POST", "/vrambisect/diagnose", {"prompt_id": "p-1"})
+        self.assertEqual(status, 202, body)
+        argv = self.ext.diagnosis.argv
+        for left_out in ("--listen", "0.0.0.0", "--port", "8189", "--disable-auto-launch"):
+            self.assertNotIn(left_out, argv, "the runs start their own ComfyUI on loopback")
+        v = self.wait_done()["diagnosis"]["verdict"]
+        self.assertEqual(v["kind"], "fixed_by", v)
+        line = v["launch"]["line"]
+        self.assertTrue(line.endswith("main.py --listen 0.0.0.0 --port 8189 --disable-auto-launch --disable-dynamic-vram"),
+                        line)
+        self.assertEqual(core.split_flags(["--listen", "--port=1", "--cpu", "--enable-cors-header", "*"]),
+                         (["--cpu"], ["--listen", "--port=1", "--enable-cors-header", "*"]))
+
+    def test_old_results_are_removed_with_a_word_and_resumable_ones_kept(self):
+        root = os.path.join(self.user, "vrambisect", "diagnoses")
+        for i in range(12):
+            folder = os.path.join(root, "20260101-0000%02d" % i)
+            os.makedirs(os.path.join(folder, "session"))
+            with open(os.path.join(folder, "session", "session.json"), "w") as f:
+                f.write("{}")
+            if i not in (0, 3):  # 0 and 3 were cancelled: they can be resumed
+                with open(os.path.join(folder, "bisect.json"), "w") as f:
+                    json.dump({"verdict": {"kind": "fixed_by"}}, f)
+        status, body, _ = self.request("POST", "/vrambisect/diagnose", {"prompt_id": "p-1"})
+        self.assertEqual(status, 202, body)
+        self.wait_done()
+        left = sorted(os.listdir(root))
+        self.assertIn("20260101-000000", left)
+        self.assertIn("20260101-000003", left)
+        status, body, _ = self.request("GET", "/vrambisect/status", headers={"Origin": None})
+        removed = body["removed"]["diagnoses"]
+        # The newest 10 stay (the new one among them), and an older one that can be resumed.
+        self.assertEqual(removed["names"], ["20260101-000001", "20260101-000002"])
+        self.assertEqual(removed["kept"], 10)
+        self.assertEqual(len(left), 11, left)
 
     def test_a_failure_is_reported_as_it_happened_without_a_diagnosis(self):
         status, body, _ = self.request("POST", "/vrambisect/report", {})
@@ -346,7 +540,7 @@ class RoutesTest(unittest.TestCase):
         status, rep, _ = self.request("POST", "/vrambisect/report", {"prompt_id": "p-1"})
         self.assertEqual(status, 200, rep)
         self.assertFalse(rep["diagnosed"])
-        self.assertTrue(rep["name"].endswith("-failure.zip"), rep["name"])
+        self.assertRegex(rep["name"], r"^vrambisect-report-\d{8}-\d{6}-failure-[0-9a-f]{32}\.zip$")
         self.assertEqual(rep["report"]["source_kind"], "failure")
         self.assertEqual(rep["report"]["runs"], 0)
         status, content, _ = self.request("GET", "/vrambisect/report/" + rep["name"], headers={"Origin": None})
@@ -374,28 +568,87 @@ class RoutesTest(unittest.TestCase):
         self.assertIn("main.py", d["message"])
         self.assertIsNone(d["resume"], "no session to resume")
 
-    def test_a_diagnosis_left_running_by_an_earlier_comfyui_is_not_doubled(self):
-        import subprocess
-        # A program that SIGINT ends (as it ends the bisect's group).
-        orphan = subprocess.Popen(["sleep", "60"], start_new_session=True)
-        try:
-            os.makedirs(os.path.join(self.user, "vrambisect"), exist_ok=True)
-            with open(os.path.join(self.user, "vrambisect", "last-diagnosis.json"), "w") as f:
-                json.dump({"state": "running", "pid": orphan.pid, "server_pid": orphan.pid + 1,
-                           "prompt_id": "p-1", "session": "/nowhere"}, f)
-            status, body, _ = self.request("GET", "/vrambisect/status", headers={"Origin": None})
-            self.assertEqual(body["diagnosis"]["state"], "orphaned", body)
-            status, body, _ = self.request("POST", "/vrambisect/diagnose", {"prompt_id": "p-1"})
-            self.assertEqual(status, 409, body)
-            self.assertIn("still running", body["error"]["message"])
-            status, body, _ = self.request("POST", "/vrambisect/cancel", {})
-            self.assertEqual(status, 200, body)
-            self.assertEqual(orphan.wait(timeout=10), -signal.SIGINT)
-            status, body, _ = self.request("GET", "/vrambisect/status", headers={"Origin": None})
-            self.assertEqual(body["diagnosis"]["state"], "stopped", body)
-        finally:
-            if orphan.poll() is None:
-                orphan.kill()
+    def start_in_a_first_comfyui(self, scenario=None):
+        """A diagnosis started by another ComfyUI process, which is then stopped with SIGTERM
+        (Python's default: no atexit): its bisect goes on with no server watching it."""
+        if scenario:
+            shutil.copy(os.path.join(self.comfyui, "examples", scenario), os.path.join(self.comfyui, "scenario.json"))
+        code = (
+            "import os, signal, sys, time\n"
+            "sys.path.insert(0, %r)\n"
+            "import test_routes as t\n"
+            "host = t.Host(%r, %r, [])\n"
+            "ext = t.core.Extension(host, t.Log('log'))\n"
+            "d = ext.diagnose('p-1')\n"
+            "session = ext.diagnosis.session\n"
+            "deadline = time.time() + 60\n"
+            "while time.time() < deadline and not os.path.isfile(os.path.join(session, 'progress.json')):\n"
+            "    time.sleep(0.1)\n"
+            "print(ext.diagnosis.proc.pid, flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGTERM)\n"
+        ) % (os.path.dirname(os.path.abspath(__file__)), self.comfyui, self.user)
+        first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        self.assertEqual(first.returncode, -signal.SIGTERM, first.stderr)
+        pid = int(first.stdout.split()[0])
+        self.addCleanup(_kill_group, pid)
+        return pid
+
+    def test_a_diagnosis_that_outlives_its_comfyui_holds_prompts_back_and_cancels_with_its_resume_line(self):
+        pid = self.start_in_a_first_comfyui("hang-on-load.json")
+        # This server (a new process of ComfyUI) finds it still running.
+        status, body, _ = self.request("GET", "/vrambisect/status", headers={"Origin": None})
+        self.assertEqual(body["diagnosis"]["state"], "orphaned", body)
+        self.assertTrue(body["running"], body)
+        self.assertIn("--resume", body["diagnosis"]["resume"] or "", body)
+        status, refused, _ = self.request("POST", "/prompt", {"prompt": {}})
+        self.assertEqual(status, 400, "prompts are held back while the orphan runs")
+        self.assertEqual(refused["error"]["type"], "vrambisect_diagnosis_running")
+        status, body, _ = self.request("POST", "/vrambisect/diagnose", {"prompt_id": "p-1"})
+        self.assertEqual(status, 409, body)
+        self.assertIn("still running", body["error"]["message"])
+        status, body, _ = self.request("POST", "/vrambisect/report", {})
+        self.assertEqual(status, 409, body)
+        status, body, _ = self.request("POST", "/vrambisect/cancel", {})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["state"], "stopping", body)
+        self.assertIn("--resume", body["resume"] or "", body)
+        deadline = time.time() + 60
+        while time.time() < deadline and _group_alive(pid):
+            time.sleep(0.1)
+        self.assertFalse(_group_alive(pid), "the bisect and the ComfyUI it started are gone")
+        done = self.wait_done()["diagnosis"]
+        self.assertEqual(done["state"], "cancelled", done)
+        self.assertIn("--resume", done["resume"], done)
+        session = done["resume"].split("--resume ", 1)[1].strip('"')
+        self.assertTrue(os.path.isfile(os.path.join(session, "journal.jsonl")) or
+                        os.path.isfile(os.path.join(session, "session.json")))
+        status, _, _ = self.request("POST", "/prompt", {"prompt": {}})
+        self.assertEqual(status, 200, "prompts are taken again")
+
+    def test_a_diagnosis_that_outlives_its_comfyui_is_read_back_with_its_verdict(self):
+        pid = self.start_in_a_first_comfyui()
+        deadline = time.time() + 120
+        while time.time() < deadline and _group_alive(pid):
+            time.sleep(0.2)
+        done = self.wait_done()["diagnosis"]
+        self.assertEqual(done["state"], "done", done)
+        self.assertEqual(done["verdict"]["kind"], "fixed_by", done)
+        self.assertTrue(done["reportable"], done)
+
+    def test_a_process_that_took_an_orphans_number_is_not_taken_for_it(self):
+        other = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        self.addCleanup(other.kill)
+        os.makedirs(os.path.join(self.user, "vrambisect"), exist_ok=True)
+        with open(os.path.join(self.user, "vrambisect", "last-diagnosis.json"), "w") as f:
+            json.dump({"state": "running", "pid": other.pid, "server_pid": other.pid + 1,
+                       "prompt_id": "p-1", "session": os.path.join(self.tmp, "s")}, f)
+        status, body, _ = self.request("GET", "/vrambisect/status", headers={"Origin": None})
+        self.assertEqual(body["diagnosis"]["state"], "stopped", body)
+        status, _, _ = self.request("POST", "/prompt", {"prompt": {}})
+        self.assertEqual(status, 200)
+        status, body, _ = self.request("POST", "/vrambisect/cancel", {})
+        self.assertEqual(status, 409, body)
+        self.assertIsNone(other.poll(), "an unrelated process is never signalled")
 
     def test_comfyui_exiting_stops_the_diagnosis(self):
         shutil.copy(os.path.join(self.comfyui, "examples", "hang-on-load.json"),
@@ -454,6 +707,32 @@ class PureTest(unittest.TestCase):
         self.assertFalse(core.listens_on_loopback_only(["--listen"]))
         self.assertFalse(core.listens_on_loopback_only(["--listen", "0.0.0.0"]))
         self.assertFalse(core.listens_on_loopback_only(["--listen=127.0.0.1,192.168.1.2"]))
+
+    def test_the_start_environment_is_what_the_process_was_given(self):
+        code = ("import json, os, sys\n"
+                "sys.path.insert(0, %r)\n"
+                "import test_routes as t\n"
+                "os.environ['PYTORCH_CUDA_ALLOC_CONF'] += ',backend:cudaMallocAsync'\n"
+                "os.environ['FROM_A_NODE_PACK'] = '1'\n"
+                "del os.environ['REMOVED_LATER']\n"
+                "start, known = t.core.start_environment()\n"
+                "tool = t.core.Tool(sys.executable)\n"
+                "print(json.dumps([start.get('PYTORCH_CUDA_ALLOC_CONF'), 'FROM_A_NODE_PACK' in start,\n"
+                "                  start.get('REMOVED_LATER'), known, tool.changed_env,\n"
+                "                  tool.child_env().get('PYTORCH_CUDA_ALLOC_CONF'),\n"
+                "                  json.loads(tool.report_env()['VRAMBISECT_COMFYUI_SET_ENV'])]))\n"
+                ) % os.path.dirname(os.path.abspath(__file__))
+        env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", REMOVED_LATER="x")
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        changed = {"FROM_A_NODE_PACK": "1", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,backend:cudaMallocAsync",
+                   "REMOVED_LATER": None}
+        self.assertEqual(json.loads(out.stdout), ["expandable_segments:True", False, "x", True, changed,
+                                                  "expandable_segments:True", changed])
+        # Where the start cannot be read, the environment now is given and nothing is claimed.
+        env, known = core.start_environment(proc_environ="/nonexistent/environ")
+        self.assertFalse(known)
+        self.assertEqual(env, dict(os.environ))
 
     def test_launch_lines(self):
         py = r"C:\AI\ComfyUI_windows_portable\python_embeded\python.exe"
