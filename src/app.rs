@@ -241,6 +241,7 @@ fn bisect_request(args: BisectArgs) -> Result<crate::bisect::command::Request, F
                 custom_nodes_check: !args.no_custom_nodes_check,
                 quick: args.quick,
                 overlay: None,
+                first_fix: args.first_fix,
             }))
         }
         // clap requires it without --resume.

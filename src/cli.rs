@@ -304,10 +304,10 @@ pub struct SampleArgs {
 /// What a new bisect is given and a resumed one keeps from its session: `--resume` refuses
 /// them ([`LimitArgs`] last).
 #[rustfmt::skip]
-const BISECT_NEW_ONLY: [&str; 16] = [
+const BISECT_NEW_ONLY: [&str; 17] = [
     "comfyui", "workflow", "toggle", "strategy", "repeat", "output", "launcher", "python",
-    "confidence", "quick", "no_custom_nodes_check", "base", "iterations", "timeout",
-    "stall_timeout", "startup_timeout",
+    "confidence", "quick", "no_custom_nodes_check", "first_fix", "base", "iterations",
+    "timeout", "stall_timeout", "startup_timeout",
 ];
 
 #[derive(Debug, Args)]
@@ -377,6 +377,11 @@ pub struct BisectArgs {
     /// (made when the install has custom nodes: maintainers ask for it first).
     #[arg(help_heading = "Search", long)]
     pub no_custom_nodes_check: bool,
+    /// Stop at the first fix found. By default the search goes on, within a bounded number
+    /// of runs it states first, for a cheaper one: one that keeps Dynamic VRAM on, then the
+    /// faster, the fewer flags, the smaller value.
+    #[arg(help_heading = "Search", long)]
+    pub first_fix: bool,
     /// Your ComfyUI flags: part of the question (removing one may be the fix).
     #[arg(last = true, value_name = "BASE_FLAGS", allow_hyphen_values = true)]
     pub base: Vec<String>,

@@ -44,12 +44,19 @@ pub struct StartupFacts {
     pub url: Option<String>,
     /// The server finished starting (the `To see the GUI` line was seen).
     pub ready: bool,
+    /// ComfyUI warned that a flag it was given will be removed (`Dynamic vram disabled with
+    /// argument. … this argument will be removed soon`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub flag_removal_warned: bool,
 }
 
 impl StartupFacts {
     /// Reads one normalised line.
     pub fn observe(&mut self, line: &str) {
         let line = line.trim_end();
+        if line.contains("argument will be removed") {
+            self.flag_removal_warned = true;
+        }
         if let Some(rest) = line.strip_prefix("Total VRAM ") {
             // "Total VRAM 24106 MB, total RAM 24106 MB"
             let mut nums = rest

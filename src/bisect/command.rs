@@ -71,6 +71,8 @@ pub struct NewSession {
     pub quick: crate::workflow::quick::Quick,
     /// Packages put in front of the Python's own (see [`SessionSpec::overlay`]).
     pub overlay: Option<crate::run::Overlay>,
+    /// `--first-fix`.
+    pub first_fix: bool,
 }
 
 impl NewSession {
@@ -94,6 +96,8 @@ impl NewSession {
             custom_nodes_check: self.custom_nodes_check,
             quick: self.quick,
             overlay: self.overlay.clone(),
+            value_ceiling: None,
+            first_fix: self.first_fix,
         }
     }
 }
@@ -118,6 +122,10 @@ pub fn default_toggles(
     let why;
     if flags.has("--disable-dynamic-vram") {
         out = DEFAULT_TOGGLES.iter().map(|s| s.to_string()).collect();
+        // The headroom Dynamic VRAM keeps free: its least passing value is searched.
+        if flags.has("--vram-headroom") {
+            out.push("--vram-headroom".into());
+        }
         why = "the default set for an install with Dynamic VRAM".to_string();
     } else {
         out = [
@@ -167,6 +175,17 @@ pub fn run(
         ))
         .hint("use the adaptive strategy, or fewer toggles"));
     }
+    let cheaper_budget = (!o.spec.first_fix && o.spec.strategy == Strategy::Adaptive)
+        .then(|| Search::cheaper_budget(&o.space));
+    if let Some(n) = cheaper_budget
+        && o.entries.is_empty()
+        && !o.space.dims.is_empty()
+    {
+        let _ = writeln!(
+            err,
+            "after a first fix, up to {n} more runs look for a cheaper one (one that keeps Dynamic VRAM on, or faster); --first-fix stops at the first"
+        );
+    }
     let launcher_line = launcher_line(&o.spec, &o.target.python);
     let defaults = o.target.defaults.clone();
     // The RAM guard is the machine's, not the session's: it comes with the request.
@@ -183,7 +202,7 @@ pub fn run(
     };
     let mut progress = BisectProgress::new(
         progress_visible,
-        planned_runs(&o.space, o.spec.strategy, o.spec.repeat),
+        planned_runs(&o.space, o.spec.strategy, o.spec.repeat) + u64::from(cheaper_budget.unwrap_or(0)),
         o.entries.len() as u64,
     )
     .with_file(o.dir.join(PROGRESS_FILE));
@@ -347,7 +366,9 @@ fn start(new: &NewSession, req: &Request, err: &mut dyn std::io::Write) -> Resul
         spec.python = Some(python.path.clone());
         spec.python_source = Some(python.source.clone());
     }
+    spec.value_ceiling = value_ceiling(req.nvml_lib.as_deref());
     let (space, toggles, toggle_set) = space_of(&spec, &target)?;
+    say_value_searches(&space, err);
     // The default set is kept as chosen, so a resume searches the same space even if ComfyUI
     // was updated in between.
     if spec.default_toggles {
@@ -369,6 +390,48 @@ fn start(new: &NewSession, req: &Request, err: &mut dyn std::io::Write) -> Resul
         toggle_set,
         _owner: owner,
     }))
+}
+
+/// The most a value search tries: the memory of the largest NVIDIA GPU (NVML), else the
+/// system's RAM (what ComfyUI counts as VRAM on the CPU and on unified memory).
+fn value_ceiling(nvml_lib: Option<&Path>) -> Option<super::space::Ceiling> {
+    const GB: f64 = (1u64 << 30) as f64;
+    if let Ok(now) = crate::machine::nvml_now(crate::nvidia::nvml_lib(nvml_lib).as_deref())
+        && let Some((g, total)) = now
+            .gpus
+            .iter()
+            .filter_map(|g| g.total_bytes.map(|t| (g, t)))
+            .max_by_key(|(_, t)| *t)
+    {
+        return Some(super::space::Ceiling {
+            gb: total as f64 / GB,
+            from: format!(
+                "the memory of {}",
+                g.name.as_deref().unwrap_or("the GPU")
+            ),
+        });
+    }
+    let mut sys = sysinfo::System::new().ok()?;
+    sys.refresh_memory();
+    (sys.total_memory() > 0).then(|| super::space::Ceiling {
+        gb: sys.total_memory() as f64 / GB,
+        from: "this machine's RAM (no NVIDIA GPU was seen)".into(),
+    })
+}
+
+/// One line per flag whose value is searched: the range and where its end comes from.
+fn say_value_searches(space: &Space, err: &mut dyn std::io::Write) {
+    for v in &space.value_searches {
+        let _ = writeln!(
+            err,
+            "{}: the least value that passes is searched, {} to {} GB in steps of {} GB (the upper end: {})",
+            v.flag,
+            super::space::format_gb(super::space::VALUE_STEP_GB),
+            super::space::format_gb(v.max_gb),
+            super::space::format_gb(super::space::VALUE_STEP_GB),
+            v.from
+        );
+    }
 }
 
 /// The command that resumes the session in `dir`, started as vrambisect was.
@@ -538,7 +601,8 @@ fn space_of(spec: &SessionSpec, target: &Target) -> Result<(Space, Vec<String>, 
         env: spec.env.clone(),
         ..Context::new(Platform::host())
     };
-    let space = Space::new(&target.flags, version, ctx, &spec.base_flags, &toggles);
+    let space = Space::new(&target.flags, version, ctx, &spec.base_flags, &toggles)
+        .with_ceiling(spec.value_ceiling.as_ref());
     if !spec.default_toggles
         && let Some(s) = space.skipped.iter().find(|s| s.refused)
     {

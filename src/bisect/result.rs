@@ -1,6 +1,8 @@
 //! The result of a bisect: the contract's JSON, the statement a person can paste, the table.
 
-use super::search::{Found, NoFix, QuickState, RunKind, Strategy, Tally, Trial, VerdictKind};
+use super::search::{
+    Cheaper, Fix, Found, NoFix, QuickState, RunKind, Strategy, Tally, Trial, VerdictKind,
+};
 use super::space::{Skipped, Space};
 use crate::outcome::Outcome;
 use crate::output::{Answer, Style};
@@ -40,6 +42,19 @@ pub struct Verdict {
     /// For flaky failures: how often configurations without the fix failed (90% interval).
     #[serde(default)]
     pub failure_rate: Option<FailureRate>,
+    /// The recommended fix (`fixing_flags`), with what it cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fix: Option<Fix>,
+    /// The other fixes that passed, best first: each with its flags, its cost relative to the
+    /// recommendation, whether it keeps Dynamic VRAM on and whether a full run confirmed it.
+    #[serde(default)]
+    pub alternatives: Vec<Fix>,
+    /// Searched values that did not help even at the most tried.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_helped: Vec<String>,
+    /// What the search for a cheaper fix did (`--first-fix`: nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cheaper_search: Option<Cheaper>,
 }
 
 /// A failure rate's interval.
@@ -318,6 +333,7 @@ pub fn build(
         statement.push(' ');
         statement.push_str(&quick.statement);
     }
+    statement.push_str(&fixes_statement(found));
     // RAM that is not given back is a finding whatever the verdict.
     if let Some(g) = base.and_then(|t| t.trials.iter().filter_map(|r| r.ram_growth_bytes).max()) {
         statement.push_str(&format!(
@@ -340,6 +356,10 @@ pub fn build(
             failure_rate: found
                 .failure_rate
                 .map(|(low, high)| FailureRate { low, high }),
+            fix: found.fix.clone(),
+            alternatives: found.alternatives.clone(),
+            not_helped: found.not_helped.clone(),
+            cheaper_search: found.cheaper.clone(),
         },
         configs,
         runs_total,
@@ -710,6 +730,7 @@ impl Answer for BisectResult {
                 style.warn("note:")
             )?;
         }
+        write_fixes(out, &self.verdict, style)?;
         if let Some(line) = &self.verdict.launcher_line {
             writeln!(out, "  start ComfyUI with: {}", style.bold(line))?;
         }
@@ -724,4 +745,107 @@ impl Answer for BisectResult {
         }
         Ok(())
     }
+}
+
+/// What the statement adds about the fixes: the alternatives that passed and how they
+/// compare, the searched values that did not help.
+pub fn fixes_statement(found: &Found) -> String {
+    let mut out = String::new();
+    if found.kind != VerdictKind::FixedBy && found.kind != VerdictKind::CausedBy {
+        return out;
+    }
+    if found.fix.as_ref().is_some_and(|f| f.keeps_dynamic_vram == Some(true))
+        && found
+            .alternatives
+            .iter()
+            .any(|a| a.keeps_dynamic_vram == Some(false))
+    {
+        out.push_str(" It keeps Dynamic VRAM on.");
+    }
+    for a in found.alternatives.iter().take(3) {
+        out.push_str(&format!(
+            " {} also passes{}.",
+            a.fixing_flags.join(" and "),
+            a.compared
+                .as_deref()
+                .map(|c| format!(", {c}"))
+                .unwrap_or_default()
+        ));
+    }
+    if found.alternatives.len() > 3 {
+        out.push_str(&format!(
+            " {} more fixes passed.",
+            found.alternatives.len() - 3
+        ));
+    }
+    for n in &found.not_helped {
+        out.push(' ');
+        out.push_str(&capitalise(n));
+        out.push('.');
+    }
+    out
+}
+
+/// The recommendation's cost and each alternative, one line each.
+fn write_fixes(out: &mut dyn Write, v: &Verdict, style: &Style) -> io::Result<()> {
+    let cost = |f: &Fix| {
+        let mut parts = Vec::new();
+        if let Some(s) = f.cost.seconds_per_step {
+            parts.push(format!("{s:.2} s per step"));
+        }
+        if let Some(l) = f.cost.load_s {
+            parts.push(format!("{l:.1} s to the first step"));
+        }
+        if let Some(b) = f.cost.peak_vram_bytes {
+            parts.push(format!("VRAM peak {}", crate::text::bytes(b as i64)));
+        }
+        match f.keeps_dynamic_vram {
+            Some(true) => parts.push("Dynamic VRAM on".into()),
+            Some(false) => parts.push("Dynamic VRAM off".into()),
+            None => {}
+        }
+        if f.cost.kind == Some(RunKind::Quick) {
+            parts.push("shortened runs only".into());
+        }
+        if f.flag_removal_warned {
+            parts.push("ComfyUI warns its flag will be removed".into());
+        }
+        parts.join(", ")
+    };
+    if let Some(f) = &v.fix
+        && !cost(f).is_empty()
+    {
+        writeln!(out, "  cost: {}", cost(f))?;
+    }
+    for a in &v.alternatives {
+        writeln!(
+            out,
+            "  {} {}: {}{}",
+            style.dim("also passes:"),
+            a.fixing_flags.join(" "),
+            a.compared.as_deref().unwrap_or("not compared"),
+            if cost(a).is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", cost(a))
+            }
+        )?;
+    }
+    if let Some(c) = &v.cheaper_search
+        && !c.first_fix
+        && c.budget > 0
+    {
+        writeln!(
+            out,
+            "  {} looked for a cheaper fix in {} of up to {} more runs{}",
+            style.dim("search:"),
+            c.runs,
+            c.budget,
+            c.cut_short
+                .as_deref()
+                .map(|w| format!(" (cut short: {w})"))
+                .unwrap_or_default()
+        )?;
+    }
+    Ok(())
 }

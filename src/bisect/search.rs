@@ -6,7 +6,9 @@
 //! agree, more where they disagree.
 
 use super::hypotheses;
+mod cheaper;
 mod flaky;
+pub use cheaper::{Cheaper, Fix, FixCost};
 use super::space::{Choice, Config, Space};
 use crate::outcome::Outcome;
 pub use crate::run::record::RunKind;
@@ -37,6 +39,46 @@ pub struct Trial {
     /// The session's run number (0 until the run is numbered).
     #[serde(default)]
     pub n: u32,
+    /// What the run cost, for comparing fixes that pass (null where not measured).
+    #[serde(default, flatten)]
+    pub cost: Cost,
+}
+
+/// What one run cost, and what it ran with, as the run's record says.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cost {
+    /// Mean seconds per sampling step over its prompts (the progress events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds_per_step: Option<f64>,
+    /// Milliseconds from the first prompt's submission to its first sampling step: loading
+    /// the models (and encoding).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_ms: Option<u64>,
+    /// Milliseconds of its prompts, from submission to their end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_ms: Option<u64>,
+    /// Whether Dynamic VRAM was on, as the startup log says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamic_vram: Option<bool>,
+    /// ComfyUI warned that a flag of this run will be removed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub flag_removal_warned: bool,
+}
+
+impl Cost {
+    /// The cost of a run, from its record.
+    pub fn of(record: &crate::run::RunRecord) -> Cost {
+        let its = &record.iterations;
+        let steps: Vec<f64> = its.iter().filter_map(|i| i.seconds_per_step).collect();
+        Cost {
+            seconds_per_step: (!steps.is_empty())
+                .then(|| steps.iter().sum::<f64>() / steps.len() as f64),
+            load_ms: its.first().and_then(|i| i.first_step_ms),
+            prompt_ms: (!its.is_empty()).then(|| its.iter().map(|i| i.duration_ms).sum()),
+            dynamic_vram: record.effective.dynamic_vram,
+            flag_removal_warned: record.effective.flag_removal_warned,
+        }
+    }
 }
 
 /// Where a run failed: which prompt of its iterations, in which node.
@@ -59,6 +101,7 @@ impl Trial {
             failed_at: None,
             unshortened: None,
             n: 0,
+            cost: Cost::default(),
         }
     }
 
@@ -157,6 +200,8 @@ pub struct Settings {
     /// Whether `max_runs` was given (`--max-runs`); if not, a flaky search takes the budget
     /// its posterior calls for.
     pub budget_given: bool,
+    /// Stop at the first fix found (`--first-fix`) instead of looking for a cheaper one.
+    pub first_fix: bool,
 }
 
 impl Default for Settings {
@@ -168,6 +213,7 @@ impl Default for Settings {
             alpha: 0.01,
             confidence: crate::bayes::DEFAULT_CONFIDENCE,
             budget_given: false,
+            first_fix: false,
         }
     }
 }
@@ -300,6 +346,18 @@ pub struct Found {
     /// Whether the search ran shortened runs, and why (or why not).
     #[serde(skip)]
     pub quick: QuickState,
+    /// The recommended fix, with what it cost (a `fixed_by` or `caused_by` verdict).
+    #[serde(default)]
+    pub fix: Option<Fix>,
+    /// The other fixes that passed, best first, each compared with the recommendation.
+    #[serde(default)]
+    pub alternatives: Vec<Fix>,
+    /// Searched values that did not help even at the most tried.
+    #[serde(default)]
+    pub not_helped: Vec<String>,
+    /// What the search for a cheaper fix did.
+    #[serde(default)]
+    pub cheaper: Option<Cheaper>,
 }
 
 /// The state of one search.
@@ -321,6 +379,8 @@ pub struct Search<'a> {
     budget: u32,
     /// What a flaky search believed when it last chose a run (for a verdict cut short).
     last_belief: Option<BestAnswer>,
+    /// What the search for a cheaper fix did, once it ran.
+    cheaper_done: Option<Cheaper>,
 }
 
 /// How a configuration did, as far as the search is concerned.
@@ -361,6 +421,7 @@ impl<'a> Search<'a> {
             prefer: None,
             budget: settings.max_runs,
             last_belief: None,
+            cheaper_done: None,
         };
         s.refresh_quick();
         s.refresh_flaky();
@@ -768,7 +829,39 @@ impl<'a> Search<'a> {
             .then_some(1.0),
             failure_rate: None,
             quick: self.quick.clone(),
+            fix: None,
+            alternatives: Vec::new(),
+            not_helped: Vec::new(),
+            cheaper: None,
         }
+    }
+
+    /// A fix's verdict: the recommendation with its cost, the other fixes that passed, the
+    /// searched values that did not help, what the search for a cheaper one did.
+    fn fixed(&self, chosen: &Choice) -> Found {
+        let mut found = self.verdict(VerdictKind::FixedBy, Some(chosen), None);
+        let fixes = self.fixes(&[]);
+        if let Some(best) = fixes.iter().find(|f| &f.choice == chosen).cloned() {
+            found.alternatives = fixes
+                .into_iter()
+                .filter(|f| &f.choice != chosen)
+                .map(|mut f| {
+                    (f.step_ratio, f.compared) = cheaper::compare(&f, &best);
+                    f
+                })
+                .collect();
+            found.fix = Some(best);
+        }
+        found.not_helped = self.not_helped();
+        found.not_helped.extend(self.not_monotone());
+        found.cheaper = self.cheaper_done.clone().or(Some(Cheaper {
+            first_fix: self.settings.first_fix,
+            budget: 0,
+            runs: 0,
+            cut_short: (!self.settings.first_fix && self.flaky)
+                .then(|| "failures are flaky: the first fix is kept".into()),
+        }));
+        found
     }
 
     /// Runs the search to a verdict, or to where it had to stop (an incomplete verdict); an
@@ -869,7 +962,14 @@ impl<'a> Search<'a> {
             ));
         }
         match self.evaluate(&choice)? {
-            Eval::Pass => Ok(self.verdict(VerdictKind::FixedBy, Some(&choice), None)),
+            Eval::Pass => {
+                let best = if self.settings.first_fix || self.flaky {
+                    choice
+                } else {
+                    self.cheaper(choice)?
+                };
+                Ok(self.fixed(&best))
+            }
             _ => Ok(self.no_fix(
                 NoFix::NotReliable,
                 "the best candidate did not pass reliably".into(),

@@ -50,6 +50,13 @@ pub struct SessionSpec {
     /// pins other versions than the Python has).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlay: Option<crate::run::Overlay>,
+    /// The most a value search tries (the card's memory when the session started), kept so
+    /// that a resume searches the same values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_ceiling: Option<crate::bisect::space::Ceiling>,
+    /// `--first-fix`: stop at the first fix found, without looking for a cheaper one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub first_fix: bool,
 }
 
 fn quick_off() -> Quick {
@@ -279,6 +286,7 @@ impl Oracle for LiveOracle<'_> {
                 }),
             unshortened: record.quick.as_ref().and_then(|q| q.unshortened.clone()),
             n,
+            cost: crate::bisect::search::Cost::of(&record),
         };
         self.reporter.session(&SessionEvent::RunFinished {
             n,
@@ -318,6 +326,7 @@ impl SessionSpec {
             max_runs: self.max_runs.unwrap_or(DEFAULT_MAX_RUNS),
             budget_given: self.max_runs.is_some(),
             confidence: self.confidence,
+            first_fix: self.first_fix,
             ..Settings::default()
         }
     }

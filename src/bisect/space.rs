@@ -84,8 +84,59 @@ pub struct Space {
     pub base: Vec<Given>,
     pub dims: Vec<Dim>,
     pub skipped: Vec<Skipped>,
+    /// The flags whose least passing value is searched (a size flag given to `--toggle`
+    /// without a value), with the most that is tried.
+    pub value_searches: Vec<ValueSearch>,
     flags: FlagSet,
     ctx: Context,
+}
+
+/// A size flag whose value is searched: every multiple of [`VALUE_STEP_GB`] up to `max_gb`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ValueSearch {
+    pub flag: String,
+    pub max_gb: f64,
+    /// Where the upper end comes from (the card's memory, or the system's RAM).
+    pub from: String,
+}
+
+/// The most a value search tries, and where that comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ceiling {
+    pub gb: f64,
+    pub from: String,
+}
+
+/// The step of a value search, in GB.
+pub const VALUE_STEP_GB: f64 = 0.25;
+
+/// The values a value search tries: every step from one step to `max_gb`.
+pub fn value_grid(max_gb: f64) -> Vec<Option<String>> {
+    let n = (max_gb / VALUE_STEP_GB + 1e-9).floor() as u64;
+    (1..=n)
+        .map(|i| Some(format_gb(i as f64 * VALUE_STEP_GB)))
+        .collect()
+}
+
+/// `0.25`, `1`, `1.5`: as a person writes a size in GB.
+pub fn format_gb(gb: f64) -> String {
+    let s = format!("{gb:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// Whether this install's `flag` takes one size in GB: one value by its own `--help`, and a
+/// size by the flag model or by its help text.
+pub fn is_size_flag(flags: &FlagSet, flag: &str) -> bool {
+    let Some(opt) = flags.get(flag) else {
+        return false;
+    };
+    if opt.nargs != crate::flags::help::Nargs::One {
+        return false;
+    }
+    let modelled = crate::flags::defs::lookup(opt.name()).is_some_and(|d| {
+        matches!(d.value, crate::flags::defs::ValueKind::Float { unit: "GB" })
+    });
+    modelled || opt.help.contains(" GB") || opt.help.contains("in GB")
 }
 
 /// The toggles tried when the user gives none, in order of how often they fix things
@@ -120,6 +171,18 @@ impl Space {
                     (n, (!rest.is_empty()).then(|| rest.join(" ")))
                 }
             };
+            // A size flag without a value: its least passing value is searched (the values
+            // are set by `with_ceiling`, once the upper end is known).
+            if value.is_none() && is_size_flag(flags, &name) {
+                let canonical = flags.get(&name).map(|o| o.name().to_string()).unwrap_or(name);
+                if !dims.iter().any(|d| d.flag() == canonical) {
+                    dims.push(Dim::Add {
+                        flag: canonical,
+                        values: Vec::new(),
+                    });
+                }
+                continue;
+            }
             // Resolve through argparse so a prefix or an unknown flag is caught here.
             let mut probe = vec![name.clone()];
             if let Some(v) = &value {
@@ -182,9 +245,59 @@ impl Space {
             base: parsed.given,
             dims,
             skipped,
+            value_searches: Vec::new(),
             flags: flags.clone(),
             ctx: Context { version, ..ctx },
         }
+    }
+
+    /// Sets the values of the flags whose value is searched: every step up to the ceiling.
+    /// Without one (nothing says how much memory there is), or where the flag is already
+    /// among the user's flags, the flag is left out, and says why.
+    pub fn with_ceiling(mut self, ceiling: Option<&Ceiling>) -> Space {
+        let mut kept = Vec::new();
+        for d in std::mem::take(&mut self.dims) {
+            match d {
+                Dim::Add { flag, values } if values.is_empty() => {
+                    let own = self.base.iter().any(|g| g.flag == flag);
+                    match ceiling {
+                        Some(c) if !own && c.gb >= VALUE_STEP_GB => {
+                            self.value_searches.push(ValueSearch {
+                                flag: flag.clone(),
+                                max_gb: (c.gb / VALUE_STEP_GB).floor() * VALUE_STEP_GB,
+                                from: c.from.clone(),
+                            });
+                            kept.push(Dim::Add {
+                                values: value_grid(c.gb),
+                                flag,
+                            });
+                        }
+                        _ => self.skipped.push(Skipped {
+                            reason: if own {
+                                format!("{flag} is already among your flags (the bisect tries removing it instead)")
+                            } else {
+                                format!("no upper end is known for {flag}'s value: give values to try (--toggle {flag}=1 --toggle {flag}=2)")
+                            },
+                            toggle: flag,
+                            refused: false,
+                        }),
+                    }
+                }
+                d => kept.push(d),
+            }
+        }
+        self.dims = kept;
+        self
+    }
+
+    /// Whether a configuration keeps Dynamic VRAM on, as the flag model predicts.
+    pub fn keeps_dynamic_vram(&self, config: &Config) -> Option<bool> {
+        let parsed = argparse::parse(&self.flags, &config.flags, self.ctx.version.as_ref());
+        parsed.error.is_none().then(|| {
+            crate::flags::decide::decide(&parsed, &self.ctx)
+                .dynamic_vram
+                .enabled
+        })
     }
 
     /// The configuration for `choice`, or `None` when ComfyUI would refuse it.

@@ -76,6 +76,7 @@ fn bisect(s: &mut Session<'_>, first_bad: &CommitInfo) -> Result<BisectResult> {
             custom_nodes_check: true,
             quick: s.spec.quick,
             overlay,
+            first_fix: false,
         }))
     };
     let req = Request {

@@ -88,6 +88,8 @@ impl Prompt<'_> {
         it.duration_ms = t0.elapsed().as_millis() as u64;
         it.nodes_executed = watched.nodes;
         it.node = watched.failed_node;
+        it.first_step_ms = watched.steps.first_step.map(|d| d.as_millis() as u64);
+        it.seconds_per_step = watched.steps.seconds_per_step();
         (it, watched.exit, watched.stop_run)
     }
 
@@ -101,6 +103,7 @@ impl Prompt<'_> {
                 exit: None,
                 stop_run: true,
                 failed_node: None,
+                steps: Default::default(),
             })
         };
         match self.client.submit(prompt, self.client_id) {

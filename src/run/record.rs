@@ -30,6 +30,13 @@ pub struct Iteration {
     /// started when ComfyUI died or hung); null for a pass.
     #[serde(default)]
     pub node: Option<String>,
+    /// Milliseconds from the prompt's submission to its first sampling step (loading,
+    /// encoding): null when no step was reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_step_ms: Option<u64>,
+    /// Mean seconds per sampling step, from the progress events (null with fewer than two).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds_per_step: Option<f64>,
 }
 
 /// Whether a run queued the user's workflow as it is or a shortened copy (`--quick`).
@@ -255,6 +262,8 @@ impl Iteration {
             nodes_executed: Vec::new(),
             ram_retained_bytes: None,
             node: None,
+            first_step_ms: None,
+            seconds_per_step: None,
         }
     }
 }

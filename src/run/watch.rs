@@ -122,6 +122,44 @@ pub struct PromptWatch {
     last_moving: Option<String>,
     next_history_poll: Duration,
     next_ram_check: Duration,
+    /// When the prompt was submitted, and how its sampling went (progress events).
+    submitted: Duration,
+    steps: StepClock,
+}
+
+/// The sampling's pace, from the progress events: when the first step was reported, and the
+/// time and count of the steps that followed one another within one sampler.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepClock {
+    /// Time from the prompt's submission to its first progress event (loading the models,
+    /// encoding, the first step).
+    pub first_step: Option<Duration>,
+    /// Seconds spent in the steps after each sampler's first, and how many they were.
+    stepped: f64,
+    count: f64,
+    last: Option<(Duration, f64, f64)>,
+}
+
+impl StepClock {
+    fn progress(&mut self, at: Duration, since: Duration, value: f64, max: f64) {
+        if self.first_step.is_none() {
+            self.first_step = Some(at.saturating_sub(since));
+        }
+        if let Some((t0, v0, m0)) = self.last
+            && m0 == max
+            && value > v0
+            && value - v0 <= max
+        {
+            self.stepped += at.saturating_sub(t0).as_secs_f64();
+            self.count += value - v0;
+        }
+        self.last = Some((at, value, max));
+    }
+
+    /// Mean seconds per sampling step, when two steps of one sampler were seen.
+    pub fn seconds_per_step(&self) -> Option<f64> {
+        (self.count > 0.0).then(|| self.stepped / self.count)
+    }
 }
 
 /// The watch's result.
@@ -136,6 +174,8 @@ pub struct Watched {
     pub stop_run: bool,
     /// The node it failed in: the error's or the interrupted one, else the last that started.
     pub failed_node: Option<String>,
+    /// The sampling's pace.
+    pub steps: StepClock,
 }
 
 impl PromptWatch {
@@ -157,6 +197,8 @@ impl PromptWatch {
             last_moving: None,
             next_history_poll: at,
             next_ram_check: at,
+            submitted: at,
+            steps: StepClock::default(),
         }
     }
 
@@ -173,6 +215,7 @@ impl PromptWatch {
             exit: None,
             stop_run: true,
             failed_node: None,
+            steps: StepClock::default(),
         }
     }
 
@@ -264,7 +307,10 @@ impl PromptWatch {
                 value,
                 max,
                 ..
-            } if ours(&prompt_id) => actions.push(Action::Step { value, max }),
+            } if ours(&prompt_id) => {
+                self.steps.progress(at, self.submitted, value, max);
+                actions.push(Action::Step { value, max })
+            }
             WsEvent::ExecutionSuccess { prompt_id } if prompt_id == self.prompt_id => {
                 self.ended(at, PromptEnd::Success)
             }
@@ -459,6 +505,7 @@ impl PromptWatch {
             exit,
             stop_run,
             failed_node,
+            steps: self.steps,
         }
     }
 }

@@ -1,0 +1,488 @@
+//! After the first fix: the search for a cheaper one. Users want to keep Dynamic VRAM (its off
+//! switch is to be removed), and a fix that costs much of their speed is not the answer they
+//! asked for. So the fixes that passed are ranked — one that keeps Dynamic VRAM on first,
+//! then the faster per sampling step, the fewer flags, the smaller value, and a flag ComfyUI
+//! warns will be removed after an equal one — and single changes that could beat the first
+//! fix are tried, within a budget stated before the first run. Only runs that happened are
+//! ranked; the recommendation is confirmed on the workflow as it is.
+
+use super::*;
+use crate::bisect::space::Dim;
+
+/// Seconds per step within this fraction of each other are taken as equal: the spread of one
+/// run against the next (the measured spread where a configuration ran more than once).
+pub const NOISE: f64 = 0.10;
+
+/// What a fix that passed cost, from its passing runs of one kind (full runs where there are
+/// any, shortened ones otherwise).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FixCost {
+    /// The kind of runs the figures come from.
+    pub kind: Option<RunKind>,
+    /// Passing runs of that kind.
+    pub runs: usize,
+    pub seconds_per_step: Option<f64>,
+    /// Seconds from the first prompt's submission to its first sampling step.
+    pub load_s: Option<f64>,
+    /// Seconds of the prompts.
+    pub prompt_s: Option<f64>,
+    pub peak_vram_bytes: Option<u64>,
+    pub peak_ram_bytes: Option<u64>,
+    /// How far apart the seconds per step of its runs of that kind were (max/min − 1),
+    /// where it ran more than once.
+    pub step_spread: Option<f64>,
+}
+
+/// A fix that passed: its flags, what it cost, and how it compares with the recommendation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fix {
+    /// The change, as the verdict words it (`--vram-headroom 1.5`, `without --highvram`).
+    pub fixing_flags: Vec<String>,
+    /// ComfyUI's flags of the configuration.
+    pub flags: Vec<String>,
+    /// Whether Dynamic VRAM stayed on (the startup log's word, else the flag model's).
+    pub keeps_dynamic_vram: Option<bool>,
+    /// Whether a run of the workflow as it is passed with it.
+    pub confirmed_full: bool,
+    /// ComfyUI warned that one of its flags will be removed.
+    pub flag_removal_warned: bool,
+    pub cost: FixCost,
+    /// Its seconds per step over the recommendation's, on runs of the same kind (null where
+    /// the two have no runs of one kind to compare, and for the recommendation itself).
+    pub step_ratio: Option<f64>,
+    /// The comparison in words: `1.7x slower per step`, `as fast (within 10%)`.
+    pub compared: Option<String>,
+    /// The run that first passed with it (for ties: the earlier found).
+    #[serde(skip)]
+    pub first_pass: u32,
+    #[serde(skip)]
+    pub choice: Choice,
+}
+
+/// What the search for a cheaper fix did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cheaper {
+    /// `--first-fix`: it stopped at the first fix.
+    pub first_fix: bool,
+    /// The most runs it could take (said before the first run).
+    pub budget: u32,
+    /// The runs it took.
+    pub runs: u32,
+    /// Why it stopped early, where it did (the run budget, a flaky failure).
+    pub cut_short: Option<String>,
+}
+
+impl<'a> Search<'a> {
+    /// The most runs the search for a cheaper fix may take on this space: one run of each
+    /// single change, the bisection of each searched value, and the recommendation's
+    /// confirmation.
+    pub fn cheaper_budget(space: &Space) -> u32 {
+        space
+            .dims
+            .iter()
+            .map(|d| 1 + (d.alternatives() as f64).log2().ceil() as u32)
+            .sum::<u32>()
+            + 1
+    }
+
+    /// From the first fix (confirmed), the cheapest that passes: single changes that could
+    /// beat it are tried, then the fixes that passed are ranked and the best is confirmed on
+    /// the workflow as it is. Never worse than `first`.
+    pub(super) fn cheaper(&mut self, first: Choice) -> Result<Choice, Stopped> {
+        let start = self.runs;
+        let budget = Self::cheaper_budget(self.space);
+        let saved = self.budget;
+        self.budget = saved.min(start + budget);
+        let mut cut_short = None;
+        let result = self.try_single_changes(&first);
+        match result {
+            Ok(()) => {}
+            Err(Stopped::Budget) => {
+                cut_short = Some(if self.budget < start + budget {
+                    format!("the run budget ({saved} runs) was spent")
+                } else {
+                    format!("its {budget} runs were spent")
+                })
+            }
+            Err(e) => {
+                self.budget = saved;
+                return Err(e);
+            }
+        }
+        // The best that passed, confirmed in full; one whose confirmation fails is dropped.
+        let mut chosen = first.clone();
+        let mut dropped: Vec<String> = Vec::new();
+        loop {
+            let fixes = self.fixes(&dropped);
+            let Some(best) = fixes.first() else { break };
+            if best.confirmed_full || best.choice == first {
+                chosen = best.choice.clone();
+                break;
+            }
+            let config = self.space.config(&best.choice).expect("a fix ran");
+            match self.run_kind(&config, RunKind::Full) {
+                Ok(Outcome::Pass) => {
+                    chosen = best.choice.clone();
+                    break;
+                }
+                Ok(_) => dropped.push(config.key.clone()),
+                Err(Stopped::Budget) => {
+                    cut_short.get_or_insert_with(|| "no run was left to confirm a cheaper fix".into());
+                    break;
+                }
+                Err(e) => {
+                    self.budget = saved;
+                    return Err(e);
+                }
+            }
+        }
+        self.budget = saved;
+        self.cheaper_done = Some(Cheaper {
+            first_fix: false,
+            budget,
+            runs: self.runs - start,
+            cut_short,
+        });
+        Ok(chosen)
+    }
+
+    /// Runs each single change that could beat the best fix so far: at its strongest, then,
+    /// for a searched value that passed, the least value that passes.
+    fn try_single_changes(&mut self, first: &Choice) -> Result<(), Stopped> {
+        let mut order: Vec<(bool, usize)> = (0..self.space.dims.len())
+            .filter(|d| !(first.len() == 1 && first[0].0 == *d))
+            .filter_map(|d| {
+                let c = self.space.config(&self.space.strong(&[d]))?;
+                Some((self.space.keeps_dynamic_vram(&c) != Some(true), d))
+            })
+            .collect();
+        // Those that keep Dynamic VRAM on first.
+        order.sort();
+        // Switches that keep it on are tried together first: if all of them at once do not
+        // fix it, none alone does (the answer is taken to be monotone), and one run says so.
+        let switches: Vec<usize> = order
+            .iter()
+            .filter(|(off, d)| {
+                !*off
+                    && self.space.dims[*d].alternatives() == 1
+                    && !self.space.value_searches.iter().any(|v| v.flag == self.space.dims[*d].flag())
+            })
+            .map(|(_, d)| *d)
+            .collect();
+        if switches.len() >= 2
+            && let Some(config) = self.space.config(&self.space.strong(&switches))
+            && self.could_beat(&config)
+            && self.evaluate(&self.space.strong(&switches))? == Eval::Fail
+        {
+            order.retain(|(_, d)| !switches.contains(d));
+        }
+        for (_, d) in order {
+            if self.flaky {
+                return Ok(());
+            }
+            let choice = self.space.strong(&[d]);
+            let Some(config) = self.space.config(&choice) else {
+                continue;
+            };
+            if !self.could_beat(&config) {
+                continue;
+            }
+            if self.evaluate(&choice)? == Eval::Pass && choice[0].1 > 0 {
+                self.least_value(d, choice[0].1)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The least value of dimension `d` that passes, given that `known_pass` does: from
+    /// 1 GB (the headroom ComfyUI's maintainers suggest first) up, doubling until one passes,
+    /// then halving the gap (more reserve never needs more memory, so the answer is taken to
+    /// be monotone in the value; a run that says otherwise is named in the verdict).
+    fn least_value(&mut self, d: usize, known_pass: usize) -> Result<usize, Stopped> {
+        let at = |i: usize| vec![(d, i)];
+        let start = (1.0 / crate::bisect::space::VALUE_STEP_GB) as usize - 1;
+        let (mut lo, mut hi) = (None::<usize>, known_pass);
+        let mut probe = start.min(known_pass);
+        while probe < hi {
+            if self.evaluate(&at(probe))? == Eval::Pass {
+                hi = probe;
+                break;
+            }
+            lo = Some(probe);
+            probe = (probe * 2 + 1).min(hi);
+        }
+        // The least passing value lies in (lo, hi].
+        let mut low = lo.map(|l| l + 1).unwrap_or(0);
+        while low < hi {
+            let mid = (low + hi) / 2;
+            if self.evaluate(&at(mid))? == Eval::Pass {
+                hi = mid;
+            } else {
+                low = mid + 1;
+            }
+        }
+        Ok(hi)
+    }
+
+    /// Values of one flag that passed below one that failed: the answer is not monotone in
+    /// the value, as the search assumes.
+    pub(super) fn not_monotone(&self) -> Vec<String> {
+        let Some(target) = self.target else {
+            return Vec::new();
+        };
+        let evidence = self.evidence();
+        let mut out = Vec::new();
+        for (d, dim) in self.space.dims.iter().enumerate() {
+            if !self.space.value_searches.iter().any(|v| v.flag == dim.flag()) {
+                continue;
+            }
+            let single = |pass: bool| {
+                evidence
+                    .iter()
+                    .filter(|t| t.config.choice.len() == 1 && t.config.choice[0].0 == d)
+                    .filter(|t| {
+                        if pass {
+                            t.count(target) == 0 && t.passes() > 0
+                        } else {
+                            t.count(target) > 0
+                        }
+                    })
+                    .map(|t| t.config.choice[0].1)
+                    .collect::<Vec<_>>()
+            };
+            let (passed, failed) = (single(true), single(false));
+            if let (Some(p), Some(f)) = (passed.iter().min(), failed.iter().max())
+                && p < f
+            {
+                out.push(format!(
+                    "{} passed but {} failed: the failure is not monotone in the value, so the least passing value may be lower",
+                    dim.describe(*p),
+                    dim.describe(*f)
+                ));
+            }
+        }
+        out
+    }
+
+    /// Whether a configuration could be recommended over the best fix so far: it keeps
+    /// Dynamic VRAM on, or the best does not either.
+    fn could_beat(&self, config: &Config) -> bool {
+        let best_keeps = self
+            .fixes(&[])
+            .first()
+            .and_then(|f| f.keeps_dynamic_vram)
+            .unwrap_or(false);
+        !best_keeps || self.space.keeps_dynamic_vram(config) == Some(true)
+    }
+
+    /// Every configuration that passed (enough times, never failing as hunted), best first,
+    /// each compared with the first; `dropped` are left out.
+    pub(super) fn fixes(&self, dropped: &[String]) -> Vec<Fix> {
+        let Some(target) = self.target else {
+            return Vec::new();
+        };
+        let needed = self.passes_needed();
+        let base_key = self.space.baseline().key;
+        let evidence = self.evidence();
+        let mut out: Vec<Fix> = evidence
+            .iter()
+            .filter(|t| {
+                t.config.key != base_key
+                    && !dropped.contains(&t.config.key)
+                    && t.count(target) == 0
+                    && t.others(target) == 0
+                    && t.passes() >= needed
+            })
+            .map(|t| self.fix_of(t))
+            .collect();
+        // A fix that adds to another (more flags, or a larger value of the same flag) is no
+        // alternative of its own.
+        let dims = |f: &Fix| f.choice.iter().map(|(d, _)| *d).collect::<Vec<_>>();
+        let covers = |g: &Fix, f: &Fix| {
+            let (dg, df) = (dims(g), dims(f));
+            if dg.len() < df.len() {
+                dg.iter().all(|d| df.contains(d))
+            } else {
+                dg == df && g.choice != f.choice && g.choice.iter().zip(&f.choice).all(|(a, b)| a.1 <= b.1)
+            }
+        };
+        let all = out.clone();
+        out.retain(|f| !all.iter().any(|g| covers(g, f)));
+        // The best first: a stable pick by `better`, then the rest by their sort key.
+        let mut ranked = Vec::new();
+        while !out.is_empty() {
+            let mut best = 0;
+            for i in 1..out.len() {
+                if better(&out[i], &out[best]) {
+                    best = i;
+                }
+            }
+            ranked.push(out.remove(best));
+        }
+        if let Some(first) = ranked.first().cloned() {
+            for f in ranked.iter_mut().skip(1) {
+                (f.step_ratio, f.compared) = compare(f, &first);
+            }
+        }
+        ranked
+    }
+
+    fn fix_of(&self, t: &Tally) -> Fix {
+        let passed: Vec<&Trial> = self
+            .tallies
+            .iter()
+            .filter(|x| x.config.key == t.config.key)
+            .flat_map(|x| &x.trials)
+            .filter(|r| r.outcome == Outcome::Pass)
+            .collect();
+        let full = passed.iter().any(|r| r.kind == RunKind::Full);
+        let kind = if full { RunKind::Full } else { RunKind::Quick };
+        let of_kind: Vec<&&Trial> = passed.iter().filter(|r| r.kind == kind).collect();
+        let mean = |f: &dyn Fn(&Trial) -> Option<f64>| {
+            let v: Vec<f64> = of_kind.iter().filter_map(|r| f(r)).collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        };
+        let steps: Vec<f64> = of_kind
+            .iter()
+            .filter_map(|r| r.cost.seconds_per_step)
+            .collect();
+        let spread = (steps.len() > 1).then(|| {
+            let (lo, hi) = steps.iter().fold((f64::MAX, 0f64), |(lo, hi), s| {
+                (lo.min(*s), hi.max(*s))
+            });
+            if lo > 0.0 { hi / lo - 1.0 } else { 0.0 }
+        });
+        let observed = passed.iter().find_map(|r| r.cost.dynamic_vram);
+        let found = self.verdict(VerdictKind::FixedBy, Some(&t.config.choice), None);
+        Fix {
+            fixing_flags: found
+                .fixing_flags
+                .iter()
+                .cloned()
+                .chain(found.culprit_flags.iter().map(|c| format!("without {c}")))
+                .collect(),
+            flags: t.config.flags.clone(),
+            keeps_dynamic_vram: observed.or_else(|| self.space.keeps_dynamic_vram(&t.config)),
+            confirmed_full: full,
+            flag_removal_warned: passed.iter().any(|r| r.cost.flag_removal_warned),
+            cost: FixCost {
+                kind: Some(kind),
+                runs: of_kind.len(),
+                seconds_per_step: mean(&|r| r.cost.seconds_per_step),
+                load_s: mean(&|r| r.cost.load_ms.map(|m| m as f64 / 1000.0)),
+                prompt_s: mean(&|r| r.cost.prompt_ms.map(|m| m as f64 / 1000.0)),
+                peak_vram_bytes: of_kind.iter().filter_map(|r| r.peak_vram_bytes).max(),
+                peak_ram_bytes: of_kind.iter().filter_map(|r| r.peak_ram_bytes).max(),
+                step_spread: spread,
+            },
+            step_ratio: None,
+            compared: None,
+            first_pass: passed.iter().map(|r| r.n).min().unwrap_or(u32::MAX),
+            choice: t.config.choice.clone(),
+        }
+    }
+
+    /// The flags whose value was searched and that did not fix it even at the most tried.
+    pub(super) fn not_helped(&self) -> Vec<String> {
+        let Some(target) = self.target else {
+            return Vec::new();
+        };
+        self.space
+            .dims
+            .iter()
+            .enumerate()
+            .filter_map(|(d, dim)| {
+                let Dim::Add { flag, .. } = dim else {
+                    return None;
+                };
+                let search = self.space.value_searches.iter().find(|v| &v.flag == flag)?;
+                let config = self.space.config(&self.space.strong(&[d]))?;
+                let t = self.evidence_of(&config);
+                (t.count(target) > 0).then(|| {
+                    format!(
+                        "{flag} up to {} GB did not help",
+                        crate::bisect::space::format_gb(search.max_gb)
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+/// Seconds per step on runs of the same kind, a's over b's.
+fn step_ratio(a: &Fix, b: &Fix) -> Option<(f64, RunKind)> {
+    let (ka, kb) = (a.cost.kind?, b.cost.kind?);
+    if ka != kb {
+        return None;
+    }
+    let (sa, sb) = (a.cost.seconds_per_step?, b.cost.seconds_per_step?);
+    (sb > 0.0).then_some((sa / sb, ka))
+}
+
+/// The noise two fixes' speeds are compared within: the larger measured spread, at least
+/// [`NOISE`].
+fn noise(a: &Fix, b: &Fix) -> f64 {
+    NOISE
+        .max(a.cost.step_spread.unwrap_or(0.0))
+        .max(b.cost.step_spread.unwrap_or(0.0))
+}
+
+/// Whether `a` is the better recommendation than `b`.
+fn better(a: &Fix, b: &Fix) -> bool {
+    let keeps = |f: &Fix| f.keeps_dynamic_vram == Some(true);
+    if keeps(a) != keeps(b) {
+        return keeps(a);
+    }
+    if let Some((r, _)) = step_ratio(a, b) {
+        let n = noise(a, b);
+        if r < 1.0 / (1.0 + n) {
+            return true;
+        }
+        if r > 1.0 + n {
+            return false;
+        }
+    }
+    if a.choice.len() != b.choice.len() {
+        return a.choice.len() < b.choice.len();
+    }
+    let value = |f: &Fix| -> f64 {
+        f.fixing_flags
+            .iter()
+            .filter_map(|s| s.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+            .sum()
+    };
+    let (va, vb) = (value(a), value(b));
+    if (va - vb).abs() > 1e-9 {
+        return va < vb;
+    }
+    if a.flag_removal_warned != b.flag_removal_warned {
+        return !a.flag_removal_warned;
+    }
+    a.first_pass < b.first_pass
+}
+
+/// How `f` compares with the recommendation `best`, as a ratio and in words.
+pub(super) fn compare(f: &Fix, best: &Fix) -> (Option<f64>, Option<String>) {
+    match step_ratio(f, best) {
+        Some((r, kind)) => {
+            let n = noise(f, best);
+            let runs = if kind == RunKind::Quick {
+                " (shortened runs)"
+            } else {
+                ""
+            };
+            let words = if r > 1.0 + n {
+                format!("{r:.1}x slower per step{runs}")
+            } else if r < 1.0 / (1.0 + n) {
+                format!("{:.1}x faster per step{runs}", 1.0 / r)
+            } else {
+                format!("as fast per step (within {:.0}%){runs}", n * 100.0)
+            };
+            (Some(r), Some(words))
+        }
+        None => (
+            None,
+            Some("speed not compared (no runs of the same kind with sampling steps)".into()),
+        ),
+    }
+}
