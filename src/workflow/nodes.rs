@@ -29,6 +29,9 @@ pub struct Widget {
     /// One the frontend itself adds (the audio player, PreviewAny's text): frontend 1.27
     /// sends it, later frontends do not.
     pub frontend_only: bool,
+    /// The input's type as the definition declares it (`INT`, `FLOAT`, `BOOLEAN`, `STRING`,
+    /// `COMBO`); empty for the frontend's own widgets.
+    pub kind: String,
 }
 
 impl Widget {
@@ -41,6 +44,19 @@ impl Widget {
             default: None,
             fixed: None,
             frontend_only: false,
+            kind: String::new(),
+        }
+    }
+
+    /// Whether `value` is of the kind this widget's input declares: a number for INT and
+    /// FLOAT, text for STRING, true or false for BOOLEAN. Combos and the frontend's own
+    /// widgets take anything the frontend keeps (their choices may be numbers).
+    pub fn accepts(&self, value: &Value) -> bool {
+        match self.kind.as_str() {
+            "INT" | "FLOAT" => value.is_number(),
+            "STRING" => value.is_string(),
+            "BOOLEAN" => value.is_boolean(),
+            _ => true,
         }
     }
 }
@@ -100,6 +116,15 @@ impl NodeDefs {
             }
         }
         Ok(out)
+    }
+
+    /// Whether `class` declares an input `name` (required, optional or hidden).
+    pub fn has_input(&self, class: &str, name: &str) -> bool {
+        self.classes
+            .get(class)
+            .and_then(|d| d.get("input"))
+            .and_then(Value::as_object)
+            .is_some_and(|groups| groups.values().any(|g| g.get(name).is_some()))
     }
 
     /// How many outputs `class` has.
@@ -166,6 +191,7 @@ fn widgets_of(name: &str, spec: &Value, out: &mut Vec<Widget>) -> Result<(), Str
         default,
         fixed: None,
         frontend_only: false,
+        kind: kind.to_string(),
     });
     let control = flag("control_after_generate")
         || (kind == "INT" && (name == "seed" || name == "noise_seed"));
@@ -191,6 +217,7 @@ fn extras_of_required(class: &str, required: Option<&Map<String, Value>>, out: &
             default: Some(Value::String(String::new())),
             fixed: Some(Value::String(String::new())),
             frontend_only: true,
+            kind: String::new(),
         });
     }
     if AUDIO_UI.contains(&class) {
@@ -201,6 +228,19 @@ fn extras_of_required(class: &str, required: Option<&Map<String, Value>>, out: &
             default: Some(Value::String(String::new())),
             fixed: Some(Value::String(String::new())),
             frontend_only: true,
+            kind: String::new(),
+        });
+    }
+    if class == "SaveGLB" {
+        // The 3D preview the frontend adds as a required input (`PREVIEW_3D`); it sends "".
+        out.push(Widget {
+            name: "image".into(),
+            serialized: true,
+            dynamic_prompts: false,
+            default: Some(Value::String(String::new())),
+            fixed: Some(Value::String(String::new())),
+            frontend_only: false,
+            kind: String::new(),
         });
     }
     let option = |spec: &Value, key: &str| {

@@ -160,6 +160,8 @@ struct Graph<'a> {
     /// A subgraph's own inputs and outputs, by name (its node's slots carry the same names,
     /// not always in the same order).
     inputs: Vec<String>,
+    /// Each of the subgraph's own inputs' links (`linkIds`), in the order it keeps them.
+    input_links: Vec<Vec<i64>>,
     outputs: Vec<String>,
     /// A legacy group node's inside: its slots are the group node's by position, and its
     /// nodes' widget values are the group node's own, in order.
@@ -520,6 +522,11 @@ impl<'a> Converter<'a> {
                     inputs.insert(name.to_string(), json!([id, s]));
                 }
                 Some(Source::Value(v)) => {
+                    // A value for an input this version of the node lacks (saved by a newer
+                    // one) is not sent: the frontend has no widget to put it in.
+                    if !self.defs.has_input(class, name) {
+                        continue;
+                    }
                     let widget = widgets.iter().find(|w| w.name == name);
                     inputs.insert(name.to_string(), wrap(self.widget_value(node, widget, v)?));
                 }
@@ -656,8 +663,22 @@ impl<'a> Converter<'a> {
         Ok(out)
     }
 
-    /// A widget's value as the frontend sends it: a dynamic prompt processed.
+    /// A widget's value as the frontend sends it: a dynamic prompt processed. A value not of
+    /// the kind the input declares (text where a FLOAT is asked for: a value taken from the
+    /// wrong place, or saved by another version of the node) is sent as the frontend sends
+    /// it, with a warning naming the node and the input.
     fn widget_value(&self, node: &Value, w: Option<&Widget>, v: Value) -> Result<Value, Refusal> {
+        if let Some(w) = w
+            && !w.accepts(&v)
+        {
+            let shown: String = v.to_string().chars().take(60).collect();
+            self.warnings.borrow_mut().push(format!(
+                "{}: {} is sent {shown}, which is not the {} the node declares for it (the workflow gives it a value of another kind; ComfyUI will likely reject or misread it)",
+                refusal(node, "").node,
+                w.name,
+                w.kind
+            ));
+        }
         match (w, &v) {
             (Some(w), Value::String(text)) if w.dynamic_prompts => dynamic_prompt(text)
                 .map(Value::String)
@@ -731,25 +752,127 @@ impl<'a> Converter<'a> {
             let Some((parent, instance)) = self.scopes[scope].parent else {
                 return Ok(None);
             };
-            let Some(outer) = outer_slot(graph, instance, link.origin_slot) else {
+            let outer = outer_slot(graph, instance, link.origin_slot);
+            if let Some(outer) = outer
+                && input_link(instance, outer).is_some()
+            {
+                return self.resolve_input(parent, instance, outer, depth + 1);
+            }
+            // 1.42 keeps promoted values in `proxyWidgets`; an instance saved without it
+            // (by 1.58's page) has its values ignored, the nodes' own are sent.
+            if self.frontend.ignores_values_without_proxy_widgets()
+                && instance.pointer("/properties/proxyWidgets").is_none()
+            {
                 return Ok(None);
-            };
-            return match input_link(instance, outer) {
-                Some(_) => self.resolve_input(parent, instance, outer, depth + 1),
-                // 1.42 keeps promoted values in `proxyWidgets`; an instance saved without it
-                // (by 1.58's page) has its values ignored, the nodes' own are sent.
-                None if self.frontend.ignores_values_without_proxy_widgets()
-                    && instance.pointer("/properties/proxyWidgets").is_none() =>
-                {
-                    Ok(None)
-                }
-                None => Ok(promoted_value(instance, outer).map(Source::Value)),
-            };
+            }
+            if !graph.group
+                && let Some(values) = self.instance_values(scope, instance)?
+            {
+                return Ok(values.get(&link.origin_slot).cloned().map(Source::Value));
+            }
+            return Ok(outer
+                .and_then(|outer| promoted_value(instance, outer))
+                .map(Source::Value));
         }
         let Some(origin) = graph.by_id.get(&link.origin) else {
             return Ok(None);
         };
         self.resolve_output(scope, origin, link.origin_slot, &link.kind, depth + 1)
+    }
+
+    /// A subgraph instance's own widget values, by the index of the subgraph input each
+    /// stands for, when it saved any: every frontend line makes the instance one widget per
+    /// subgraph input that feeds an inner widget (the first of its links that does, a
+    /// promoted widget of a nested instance too), in the order of the subgraph's inputs,
+    /// whatever inputs the instance itself was saved with, and gives them the saved values
+    /// in that order. Inputs that feed no widget (IMAGE, MODEL, ...) take none, and a seed's
+    /// `control_after_generate` is not copied onto the instance, so takes none either.
+    /// (Recorded with 1.27.10, 1.42.10 and 1.58.1: `cur_image_qwen_image_edit_2511_lora_inflation`,
+    /// whose instance was saved with four of its ten inputs, a FLOAT one among them, and
+    /// the `edit_*` pairs.) Saved values that are not one per such input cannot be placed
+    /// with certainty: refused, naming the instance. `scope` is the scope inside `instance`.
+    fn instance_values(
+        &self,
+        scope: usize,
+        instance: &Value,
+    ) -> Result<Option<HashMap<usize, Value>>, Refusal> {
+        let values = match instance.get("widgets_values") {
+            Some(Value::Array(v)) if !v.is_empty() => v,
+            _ => return Ok(None),
+        };
+        let graph = self.scopes[scope].graph;
+        let widget_inputs: Vec<usize> = (0..graph.inputs.len())
+            .filter(|&k| self.feeds_widget(graph, k, 0))
+            .collect();
+        if widget_inputs.len() != values.len() {
+            let names: Vec<&str> = widget_inputs
+                .iter()
+                .map(|&k| graph.inputs[k].as_str())
+                .collect();
+            return Err(refusal(
+                instance,
+                &format!(
+                    "this subgraph instance saved {} widget values for the {} subgraph inputs that feed a widget ({}): which value is whose cannot be told",
+                    values.len(),
+                    widget_inputs.len(),
+                    names.join(", ")
+                ),
+            ));
+        }
+        Ok(Some(
+            widget_inputs
+                .into_iter()
+                .zip(values.iter().cloned())
+                .collect(),
+        ))
+    }
+
+    /// Whether subgraph input `k` of `graph` feeds a widget: the first of its links that
+    /// ends on a widget input of a node, or on a promoted one of a nested instance.
+    fn feeds_widget(&self, graph: &Graph, k: usize, depth: usize) -> bool {
+        if depth > MAX_DEPTH {
+            return false;
+        }
+        let mut ids: Vec<i64> = graph.input_links.get(k).cloned().unwrap_or_default();
+        if ids.is_empty() {
+            // Older saves list no `linkIds`: the links themselves say it.
+            ids = graph
+                .links
+                .iter()
+                .filter(|(_, l)| l.origin == SUBGRAPH_INPUT && l.origin_slot == k)
+                .map(|(id, _)| *id)
+                .collect();
+            ids.sort_unstable();
+        }
+        ids.iter().any(|id| {
+            let Some(link) = graph.links.get(id) else {
+                return false;
+            };
+            let Some(node) = graph.by_id.get(&link.target) else {
+                return false;
+            };
+            let Some(input) = node.get("inputs").and_then(|i| i.get(link.target_slot)) else {
+                return false;
+            };
+            if let Some(inner) = self.subgraphs.get(kind_of(node))
+                && !inner.group
+            {
+                let name = input.get("name").and_then(Value::as_str).unwrap_or("");
+                return inner
+                    .inputs
+                    .iter()
+                    .position(|n| n == name)
+                    .is_some_and(|j| self.feeds_widget(inner, j, depth + 1));
+            }
+            // The frontend's `getWidgetFromSlot`: the input is marked as a widget's and the
+            // node has that widget here (one of a newer version of the node is not).
+            let Some(name) = input.pointer("/widget/name").and_then(Value::as_str) else {
+                return false;
+            };
+            self.defs
+                .widgets(kind_of(node))
+                .is_ok_and(|w| w.iter().any(|w| w.serialized && w.name == name))
+        })
     }
 
     /// What output `slot` of `node` (in `scope`) stands for, asked for as type `kind`.
@@ -1285,6 +1408,20 @@ fn graph(doc: &Value) -> Result<Graph<'_>, String> {
         by_id,
         links,
         inputs: names("inputs"),
+        input_links: doc
+            .get("inputs")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|io| {
+                io.get("linkIds")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_i64)
+                    .collect()
+            })
+            .collect(),
         outputs: names("outputs"),
         group: doc.get("group").and_then(Value::as_bool).unwrap_or(false),
     })

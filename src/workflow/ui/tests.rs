@@ -45,6 +45,16 @@ fn pair(name: &str) {
 fn pair_of(name: &str, dir: &str, frontend: Frontend) {
     let ui = read(fixtures().join(format!("pairs/{name}.ui.json")));
     let expected = read(fixtures().join(format!("{dir}/{name}.api.json")));
+    if let Some((_, lines, why)) = REFUSED.iter().find(|(n, _, _)| *n == name)
+        && lines.contains(&frontend)
+    {
+        // Not certain: refused, naming the instance, never a guess at what was queued.
+        let err = convert_for(&ui, &defs(), frontend)
+            .err()
+            .unwrap_or_else(|| panic!("{name}: converted, though {why}"));
+        assert!(err.reason.contains("cannot be told"), "{name}: {err}");
+        return;
+    }
     let (got, _) =
         convert_for(&ui, &defs(), frontend).unwrap_or_else(|r| panic!("{name}: refused: {r}"));
     let expected = bare(expected.as_object().unwrap());
@@ -69,6 +79,22 @@ fn pair_of(name: &str, dir: &str, frontend: Frontend) {
         panic!("{name}: differs from the frontend's\n{}", diff.join("\n"));
     }
 }
+
+/// Pairs whose conversion is refused by the rules of some lines, and why: what the frontend
+/// queued there is recorded, but the instance's saved values cannot be placed with
+/// certainty (a line that ignores them, 1.42 without `proxyWidgets`, converts them).
+const REFUSED: &[(&str, &[Frontend], &str)] = &[
+    (
+        "cur_3d_hunyuan3d_image_to_model",
+        &[Frontend::V1_27, Frontend::V1_58],
+        "its instance saved 11 values for a ComfyUI whose ModelSamplingAuraFlow has a sampling widget; 0.3.64's has not, so only 10 inputs take one (1.27.10 queued them shifted: steps 3072, seed 8)",
+    ),
+    (
+        "cur_3d_hunyuan3d_v2_1",
+        &[Frontend::V1_27, Frontend::V1_58],
+        "its instance saved 9 values where 0.3.64 makes 8 widgets (no sampling widget on ModelSamplingAuraFlow)",
+    ),
+];
 
 /// The features of each pair, as `pairs.json` tags them.
 fn manifest() -> Vec<(String, Vec<String>)> {
@@ -189,6 +215,22 @@ pairs!(
     cur_text_to_video_wan,
     cur_video_wan2_2_14B_s2v,
     cur_video_wan_vace_14B_t2v,
+    cur_3d_hunyuan3d_v2_1,
+    cur_3d_hunyuan3d_image_to_model,
+    cur_flux_fill_inpaint_example,
+    cur_flux_kontext_dev_basic,
+    cur_image_qwen_image_edit_2511_lora_inflation,
+    cur_image_chroma1_radiance_text_to_image,
+    cur_image_flux_1_fill_dev_OneReward,
+    cur_image_netayume_lumina_t2i,
+    cur_image_newbieimage_exp0_1_t2i,
+    cur_image_qwen_image_edit_2509_relight,
+    cur_image_qwen_image_instantx_controlnet,
+    cur_image_qwen_image_instantx_inpainting_controlnet,
+    cur_image_z_image_turbo_fun_union_controlnet,
+    cur_template_sugar_coated_gummy_style_qwen,
+    cur_templates_1_click_multiple_scene_angles_v1_0,
+    cur_templates_photo_to_product_vid,
     page_ovis_promoted_edited,
     page_z_image_promoted_edited,
     page_krea_promoted_edited,
@@ -371,7 +413,7 @@ fn the_pairs_recorded_with_frontend_1_58_convert_by_its_rules() {
 
 /// Every pair recorded with frontend 1.42.10 (`pairs-1.42`) converts to the same prompt by
 /// the 1.42 rules, but for those listed in `GAPS_1_42`, which must differ: the list is exact.
-/// (By the 1.58 rules ten of them differ: `pairs-1.42/DIFFERENCES.md`.)
+/// (By the 1.58 rules eleven of them differ: `pairs-1.42/DIFFERENCES.md`.)
 #[test]
 fn the_pairs_recorded_with_frontend_1_42_convert_by_its_rules() {
     let (names, differ) = differing_pairs("pairs-1.42", Frontend::V1_42);
@@ -381,7 +423,7 @@ fn the_pairs_recorded_with_frontend_1_42_convert_by_its_rules() {
     let gaps: Vec<String> = GAPS_1_42.iter().map(|(n, _)| n.to_string()).collect();
     assert_eq!(differ, gaps, "pairs that differ by the 1.42 rules");
     let (_, by_1_58) = differing_pairs("pairs-1.42", Frontend::V1_58);
-    assert_eq!(by_1_58.len(), 10, "{by_1_58:?}");
+    assert_eq!(by_1_58.len(), 11, "{by_1_58:?}");
 }
 
 /// Pairs frontend 1.42.10 converts otherwise than the 1.42 rules here, and why.
@@ -393,6 +435,18 @@ const GAPS_1_42: &[(&str, &str)] = &[
     (
         "built_seed_controls",
         "1.42's PreviewAny sends previewMode, preview_markdown and preview_text, widgets of its own",
+    ),
+    (
+        "cur_image_newbieimage_exp0_1_t2i",
+        "1.42 renumbers inner ids that collide with the root graph's (41:43 sent as 41:53), which 1.40 to 1.46 do without converting group nodes: not modelled",
+    ),
+    (
+        "cur_template_sugar_coated_gummy_style_qwen",
+        "1.42's PreviewAny sends previewMode, preview_markdown and preview_text, widgets of its own",
+    ),
+    (
+        "cur_templates_photo_to_product_vid",
+        "1.42 renumbers colliding inner ids (27:27 sent as 27:31): not modelled",
     ),
     (
         "frontend_group_ksampler_external_latent",
@@ -501,5 +555,80 @@ fn the_served_frontend_decides_and_a_difference_is_said() {
             .unwrap()
             .warnings
             .is_empty()
+    );
+}
+
+/// Issue 50: an instance saved with only some of its inputs (IMAGE ones and one FLOAT widget
+/// input of ten) has its values mapped to the subgraph inputs that feed a widget, in the
+/// subgraph's order, not to the inputs it was saved with; a value of the wrong kind is said;
+/// values that are not one per such input are refused.
+#[test]
+fn an_instance_saved_with_some_inputs_takes_its_values_in_the_subgraphs_order() {
+    let ui = read(fixtures().join("pairs/cur_image_qwen_image_edit_2511_lora_inflation.ui.json"));
+    fn instance(ui: &mut Value) -> &mut Value {
+        ui["nodes"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|n| n["id"] == 89)
+            .unwrap()
+    }
+    for frontend in [Frontend::V1_27, Frontend::V1_42, Frontend::V1_58] {
+        let (prompt, warnings) = convert_for(&ui, &defs(), frontend).unwrap();
+        assert_eq!(prompt["89:90"]["inputs"]["strength_model"], json!(1));
+        assert_eq!(
+            prompt["89:68"]["inputs"]["prompt"],
+            json!("inflate the man")
+        );
+        // (CFGNorm was saved by a newer version of the node: said, and nothing else.)
+        assert!(
+            warnings.len() == 1 && warnings[0].starts_with("node 64 (CFGNorm)"),
+            "{warnings:?}"
+        );
+    }
+    // Values unlike the inner nodes' own: each lands on its own input.
+    let mut edited = ui.clone();
+    instance(&mut edited)["widgets_values"] = json!([
+        "a hat",
+        "other.safetensors",
+        0.25,
+        7,
+        "u.safetensors",
+        "c.safetensors",
+        "v.safetensors"
+    ]);
+    let (prompt, _) = convert_for(&edited, &defs(), Frontend::V1_58).unwrap();
+    assert_eq!(prompt["89:68"]["inputs"]["prompt"], json!("a hat"));
+    assert_eq!(
+        prompt["89:90"]["inputs"]["lora_name"],
+        json!("other.safetensors")
+    );
+    assert_eq!(prompt["89:90"]["inputs"]["strength_model"], json!(0.25));
+    assert_eq!(prompt["89:65"]["inputs"]["seed"], json!(7));
+    assert_eq!(
+        prompt["89:10"]["inputs"]["vae_name"],
+        json!("v.safetensors")
+    );
+    // Text for the FLOAT: sent as saved, with a warning naming the node and input.
+    let mut wrong = edited.clone();
+    instance(&mut wrong)["widgets_values"][2] = json!("strong");
+    let (prompt, warnings) = convert_for(&wrong, &defs(), Frontend::V1_58).unwrap();
+    assert_eq!(prompt["89:90"]["inputs"]["strength_model"], json!("strong"));
+    assert!(
+        warnings.len() == 2
+            && warnings[1].contains("(LoraLoaderModelOnly): strength_model is sent \"strong\"")
+            && warnings[1].contains("not the FLOAT"),
+        "{warnings:?}"
+    );
+    // One value too many: which is whose cannot be told.
+    let mut extra = edited.clone();
+    instance(&mut extra)["widgets_values"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("x"));
+    let err = convert_for(&extra, &defs(), Frontend::V1_27).unwrap_err();
+    assert!(
+        err.node.starts_with("node 89") && err.reason.contains("saved 8 widget values for the 7"),
+        "{err}"
     );
 }
