@@ -86,6 +86,8 @@ fn measure_all(
                 repeat,
                 max_runs: max_runs.unwrap_or(4096),
                 budget_given: max_runs.is_some() || p_fail >= 1.0,
+                // The search for the first fix: what these rows have always measured.
+                first_fix: true,
                 ..Settings::default()
             },
             Vec::new(),

@@ -1126,6 +1126,14 @@ def summarize_verdict(result, ext):
         "culprit_flags": verdict.get("culprit_flags") or [],
         "runs_total": result.get("runs_total"),
         "baseline": (result.get("baseline") or {}).get("outcome"),
+        # The other fixes that passed, as the bisect compared them with its recommendation.
+        "keeps_dynamic_vram": (verdict.get("fix") or {}).get("keeps_dynamic_vram"),
+        "alternatives": [
+            {"fixing_flags": a.get("fixing_flags") or [], "compared": a.get("compared"),
+             "keeps_dynamic_vram": a.get("keeps_dynamic_vram")}
+            for a in verdict.get("alternatives") or [] if isinstance(a, dict)
+        ],
+        "not_helped": [str(n) for n in verdict.get("not_helped") or []],
     }
     flags = verdict.get("flags")
     if kind in ("fixed_by", "caused_by") and isinstance(flags, list):

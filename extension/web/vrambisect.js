@@ -336,6 +336,11 @@ class Panel {
     const v = d.verdict;
     const out = el("section", { class: "vb-verdict" }, el("h3", {}, v.kind === "fixed_by" ? "Fixed by a launch flag" : v.kind === "caused_by" ? "Caused by a launch flag" : "Diagnosis finished"));
     out.append(el("div", { class: "vb-statement" }, v.statement || v.kind));
+    if (v.keeps_dynamic_vram === true) out.append(el("div", { class: "vb-label" }, "This fix keeps Dynamic VRAM on."));
+    for (const a of v.alternatives || []) {
+      out.append(el("div", { class: "vb-label vb-alternative" }, "Also passes: ", el("code", {}, (a.fixing_flags || []).join(" ")), a.compared ? ` (${a.compared})` : ""));
+    }
+    for (const n of v.not_helped || []) out.append(el("div", { class: "vb-label vb-not-helped" }, n));
     if (v.confidence !== null && v.confidence !== undefined && v.confidence < 1) out.append(el("div", { class: "vb-label" }, `confidence ${(100 * v.confidence).toFixed(1)}%`));
     if (v.launch) {
       out.append(el("div", { class: "vb-label" }, v.launch.where + ":"));

@@ -202,7 +202,8 @@ pub fn run(
     };
     let mut progress = BisectProgress::new(
         progress_visible,
-        planned_runs(&o.space, o.spec.strategy, o.spec.repeat) + u64::from(cheaper_budget.unwrap_or(0)),
+        planned_runs(&o.space, o.spec.strategy, o.spec.repeat)
+            + u64::from(cheaper_budget.unwrap_or(0)),
         o.entries.len() as u64,
     )
     .with_file(o.dir.join(PROGRESS_FILE));
@@ -396,6 +397,17 @@ fn start(new: &NewSession, req: &Request, err: &mut dyn std::io::Write) -> Resul
 /// system's RAM (what ComfyUI counts as VRAM on the CPU and on unified memory).
 fn value_ceiling(nvml_lib: Option<&Path>) -> Option<super::space::Ceiling> {
     const GB: f64 = (1u64 << 30) as f64;
+    // Set by the test bed, whose stand-in card is not the machine's.
+    if let Some(gb) = std::env::var("VRAMBISECT_VALUE_CEILING_GB")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|g| g.is_finite() && *g > 0.0)
+    {
+        return Some(super::space::Ceiling {
+            gb,
+            from: "VRAMBISECT_VALUE_CEILING_GB".into(),
+        });
+    }
     if let Ok(now) = crate::machine::nvml_now(crate::nvidia::nvml_lib(nvml_lib).as_deref())
         && let Some((g, total)) = now
             .gpus
@@ -405,10 +417,7 @@ fn value_ceiling(nvml_lib: Option<&Path>) -> Option<super::space::Ceiling> {
     {
         return Some(super::space::Ceiling {
             gb: total as f64 / GB,
-            from: format!(
-                "the memory of {}",
-                g.name.as_deref().unwrap_or("the GPU")
-            ),
+            from: format!("the memory of {}", g.name.as_deref().unwrap_or("the GPU")),
         });
     }
     let mut sys = sysinfo::System::new().ok()?;

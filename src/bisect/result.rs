@@ -754,7 +754,10 @@ pub fn fixes_statement(found: &Found) -> String {
     if found.kind != VerdictKind::FixedBy && found.kind != VerdictKind::CausedBy {
         return out;
     }
-    if found.fix.as_ref().is_some_and(|f| f.keeps_dynamic_vram == Some(true))
+    if found
+        .fix
+        .as_ref()
+        .is_some_and(|f| f.keeps_dynamic_vram == Some(true))
         && found
             .alternatives
             .iter()

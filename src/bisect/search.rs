@@ -8,10 +8,10 @@
 use super::hypotheses;
 mod cheaper;
 mod flaky;
-pub use cheaper::{Cheaper, Fix, FixCost};
 use super::space::{Choice, Config, Space};
 use crate::outcome::Outcome;
 pub use crate::run::record::RunKind;
+pub use cheaper::{Cheaper, Fix, FixCost};
 pub use flaky::BestAnswer;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -963,7 +963,10 @@ impl<'a> Search<'a> {
         }
         match self.evaluate(&choice)? {
             Eval::Pass => {
-                let best = if self.settings.first_fix || self.flaky {
+                let best = if self.settings.first_fix
+                    || self.flaky
+                    || self.settings.strategy != Strategy::Adaptive
+                {
                     choice
                 } else {
                     self.cheaper(choice)?

@@ -133,9 +133,8 @@ pub fn is_size_flag(flags: &FlagSet, flag: &str) -> bool {
     if opt.nargs != crate::flags::help::Nargs::One {
         return false;
     }
-    let modelled = crate::flags::defs::lookup(opt.name()).is_some_and(|d| {
-        matches!(d.value, crate::flags::defs::ValueKind::Float { unit: "GB" })
-    });
+    let modelled = crate::flags::defs::lookup(opt.name())
+        .is_some_and(|d| matches!(d.value, crate::flags::defs::ValueKind::Float { unit: "GB" }));
     modelled || opt.help.contains(" GB") || opt.help.contains("in GB")
 }
 
@@ -174,7 +173,10 @@ impl Space {
             // A size flag without a value: its least passing value is searched (the values
             // are set by `with_ceiling`, once the upper end is known).
             if value.is_none() && is_size_flag(flags, &name) {
-                let canonical = flags.get(&name).map(|o| o.name().to_string()).unwrap_or(name);
+                let canonical = flags
+                    .get(&name)
+                    .map(|o| o.name().to_string())
+                    .unwrap_or(name);
                 if !dims.iter().any(|d| d.flag() == canonical) {
                     dims.push(Dim::Add {
                         flag: canonical,

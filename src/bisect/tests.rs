@@ -21,6 +21,15 @@ fn ceil_log2(k: usize) -> u32 {
     (k as f64).log2().ceil() as u32
 }
 
+/// The search for the first fix, which these tests are about (the search for a cheaper one
+/// after it has tests of its own below).
+fn first_fix() -> Settings {
+    Settings {
+        first_fix: true,
+        ..Settings::default()
+    }
+}
+
 #[test]
 fn one_culprit_among_k_within_the_bound() {
     for k in 2..=12 {
@@ -29,7 +38,7 @@ fn one_culprit_among_k_within_the_bound() {
             let fix = toggles[culprit].to_string();
             let sp = space(&[], toggles);
             let mut oracle = Scripted::deterministic(Box::new(move |s| has(s, &fix)));
-            let (found, runs) = bisect(&sp, &mut oracle, Settings::default());
+            let (found, runs) = bisect(&sp, &mut oracle, first_fix());
             assert_eq!(found.kind, VerdictKind::FixedBy, "k={k} culprit={culprit}");
             assert_eq!(
                 found.fixing_flags,
@@ -55,7 +64,7 @@ fn three_flags_that_only_work_together() {
             && has(s, "--disable-pinned-memory")
             && has(s, "--disable-async-offload")
     }));
-    let (found, runs) = bisect(&sp, &mut oracle, Settings::default());
+    let (found, runs) = bisect(&sp, &mut oracle, first_fix());
     assert_eq!(found.kind, VerdictKind::FixedBy);
     let mut flags = found.fixing_flags.clone();
     flags.sort();
@@ -76,7 +85,7 @@ fn pairs_that_must_both_be_present() {
     let mut oracle = Scripted::deterministic(Box::new(|s| {
         has(s, "--disable-smart-memory") && has(s, "--disable-mmap")
     }));
-    let (found, _) = bisect(&sp, &mut oracle, Settings::default());
+    let (found, _) = bisect(&sp, &mut oracle, first_fix());
     let mut flags = found.fixing_flags.clone();
     flags.sort();
     assert_eq!(flags, ["--disable-mmap", "--disable-smart-memory"]);
@@ -88,7 +97,7 @@ fn an_or_of_two_names_one_of_them() {
     let mut oracle = Scripted::deterministic(Box::new(|s| {
         has(s, "--disable-pinned-memory") || has(s, "--disable-mmap")
     }));
-    let (found, _) = bisect(&sp, &mut oracle, Settings::default());
+    let (found, _) = bisect(&sp, &mut oracle, first_fix());
     assert_eq!(found.kind, VerdictKind::FixedBy);
     assert_eq!(found.fixing_flags.len(), 1);
     assert!(
@@ -100,7 +109,7 @@ fn an_or_of_two_names_one_of_them() {
 fn a_base_flag_that_causes_it() {
     let sp = space(&["--highvram"], &SWITCHES[1..4]);
     let mut oracle = Scripted::deterministic(Box::new(|s| !has(s, "--highvram")));
-    let (found, _) = bisect(&sp, &mut oracle, Settings::default());
+    let (found, _) = bisect(&sp, &mut oracle, first_fix());
     assert_eq!(found.kind, VerdictKind::CausedBy);
     assert_eq!(found.culprit_flags, ["--highvram"]);
 }
@@ -124,7 +133,7 @@ fn least_value_of_a_multi_valued_flag() {
                 .is_some_and(|v| v >= 2.0)
         })
     }));
-    let (found, _) = bisect(&sp, &mut oracle, Settings::default());
+    let (found, _) = bisect(&sp, &mut oracle, first_fix());
     assert_eq!(found.fixing_flags, ["--reserve-vram 2"]);
 }
 
@@ -132,7 +141,7 @@ fn least_value_of_a_multi_valued_flag() {
 fn nothing_fixes_it() {
     let sp = space(&[], &SWITCHES[..5]);
     let mut oracle = Scripted::deterministic(Box::new(|_| false));
-    let (found, runs) = bisect(&sp, &mut oracle, Settings::default());
+    let (found, runs) = bisect(&sp, &mut oracle, first_fix());
     assert_eq!(found.kind, VerdictKind::NoFixFound);
     // Every answer of up to three changes ruled out, then each change alone (one may
     // undo another) and everything together.
@@ -143,7 +152,7 @@ fn nothing_fixes_it() {
 fn baseline_that_passes_is_not_reproduced() {
     let sp = space(&[], &SWITCHES[..3]);
     let mut oracle = Scripted::deterministic(Box::new(|_| true));
-    let (found, runs) = bisect(&sp, &mut oracle, Settings::default());
+    let (found, runs) = bisect(&sp, &mut oracle, first_fix());
     assert_eq!(found.kind, VerdictKind::NotReproduced);
     assert_eq!(runs, 3, "a passing baseline gets three chances to fail");
 }
@@ -162,7 +171,7 @@ fn invalid_combinations_are_never_run() {
         ],
     );
     let mut oracle = Scripted::deterministic(Box::new(|s| has(s, "--cache-none")));
-    let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
+    let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new());
     let found = search.run().unwrap();
     assert_eq!(found.fixing_flags, ["--cache-none"]);
     let p = profile::builtin(None);
@@ -187,7 +196,7 @@ fn each_and_matrix_agree_with_adaptive() {
             &mut oracle,
             Settings {
                 strategy,
-                ..Settings::default()
+                ..first_fix()
             },
         );
         assert_eq!(
@@ -217,7 +226,7 @@ fn flaky_accuracy(k: usize, p_fail: f64, repeat: u32, trials: u64) -> (f64, f64)
             &mut oracle,
             Settings {
                 repeat,
-                ..Settings::default()
+                ..first_fix()
             },
         );
         total_runs += runs as u64;
@@ -260,7 +269,7 @@ fn a_flaky_single_fix_is_not_reported_as_a_pair() {
         );
         let settings = Settings {
             repeat: 4,
-            ..Settings::default()
+            ..first_fix()
         };
         let mut search = Search::new(&sp, &mut oracle, settings, Vec::new());
         let found = search.run().unwrap();
@@ -291,7 +300,7 @@ fn a_toggle_that_undoes_another_does_not_hide_the_fix() {
     let sp = space(&[], &SWITCHES[..2]);
     let (a, b) = (SWITCHES[0].to_string(), SWITCHES[1].to_string());
     let mut oracle = Scripted::deterministic(Box::new(move |s| has(s, &a) && !has(s, &b)));
-    let (found, _) = bisect(&sp, &mut oracle, Settings::default());
+    let (found, _) = bisect(&sp, &mut oracle, first_fix());
     assert_eq!(found.kind, VerdictKind::FixedBy);
     assert_eq!(found.fixing_flags, [SWITCHES[0]]);
 }
@@ -305,7 +314,7 @@ fn a_toggle_that_undoes_another_gives_a_fix_that_passed() {
     let (a, b) = (SWITCHES[0].to_string(), SWITCHES[1].to_string());
     let (a2, b2) = (a.clone(), b.clone());
     let mut oracle = Scripted::deterministic(Box::new(move |s| has(s, &a2) && !has(s, &b2)));
-    let (found, _) = bisect(&sp, &mut oracle, Settings::default());
+    let (found, _) = bisect(&sp, &mut oracle, first_fix());
     assert_eq!(found.kind, VerdictKind::FixedBy);
     assert!(found.fixing_flags.contains(&a), "{:?}", found.fixing_flags);
     assert!(!found.fixing_flags.contains(&b), "{:?}", found.fixing_flags);
@@ -316,7 +325,7 @@ fn an_untestable_baseline_is_reported_as_such() {
     let sp = space(&[], &SWITCHES[..2]);
     let mut oracle = Scripted::deterministic(Box::new(|_| false));
     oracle.failure = crate::outcome::Outcome::StartupFailed;
-    let (found, runs) = bisect(&sp, &mut oracle, Settings::default());
+    let (found, runs) = bisect(&sp, &mut oracle, first_fix());
     assert_eq!(found.kind, VerdictKind::Untestable);
     assert_eq!(
         found.baseline_outcome,
@@ -391,7 +400,7 @@ fn no_gpu_search(base: &[&str], oracle: &mut NoGpu) -> (Found, Vec<super::search
         &base,
         &toggles,
     );
-    let mut search = Search::new(&sp, oracle, Settings::default(), Vec::new());
+    let mut search = Search::new(&sp, oracle, first_fix(), Vec::new());
     let found = search.run().unwrap();
     (found, search.tallies, search.runs)
 }
@@ -452,7 +461,7 @@ fn a_start_that_failed_once_is_tried_again() {
         let sp = space(&[], &SWITCHES[..k]);
         let mut oracle = Once { failed: false };
         let (found, _) = {
-            let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
+            let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new());
             let found = search.run().unwrap();
             (found, search.runs)
         };
@@ -489,7 +498,7 @@ impl super::search::Oracle for DiskFills {
 fn a_session_that_cannot_write_ends_with_the_real_error() {
     let sp = space(&[], &["--disable-dynamic-vram", "--disable-pinned-memory"]);
     let mut oracle = DiskFills(0);
-    let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
+    let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new());
     let err = search.run().unwrap_err();
     assert_eq!(err.io, Some(std::io::ErrorKind::StorageFull));
     assert!(
@@ -534,11 +543,7 @@ fn one_run_killed_from_outside_does_not_change_the_verdict() {
     let fixes = || -> super::scripted::Rule {
         Box::new(|f| f.contains(SWITCHES[0]) && f.contains(SWITCHES[3]))
     };
-    let (clean, clean_runs) = bisect(
-        &sp,
-        &mut Scripted::deterministic(fixes()),
-        Settings::default(),
-    );
+    let (clean, clean_runs) = bisect(&sp, &mut Scripted::deterministic(fixes()), first_fix());
     assert_eq!(clean.fixing_flags, [SWITCHES[0], SWITCHES[3]]);
     // Whichever run is killed (the baseline aside: it says what the failure is), the verdict
     // is the same, at the price of at most one run more.
@@ -547,7 +552,7 @@ fn one_run_killed_from_outside_does_not_change_the_verdict() {
             inner: Scripted::deterministic(fixes()),
             kill_at,
         };
-        let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
+        let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new());
         let found = search.run().unwrap();
         assert_eq!(found.kind, VerdictKind::FixedBy, "killed at run {kill_at}");
         assert_eq!(
@@ -591,7 +596,7 @@ impl super::search::Oracle for StopAfter<'_> {
 fn flaky_settings() -> Settings {
     Settings {
         repeat: 3,
-        ..Settings::default()
+        ..first_fix()
     }
 }
 
@@ -737,7 +742,7 @@ mod quick {
         FailedAt, Oracle, QuickState, RunKind, Search, Settings, Stopped, Trial, VerdictKind,
     };
     use super::super::space::Config;
-    use super::{SWITCHES, has, space};
+    use super::{SWITCHES, first_fix, has, space};
     use crate::outcome::Outcome;
 
     fn kinds(search: &Search) -> (usize, usize) {
@@ -754,7 +759,7 @@ mod quick {
             let sp = space(&[], toggles);
             let mut oracle = Scripted::deterministic(Box::new(move |s| has(s, &fix)));
             oracle.quick = Some(true);
-            let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
+            let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new());
             let found = search.run().unwrap();
             assert_eq!(found.kind, VerdictKind::FixedBy);
             assert_eq!(found.fixing_flags, [toggles[culprit]]);
@@ -788,12 +793,12 @@ mod quick {
             };
             let mut off = Scripted::deterministic(rule(culprit));
             let sp = space(&[], toggles);
-            let mut search = Search::new(&sp, &mut off, Settings::default(), Vec::new());
+            let mut search = Search::new(&sp, &mut off, first_fix(), Vec::new());
             let without = search.run().unwrap();
             let runs_off = search.runs;
             let mut oracle = Scripted::deterministic(rule(culprit));
             oracle.quick = Some(false);
-            let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
+            let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new());
             let found = search.run().unwrap();
             assert_eq!(found.fixing_flags, without.fixing_flags);
             assert_eq!(search.runs, runs_off + 1, "culprit {culprit}");
@@ -838,7 +843,7 @@ mod quick {
         let toggles = ["--disable-pinned-memory", "--disable-dynamic-vram"];
         let sp = space(&[], &toggles);
         let mut oracle = QuickMisleads;
-        let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
+        let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new());
         let found = search.run().unwrap();
         assert_eq!(found.kind, VerdictKind::FixedBy);
         assert_eq!(found.fixing_flags, ["--disable-dynamic-vram"]);
@@ -878,7 +883,7 @@ mod quick {
             }
         }
         let mut wrapped = Unshortenable(oracle);
-        let mut search = Search::new(&sp, &mut wrapped, Settings::default(), Vec::new());
+        let mut search = Search::new(&sp, &mut wrapped, first_fix(), Vec::new());
         let found = search.run().unwrap();
         assert_eq!(found.fixing_flags, ["--disable-mmap"]);
         assert_eq!(
@@ -888,7 +893,7 @@ mod quick {
             ))
         );
         let mut plain = Scripted::deterministic(Box::new(|s| has(s, "--disable-mmap")));
-        let mut search2 = Search::new(&sp, &mut plain, Settings::default(), Vec::new());
+        let mut search2 = Search::new(&sp, &mut plain, first_fix(), Vec::new());
         search2.run().unwrap();
         assert_eq!(search.runs, search2.runs);
     }
@@ -899,7 +904,7 @@ mod quick {
         let sp = space(&[], toggles);
         let settings = Settings {
             repeat: 3,
-            ..Settings::default()
+            ..first_fix()
         };
         let (mut right, mut seeds) = (0, 0);
         for seed in 1..=40u64 {
@@ -936,7 +941,7 @@ mod quick {
         let rule = || Box::new(|s: &std::collections::BTreeSet<String>| has(s, "--cpu-vae"));
         let mut whole = Scripted::deterministic(rule());
         whole.quick = Some(true);
-        let mut search = Search::new(&sp, &mut whole, Settings::default(), Vec::new());
+        let mut search = Search::new(&sp, &mut whole, first_fix(), Vec::new());
         let found = search.run().unwrap();
         let runs = search.runs;
         for stop_at in 1..runs {
@@ -947,12 +952,12 @@ mod quick {
                 left: stop_at,
                 ran: Vec::new(),
             };
-            let mut search = Search::new(&sp, &mut first, Settings::default(), Vec::new());
+            let mut search = Search::new(&sp, &mut first, first_fix(), Vec::new());
             assert_eq!(search.run().unwrap().kind, VerdictKind::Incomplete);
             let tallies = search.tallies.clone();
             let mut again = Scripted::deterministic(rule());
             again.quick = Some(true);
-            let mut resumed = Search::new(&sp, &mut again, Settings::default(), tallies);
+            let mut resumed = Search::new(&sp, &mut again, first_fix(), tallies);
             let second = resumed.run().unwrap();
             assert_eq!(
                 second.fixing_flags, found.fixing_flags,
@@ -961,5 +966,219 @@ mod quick {
             assert_eq!(second.quick, found.quick, "stopped at {stop_at}");
             assert_eq!(resumed.runs, runs, "stopped at {stop_at}");
         }
+    }
+}
+
+/// The search for a cheaper fix, against an oracle whose fixes pass at different speeds.
+mod cheaper {
+    use super::*;
+    use crate::bisect::search::{Cost, Oracle, RunKind, Stopped, Trial};
+    use crate::bisect::space::{Ceiling, Config};
+    use crate::outcome::Outcome;
+
+    /// Passes where `fixes` says, at the seconds per step `speed` gives; Dynamic VRAM is
+    /// off where `--disable-dynamic-vram` is given.
+    type Decide<T> = Box<dyn Fn(&[String]) -> T>;
+
+    struct Costed {
+        fixes: Decide<bool>,
+        speed: Decide<f64>,
+        runs: u32,
+    }
+
+    impl Oracle for Costed {
+        fn run(&mut self, config: &Config, kind: RunKind) -> Result<Trial, Stopped> {
+            self.runs += 1;
+            let pass = (self.fixes)(&config.flags);
+            let mut t = Trial::of(if pass { Outcome::Pass } else { Outcome::Oom });
+            t.kind = kind;
+            t.cost = Cost {
+                seconds_per_step: Some((self.speed)(&config.flags)),
+                dynamic_vram: Some(!config.flags.iter().any(|f| f == "--disable-dynamic-vram")),
+                ..Cost::default()
+            };
+            Ok(t)
+        }
+    }
+
+    fn value(flags: &[String], flag: &str) -> Option<f64> {
+        let i = flags.iter().position(|f| f == flag)?;
+        flags.get(i + 1)?.parse().ok()
+    }
+
+    fn headroom_space() -> Space {
+        space(
+            &[],
+            &[
+                "--disable-dynamic-vram",
+                "--disable-pinned-memory",
+                "--vram-headroom",
+            ],
+        )
+        .with_ceiling(Some(&Ceiling {
+            gb: 24.0,
+            from: "a 24 GB card".into(),
+        }))
+    }
+
+    fn search(sp: &Space, oracle: &mut Costed, settings: Settings) -> (Found, u32) {
+        let mut s = Search::new(sp, oracle, settings, Vec::new());
+        let found = s.run().unwrap();
+        (found, s.runs)
+    }
+
+    #[test]
+    fn a_toggled_size_flag_has_every_quarter_gigabyte_up_to_the_ceiling() {
+        let sp = headroom_space();
+        assert_eq!(sp.value_searches.len(), 1);
+        assert_eq!(sp.value_searches[0].max_gb, 24.0);
+        let d = sp
+            .dims
+            .iter()
+            .find(|d| d.flag() == "--vram-headroom")
+            .unwrap();
+        assert_eq!(d.alternatives(), 96);
+        assert_eq!(d.describe(0), "--vram-headroom 0.25");
+        assert_eq!(d.describe(95), "--vram-headroom 24");
+        // Without an upper end it is left out, and says how to give values.
+        let none = space(&[], &["--vram-headroom"]).with_ceiling(None);
+        assert!(none.dims.is_empty());
+        assert!(none.skipped[0].reason.contains("give values to try"));
+    }
+
+    #[test]
+    fn a_headroom_that_keeps_dynamic_vram_beats_turning_it_off() {
+        let sp = headroom_space();
+        let mut oracle = Costed {
+            fixes: Box::new(|f| {
+                f.iter().any(|x| x == "--disable-dynamic-vram")
+                    || value(f, "--vram-headroom").is_some_and(|v| v >= 2.25)
+            }),
+            speed: Box::new(|f| {
+                if f.iter().any(|x| x == "--disable-dynamic-vram") {
+                    1.7
+                } else {
+                    1.0
+                }
+            }),
+            runs: 0,
+        };
+        let (found, runs) = search(&sp, &mut oracle, Settings::default());
+        assert_eq!(found.fixing_flags, ["--vram-headroom 2.25"]);
+        assert_eq!(found.fix.as_ref().unwrap().keeps_dynamic_vram, Some(true));
+        let alt = &found.alternatives[0];
+        assert_eq!(alt.fixing_flags, ["--disable-dynamic-vram"]);
+        assert_eq!(alt.compared.as_deref(), Some("1.7x slower per step"));
+        let c = found.cheaper.unwrap();
+        assert!(c.runs <= c.budget, "{c:?}");
+        let (first, first_runs) = search(&sp, &mut oracle, first_fix());
+        assert_eq!(first.fixing_flags, ["--disable-dynamic-vram"]);
+        assert!(runs > first_runs);
+    }
+
+    #[test]
+    fn of_two_fixes_that_keep_dynamic_vram_the_faster_wins_and_noise_is_a_tie() {
+        let sp = space(
+            &[],
+            &[
+                "--disable-pinned-memory",
+                "--disable-async-offload",
+                "--disable-dynamic-vram",
+            ],
+        );
+        let fixes = |f: &[String]| {
+            f.iter().any(|x| {
+                x == "--disable-pinned-memory"
+                    || x == "--disable-async-offload"
+                    || x == "--disable-dynamic-vram"
+            })
+        };
+        for (pinned, expected) in [
+            (1.5, "--disable-async-offload"),
+            (0.5, "--disable-pinned-memory"),
+            // Within 10%: a tie, and then the one found first stays.
+            (1.05, "--disable-pinned-memory"),
+        ] {
+            let mut oracle = Costed {
+                fixes: Box::new(fixes),
+                speed: Box::new(move |f| {
+                    if f.iter().any(|x| x == "--disable-pinned-memory") {
+                        pinned
+                    } else {
+                        1.0
+                    }
+                }),
+                runs: 0,
+            };
+            let (found, _) = search(&sp, &mut oracle, Settings::default());
+            assert_eq!(found.fixing_flags, [expected], "pinned at {pinned}");
+            assert!(
+                found.fix.unwrap().keeps_dynamic_vram == Some(true),
+                "pinned at {pinned}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_turning_dynamic_vram_off_fixes_it_and_the_headroom_that_did_not_help_is_said() {
+        let sp = headroom_space();
+        let mut oracle = Costed {
+            fixes: Box::new(|f| f.iter().any(|x| x == "--disable-dynamic-vram")),
+            speed: Box::new(|_| 1.0),
+            runs: 0,
+        };
+        let (found, _) = search(&sp, &mut oracle, Settings::default());
+        assert_eq!(found.fixing_flags, ["--disable-dynamic-vram"]);
+        assert_eq!(
+            found.not_helped,
+            ["--vram-headroom up to 24 GB did not help"]
+        );
+        let c = found.cheaper.unwrap();
+        // The headroom failed at its most: no value search ran.
+        assert!(c.runs <= 3, "{c:?}");
+    }
+
+    #[test]
+    fn a_value_search_that_is_not_monotone_says_so() {
+        use crate::bisect::search::Tally;
+        let sp = headroom_space();
+        let d = sp
+            .dims
+            .iter()
+            .position(|d| d.flag() == "--vram-headroom")
+            .unwrap();
+        let fixes = |f: &[String]| {
+            f.iter().any(|x| x == "--disable-dynamic-vram")
+                || value(f, "--vram-headroom").is_some_and(|v| v == 1.0 || v >= 4.0)
+        };
+        // Runs already on record (a resumed session): 1 GB passed, 2 GB failed.
+        let ran = |choice: Vec<(usize, usize)>, outcome: Outcome, n: u32| Tally {
+            config: sp.config(&choice).unwrap(),
+            trials: vec![Trial {
+                n,
+                ..Trial::of(outcome)
+            }],
+        };
+        let prior = vec![
+            ran(vec![], Outcome::Oom, 1),
+            ran(vec![(d, 3)], Outcome::Pass, 2),
+            ran(vec![(d, 7)], Outcome::Oom, 3),
+        ];
+        let mut oracle = Costed {
+            fixes: Box::new(fixes),
+            speed: Box::new(|_| 1.0),
+            runs: 0,
+        };
+        let mut s = Search::new(&sp, &mut oracle, Settings::default(), prior);
+        let found = s.run().unwrap();
+        assert_eq!(found.kind, VerdictKind::FixedBy);
+        assert!(
+            found
+                .not_helped
+                .iter()
+                .any(|n| n.starts_with("--vram-headroom 1 passed but --vram-headroom 2 failed")),
+            "{:?}",
+            found.not_helped
+        );
     }
 }

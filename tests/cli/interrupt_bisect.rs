@@ -37,6 +37,7 @@ fn bisect_args<'a>(install: &'a FakeComfy, wf: &'a str, session: &'a str) -> Vec
         wf,
         "--output",
         session,
+        "--first-fix",
     ]
 }
 

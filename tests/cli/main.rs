@@ -6,6 +6,7 @@
 mod support;
 
 mod bisect_cli;
+mod cheaper_cli;
 mod cli_input;
 mod doctor_cli;
 mod explain_cli;

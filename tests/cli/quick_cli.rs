@@ -10,7 +10,9 @@ use support::comfy::FakeComfy;
 const TWENTY: &str = "workflows/sd15_txt2img_20_steps.json";
 
 fn bisect(install: &FakeComfy, extra: &[&str]) -> (i32, Value, tempfile::TempDir) {
-    let mut args = vec!["--stall-timeout", "5s"];
+    // The shortened runs of the search for the first fix (the search for a cheaper one after
+    // it runs shortened too, and has tests of its own).
+    let mut args = vec!["--stall-timeout", "5s", "--first-fix"];
     args.extend_from_slice(extra);
     support::on_install("bisect", install, TWENTY, "session", &args)
 }
@@ -187,7 +189,7 @@ fn a_workflow_with_few_steps_runs_in_full_and_says_why() {
     let statement = doc["verdict"]["statement"].as_str().unwrap();
     assert!(
         statement
-            .ends_with("All runs were full: its sampling has only 4 steps, too few to shorten."),
+            .contains("All runs were full: its sampling has only 4 steps, too few to shorten."),
         "{statement}"
     );
 }

@@ -36,6 +36,8 @@ pub fn vrambisect() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_vrambisect"));
     cmd.env("NO_COLOR", "1")
         .env_remove("VRAMBISECT_NVML_LIB")
+        // The stand-in's card (an RTX 4090), not this machine's RAM, ends a value search.
+        .env("VRAMBISECT_VALUE_CEILING_GB", "24")
         .env("VRAMBISECT_LOCK_DIR", locks);
     cmd
 }

@@ -127,7 +127,8 @@ impl<'a> Search<'a> {
                 }
                 Ok(_) => dropped.push(config.key.clone()),
                 Err(Stopped::Budget) => {
-                    cut_short.get_or_insert_with(|| "no run was left to confirm a cheaper fix".into());
+                    cut_short
+                        .get_or_insert_with(|| "no run was left to confirm a cheaper fix".into());
                     break;
                 }
                 Err(e) => {
@@ -165,7 +166,11 @@ impl<'a> Search<'a> {
             .filter(|(off, d)| {
                 !*off
                     && self.space.dims[*d].alternatives() == 1
-                    && !self.space.value_searches.iter().any(|v| v.flag == self.space.dims[*d].flag())
+                    && !self
+                        .space
+                        .value_searches
+                        .iter()
+                        .any(|v| v.flag == self.space.dims[*d].flag())
             })
             .map(|(_, d)| *d)
             .collect();
@@ -233,7 +238,12 @@ impl<'a> Search<'a> {
         let evidence = self.evidence();
         let mut out = Vec::new();
         for (d, dim) in self.space.dims.iter().enumerate() {
-            if !self.space.value_searches.iter().any(|v| v.flag == dim.flag()) {
+            if !self
+                .space
+                .value_searches
+                .iter()
+                .any(|v| v.flag == dim.flag())
+            {
                 continue;
             }
             let single = |pass: bool| {
@@ -287,10 +297,13 @@ impl<'a> Search<'a> {
         let mut out: Vec<Fix> = evidence
             .iter()
             .filter(|t| {
+                let refused = t.count(Outcome::FlagRejected) + t.count(Outcome::InvalidWorkflow);
                 t.config.key != base_key
                     && !dropped.contains(&t.config.key)
                     && t.count(target) == 0
-                    && t.others(target) == 0
+                    && refused == 0
+                    && t.other_failures(target) < OTHERS_TO_GIVE_UP
+                    && t.count(Outcome::StartupFailed) < STARTS_TO_GIVE_UP
                     && t.passes() >= needed
             })
             .map(|t| self.fix_of(t))
@@ -303,7 +316,9 @@ impl<'a> Search<'a> {
             if dg.len() < df.len() {
                 dg.iter().all(|d| df.contains(d))
             } else {
-                dg == df && g.choice != f.choice && g.choice.iter().zip(&f.choice).all(|(a, b)| a.1 <= b.1)
+                dg == df
+                    && g.choice != f.choice
+                    && g.choice.iter().zip(&f.choice).all(|(a, b)| a.1 <= b.1)
             }
         };
         let all = out.clone();
@@ -347,9 +362,9 @@ impl<'a> Search<'a> {
             .filter_map(|r| r.cost.seconds_per_step)
             .collect();
         let spread = (steps.len() > 1).then(|| {
-            let (lo, hi) = steps.iter().fold((f64::MAX, 0f64), |(lo, hi), s| {
-                (lo.min(*s), hi.max(*s))
-            });
+            let (lo, hi) = steps
+                .iter()
+                .fold((f64::MAX, 0f64), |(lo, hi), s| (lo.min(*s), hi.max(*s)));
             if lo > 0.0 { hi / lo - 1.0 } else { 0.0 }
         });
         let observed = passed.iter().find_map(|r| r.cost.dynamic_vram);
