@@ -56,6 +56,12 @@ REPORT_NAME = re.compile(r"^vrambisect-report-[0-9]{8}-[0-9]{6}(-failure)?-[0-9a
 SPEC_FILE = "session.json"
 PROGRESS_FILE = "progress.json"
 
+# Set in the environment of the bisect a diagnosis starts (so in the ComfyUI of each of its
+# runs, which loads this pack too where it is installed in the install diagnosed): its session
+# folder. The pack in such a run's ComfyUI knows the diagnosis under way as its own runner, not
+# as an orphan to hold prompts back for.
+DIAGNOSIS_VAR = "VRAMBISECT_DIAGNOSIS"
+
 # How many of each kind of result are kept under user/vrambisect/ (the newest; a diagnosis
 # that did not end with a verdict is kept until it is resumed or deleted by hand).
 KEEP = {"diagnoses": 10, "reports": 10, "scans": 5, "failures": 5}
@@ -469,6 +475,8 @@ class Extension:
         self.written = set()
         # What the last clean-up of each kind removed, said in the panel.
         self.removed = {}
+        # The session of the diagnosis whose run this server is, if it is one.
+        self.run_of = self.tool.start_env.get(DIAGNOSIS_VAR) or None
 
     # -- paths -----------------------------------------------------------------------------
     def _dir(self, *parts):
@@ -666,6 +674,9 @@ class Extension:
             return None
         pid = data.get("pid")
         if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or data.get("server_pid") == os.getpid():
+            return None
+        if self.run_of is not None and data.get("session") == self.run_of:
+            # This server is one of that diagnosis's runs: its prompts are the run's own.
             return None
         return pid if _is_bisect(pid, data.get("session")) else None
 
@@ -984,11 +995,13 @@ class Diagnosis:
             kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP
         else:
             kwargs["start_new_session"] = True
+        env = self.ext.tool.child_env()
+        env[DIAGNOSIS_VAR] = self.session
         self.stdout = open(os.path.join(self.folder, "bisect.json"), "wb")
         self.stderr = open(os.path.join(self.folder, "bisect.log"), "wb")
         try:
             self.proc = subprocess.Popen(self.argv, stdout=self.stdout, stderr=self.stderr,
-                                         stdin=subprocess.DEVNULL, env=self.ext.tool.child_env(),
+                                         stdin=subprocess.DEVNULL, env=env,
                                          cwd=self.ext.host.comfyui_dir or None, **kwargs)
         except OSError:
             self.stdout.close()

@@ -13,6 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
+# Absolute, so that paths made from it hold in other folders (CARGO_TARGET_DIR may be either).
+case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
 venv="$target/extension-venv"
 frontends=(1.27.10 1.58.1)
 
@@ -27,13 +29,14 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import aiohttp" 2>/de
 fi
 
 tool="$target/debug/vrambisect"
-[ -x "$tool" ] || cargo build --locked --quiet
-VRAMBISECT_EXTENSION_TOOL="$(pwd)/$tool" "$venv/bin/python" -m unittest discover -s tests/extension -p 'test_*.py'
+# Always (a no-op when up to date): the program embeds the pack it installs.
+cargo build --locked --quiet
+VRAMBISECT_EXTENSION_TOOL="$tool" "$venv/bin/python" -m unittest discover -s tests/extension -p 'test_*.py'
 
 # The registry's validation (comfy-cli) reads pyproject.toml in the current folder.
 if [ -x "$venv/bin/comfy" ] || timeout 300 "$venv/bin/python" -m pip install --quiet \
         --disable-pip-version-check comfy-cli ruff >/dev/null 2>&1; then
-    (cd extension && "../$venv/bin/comfy" --skip-prompt --no-enable-telemetry node validate)
+    (cd extension && "$venv/bin/comfy" --skip-prompt --no-enable-telemetry node validate)
 else
     echo "extension registry validation skipped: comfy-cli could not be installed from PyPI"
 fi
@@ -66,11 +69,11 @@ for fe in "${frontends[@]}"; do
         mkdir -p "$root" && cp -r "$tmp/x/comfyui_frontend_package/static/." "$root/"
         rm -rf "$tmp"
     fi
-    "$venv/bin/python" tests/extension/standin.py --python "$venv/bin/python" --tool "$(pwd)/$tool" \
+    "$venv/bin/python" tests/extension/standin.py --python "$venv/bin/python" --tool "$tool" \
         --front-end-root "$root" --label "standin-$fe" --shots "$shots" --browser-python "$venv/bin/python"
     if [ -n "${VRAMBISECT_REAL_COMFYUI:-}" ] && [ -n "${VRAMBISECT_REAL_PYTHON:-}" ]; then
         "$venv/bin/python" tests/extension/real.py --comfyui "$VRAMBISECT_REAL_COMFYUI" \
-            --python "$VRAMBISECT_REAL_PYTHON" --tool "$(pwd)/$tool" --front-end-root "$root" \
+            --python "$VRAMBISECT_REAL_PYTHON" --tool "$tool" --front-end-root "$root" \
             --label "$fe" --shots "$shots" --browser-python "$venv/bin/python"
     fi
 done

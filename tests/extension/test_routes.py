@@ -427,6 +427,37 @@ class RoutesTest(unittest.TestCase):
         status, _, _ = self.request("GET", "/vrambisect/report/" + rep["name"], headers={"Origin": "http://evil.example"})
         self.assertEqual(status, 403)
 
+    def test_the_runs_of_an_install_with_the_pack_are_not_held_back_by_it(self):
+        # The pack installed in the install it diagnoses, as `vrambisect extension install`
+        # puts it: each run's ComfyUI loads it too, finds the diagnosis under way in the same
+        # user folder, and must take the run's own prompt.
+        tool = os.environ["VRAMBISECT_EXTENSION_TOOL"]
+        subprocess.run([tool, "extension", "install", "--comfyui", self.comfyui], check=True,
+                       capture_output=True)
+        self.host.argv = []
+        status, body, _ = self.request("POST", "/vrambisect/diagnose", {"prompt_id": "p-1"})
+        self.assertEqual(status, 202, body)
+        d = self.wait_done()["diagnosis"]
+        self.assertEqual(d["state"], "done", d)
+        self.assertEqual(d["verdict"]["kind"], "fixed_by", d)
+        self.assertEqual(d["verdict"]["fixing_flags"], ["--disable-dynamic-vram"], d)
+        rejected = glob.glob(os.path.join(self.ext.diagnosis.session, "runs", "*", "rejected-*.json"))
+        self.assertEqual(rejected, [], "no run's prompt was refused")
+        # A process standing for a bisect of that session that outlived its server: another
+        # ComfyUI of this install holds prompts back for it, a run of it does not.
+        session = self.ext.diagnosis.session
+        stand = subprocess.Popen([sys.executable, "-c", "import time; print(1, flush=True); time.sleep(60)", session],
+                                 stdout=subprocess.PIPE)
+        self.addCleanup(stand.stdout.close)
+        self.addCleanup(stand.wait)
+        self.addCleanup(stand.kill)
+        stand.stdout.readline()  # its command line is its own (after exec)
+        data = {"state": "running", "pid": stand.pid, "server_pid": stand.pid + 1, "session": session}
+        run = core.Extension(self.host, self.log, tool=core.Tool(self.host.python, env={core.DIAGNOSIS_VAR: session}))
+        other = core.Extension(self.host, self.log, tool=core.Tool(self.host.python, env={}))
+        self.assertEqual(other._orphan_of(data), stand.pid)
+        self.assertIsNone(run._orphan_of(data))
+
     def test_cancel_stops_the_bisect_and_its_comfyui_and_keeps_the_resume_line(self):
         shutil.copy(os.path.join(self.comfyui, "examples", "hang-on-load.json"),
                     os.path.join(self.comfyui, "scenario.json"))
