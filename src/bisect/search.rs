@@ -63,6 +63,10 @@ pub struct Cost {
     /// ComfyUI warned that a flag of this run will be removed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub flag_removal_warned: bool,
+    /// For a failure: the room its evidence says was missing, the allocation that failed
+    /// ("Tried to allocate", "Requested") plus the VRAM other processes held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wanted_bytes: Option<u64>,
 }
 
 impl Cost {
@@ -77,8 +81,45 @@ impl Cost {
             prompt_ms: (!its.is_empty()).then(|| its.iter().map(|i| i.duration_ms).sum()),
             dynamic_vram: record.effective.dynamic_vram,
             flag_removal_warned: record.effective.flag_removal_warned,
+            wanted_bytes: (record.outcome != Outcome::Pass)
+                .then(|| {
+                    let lines = record
+                        .evidence
+                        .iter()
+                        .chain(its.iter().flat_map(|i| &i.evidence));
+                    lines.filter_map(|l| allocation_bytes(l)).max()
+                })
+                .flatten()
+                .map(|a| a + record.peaks.vram_other_processes_bytes.unwrap_or(0)),
         }
     }
+}
+
+/// The size of the allocation an OOM names: `Tried to allocate 1.14 GiB`, `Requested size
+/// was 4194304000 bytes`, `Requested : 40.00 MiB` (the asynchronous allocator's details).
+pub fn allocation_bytes(line: &str) -> Option<u64> {
+    let after = ["Tried to allocate ", "Requested size was ", "Requested "]
+        .iter()
+        .find_map(|k| line.find(k).map(|i| &line[i + k.len()..]))?;
+    let after = after.trim_start_matches([' ', ':']).trim_start();
+    let end = after
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(after.len());
+    let n: f64 = after[..end].parse().ok()?;
+    let unit = after[end..].trim_start();
+    let scale = [
+        ("GiB", 1u64 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+        ("GB", 1 << 30),
+        ("MB", 1 << 20),
+        ("bytes", 1),
+    ]
+    .iter()
+    .find(|(u, _)| unit.starts_with(u))
+    .map(|(_, s)| *s)?;
+    let bytes = n * scale as f64;
+    (bytes.is_finite() && bytes > 0.0).then_some(bytes as u64)
 }
 
 /// Where a run failed: which prompt of its iterations, in which node.
@@ -998,6 +1039,16 @@ impl<'a> Search<'a> {
         for i in 0..choice.len() {
             let (d, strongest) = choice[i];
             if strongest == 0 {
+                continue;
+            }
+            // A searched value: from where the evidence points (see `least_value`).
+            if self
+                .space
+                .value_searches
+                .iter()
+                .any(|v| v.flag == self.space.dims[d].flag())
+            {
+                choice[i] = (d, self.least_value(&choice, i)?);
                 continue;
             }
             let (mut lo, mut hi) = (0usize, strongest);

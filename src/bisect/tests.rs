@@ -1139,6 +1139,45 @@ mod cheaper {
     }
 
     #[test]
+    fn a_value_search_starts_where_the_failure_says_room_was_missing() {
+        let sp = headroom_space();
+        let fixes = |f: &[String]| value(f, "--vram-headroom").is_some_and(|v| v >= 2.75);
+        let run = |wanted: Option<u64>| {
+            let mut oracle = Costed {
+                fixes: Box::new(move |f| {
+                    fixes(f) || f.iter().any(|x| x == "--disable-dynamic-vram")
+                }),
+                speed: Box::new(|_| 1.0),
+                runs: 0,
+            };
+            // The baseline's failure names the allocation (and others' VRAM).
+            let prior = match wanted {
+                Some(w) => {
+                    let mut t = Trial::of(Outcome::Oom);
+                    t.cost.wanted_bytes = Some(w);
+                    t.n = 1;
+                    vec![crate::bisect::search::Tally {
+                        config: sp.baseline(),
+                        trials: vec![t],
+                    }]
+                }
+                None => Vec::new(),
+            };
+            let mut s = Search::new(&sp, &mut oracle, Settings::default(), prior);
+            let found = s.run().unwrap();
+            (found.fixing_flags.clone(), found.cheaper.unwrap().runs)
+        };
+        let (guided, guided_runs) = run(Some((2.6 * (1u64 << 30) as f64) as u64));
+        let (blind, blind_runs) = run(None);
+        assert_eq!(guided, ["--vram-headroom 2.75"]);
+        assert_eq!(blind, ["--vram-headroom 2.75"]);
+        assert!(
+            guided_runs < blind_runs,
+            "{guided_runs} against {blind_runs}"
+        );
+    }
+
+    #[test]
     fn a_value_search_that_is_not_monotone_says_so() {
         use crate::bisect::search::Tally;
         let sp = headroom_space();

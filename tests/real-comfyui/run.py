@@ -92,6 +92,14 @@ CASES = [
         "expect": {"exit": 0, "verdict": "fixed_by", "fixing_flags": ["--reserve-vram 2"]},
     },
     {
+        "name": "bisect: the least --reserve-vram searched without a value",
+        "command": "bisect",
+        "flags": ["--cpu"],
+        "rules": [{"when": {"reserve_vram": {"<": 1.75}}, "effect": "oom"}],
+        "extra": ["--toggle", "--reserve-vram"],
+        "expect": {"exit": 0, "verdict": "fixed_by", "fixing_flags": ["--reserve-vram 1.75"]},
+    },
+    {
         "name": "bisect: a flag this version rejects is refused before any run",
         "command": "bisect",
         "flags": ["--cpu", "--no-such-flag"],

@@ -193,19 +193,30 @@ impl<'a> Search<'a> {
                 continue;
             }
             if self.evaluate(&choice)? == Eval::Pass && choice[0].1 > 0 {
-                self.least_value(d, choice[0].1)?;
+                self.least_value(&choice, 0)?;
             }
         }
         Ok(())
     }
 
-    /// The least value of dimension `d` that passes, given that `known_pass` does: from
-    /// 1 GB (the headroom ComfyUI's maintainers suggest first) up, doubling until one passes,
-    /// then halving the gap (more reserve never needs more memory, so the answer is taken to
-    /// be monotone in the value; a run that says otherwise is named in the verdict).
-    fn least_value(&mut self, d: usize, known_pass: usize) -> Result<usize, Stopped> {
-        let at = |i: usize| vec![(d, i)];
-        let start = (1.0 / crate::bisect::space::VALUE_STEP_GB) as usize - 1;
+    /// The least value of dimension `d` that passes, given that `known_pass` does: from where
+    /// the evidence points (the room the baseline's failure says was missing: the allocation
+    /// that failed plus other processes' VRAM), else from 1 GB (the headroom ComfyUI's
+    /// maintainers suggest first), up, doubling until one passes, then halving the gap (more
+    /// reserve never needs more memory, so the answer is taken to be monotone in the value; a
+    /// run that says otherwise is named in the verdict).
+    pub(super) fn least_value(&mut self, choice: &Choice, i: usize) -> Result<usize, Stopped> {
+        let (d, known_pass) = choice[i];
+        let at = |v: usize| {
+            let mut c = choice.clone();
+            c[i] = (d, v);
+            c
+        };
+        let step = crate::bisect::space::VALUE_STEP_GB;
+        let start = match self.evidence_start() {
+            Some(gb) => ((gb / step).ceil() as usize).max(1) - 1,
+            None => (1.0 / step) as usize - 1,
+        };
         let (mut lo, mut hi) = (None::<usize>, known_pass);
         let mut probe = start.min(known_pass);
         while probe < hi {
@@ -215,6 +226,13 @@ impl<'a> Search<'a> {
             }
             lo = Some(probe);
             probe = (probe * 2 + 1).min(hi);
+        }
+        // Where the evidence was right, the step below it says so in one run.
+        if lo.is_none() && hi == start && start > 0 {
+            if self.evaluate(&at(start - 1))? != Eval::Pass {
+                return Ok(hi);
+            }
+            hi = start - 1;
         }
         // The least passing value lies in (lo, hi].
         let mut low = lo.map(|l| l + 1).unwrap_or(0);
@@ -227,6 +245,18 @@ impl<'a> Search<'a> {
             }
         }
         Ok(hi)
+    }
+
+    /// The room, in GB, the baseline's failure says was missing (its largest).
+    pub(super) fn evidence_start(&self) -> Option<f64> {
+        let base = self.space.baseline().key;
+        self.tallies
+            .iter()
+            .filter(|t| t.config.key == base)
+            .flat_map(|t| &t.trials)
+            .filter_map(|r| r.cost.wanted_bytes)
+            .max()
+            .map(|b| b as f64 / (1u64 << 30) as f64)
     }
 
     /// Values of one flag that passed below one that failed: the answer is not monotone in
@@ -499,5 +529,30 @@ pub(super) fn compare(f: &Fix, best: &Fix) -> (Option<f64>, Option<String>) {
             None,
             Some("speed not compared (no runs of the same kind with sampling steps)".into()),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::allocation_bytes;
+
+    #[test]
+    fn the_allocation_an_oom_names() {
+        for (line, bytes) in [
+            (
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.14 GiB. GPU 0 has a total capacity of 7.96 GiB",
+                Some((1.14 * (1u64 << 30) as f64) as u64),
+            ),
+            ("Tried to allocate 20.00 MiB", Some(20 << 20)),
+            (
+                "VBAR allocation failed (Requested size was 4194304000 bytes.)",
+                Some(4_194_304_000),
+            ),
+            ("Requested               : 32.00 GiB", Some(32 << 30)),
+            ("Requested to load SDXL", None),
+            ("Tried to allocate lots", None),
+        ] {
+            assert_eq!(allocation_bytes(line), bytes, "{line}");
+        }
     }
 }

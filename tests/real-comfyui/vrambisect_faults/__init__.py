@@ -8,6 +8,7 @@ vrambisect's model of it.
 
 ``faults.json``: ``{"rules": [{"when": {"FLAG_ATTR": VALUE, ...}, "effect": EFFECT}]}`` where
 ``FLAG_ATTR`` is an attribute of ``comfy.cli_args.args`` (``async_offload``,
+(a VALUE may be ``{"<": N}`` or ``{">=": N}``: a comparison, an unset flag counting as 0)
 ``disable_smart_memory``, ``cpu``, ``reserve_vram``, ``disable_cuda_malloc``, ...) and
 ``EFFECT`` is ``oom`` (raise torch's out-of-memory error, as a CUDA allocation that fails),
 ``hang`` (block until the process ends), ``crash`` (end the process at once) or ``pass``.
@@ -33,9 +34,19 @@ def _rules():
         return json.load(fh).get("rules", [])
 
 
+def _holds(value, spec):
+    """``spec`` is a value to equal, or ``{"<": N}`` / ``{">=": N}`` (an unset flag is 0)."""
+    if isinstance(spec, dict):
+        v = 0 if value is None else value
+        ops = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
+               ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+        return all(ops[op](v, n) for op, n in spec.items())
+    return value == spec
+
+
 def _effect():
     for rule in _rules():
-        if all(getattr(args, key, None) == value for key, value in rule.get("when", {}).items()):
+        if all(_holds(getattr(args, key, None), spec) for key, spec in rule.get("when", {}).items()):
             return rule.get("effect", "pass")
     return "pass"
 
