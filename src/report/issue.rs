@@ -907,6 +907,7 @@ fn verdict_and_matrix(o: &mut String, res: &crate::bisect::result::BisectResult)
         }
     }
     let _ = writeln!(o);
+    fixes_that_passed(o, &res.verdict);
     let _ = writeln!(o, "**Run matrix**\n");
     let _ = writeln!(
         o,
@@ -956,6 +957,50 @@ fn verdict_and_matrix(o: &mut String, res: &crate::bisect::result::BisectResult)
     }
     for s in &res.skipped_toggles {
         let _ = writeln!(o, "\nSkipped {}: {}", code(&s.toggle), s.reason);
+    }
+    let _ = writeln!(o);
+}
+
+/// The fixes that passed, the recommendation first: which keep Dynamic VRAM on and what each
+/// cost (what ComfyUI's maintainers ask for when Dynamic VRAM is suspected).
+fn fixes_that_passed(o: &mut String, v: &crate::bisect::result::Verdict) {
+    let Some(fix) = &v.fix else { return };
+    let _ = writeln!(o, "**Settings that pass**\n");
+    let _ = writeln!(
+        o,
+        "| flags | Dynamic VRAM | seconds per step | to the first step | peak VRAM | confirmed in full | against the first row |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|");
+    for f in std::iter::once(fix).chain(&v.alternatives) {
+        let dynamic = match f.keeps_dynamic_vram {
+            Some(true) => "on",
+            Some(false) => "off",
+            None => "?",
+        };
+        let kind = if f.cost.kind == Some(crate::bisect::search::RunKind::Quick) {
+            " (shortened)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {dynamic} | {}{kind} | {} | {} | {} | {} |",
+            cell(&f.fixing_flags.join(" ")),
+            f.cost
+                .seconds_per_step
+                .map(|s| format!("{s:.2} s"))
+                .unwrap_or_else(|| "-".into()),
+            f.cost
+                .load_s
+                .map(|s| format!("{s:.1} s"))
+                .unwrap_or_else(|| "-".into()),
+            gib(f.cost.peak_vram_bytes),
+            if f.confirmed_full { "yes" } else { "no" },
+            cell(f.compared.as_deref().unwrap_or("(recommended)")),
+        );
+    }
+    for n in &v.not_helped {
+        let _ = writeln!(o, "\n{}.", n);
     }
     let _ = writeln!(o);
 }
