@@ -70,15 +70,19 @@ def add_arguments(ap):
     ap.add_argument("--verdict-timeout", type=float, default=900)
 
 
-def drive(a, tmp, comfyui, flags, workflow, expect_fix):
+def drive(a, tmp, comfyui, flags, workflow, expect_fix, after=None):
     """Installs the pack into `comfyui` (a copy inside `tmp`), starts it with `flags` and the
-    frontend, runs the browser checks; returns their exit status (tmp removed when they held)."""
+    frontend from an environment without PYTORCH_CUDA_ALLOC_CONF (ComfyUI's cuda_malloc step
+    sets it in its own process), runs the browser checks, then `after(server, log_path)` while
+    the server still runs where they held (its exit status counts too); returns the exit
+    status (tmp removed when every check held)."""
     tool = os.path.abspath(a.tool)
     subprocess.run([tool, "extension", "install", "--comfyui", comfyui], check=True)
     port = free_port()
     url = "http://127.0.0.1:%d" % port
     env = dict(os.environ, VRAMBISECT_EXTENSION_TOOL=tool)
     env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     log_path = os.path.join(tmp, "comfyui.log")
     log = open(log_path, "wb")
     server = subprocess.Popen([os.path.abspath(a.python), "main.py", *flags, "--listen", "127.0.0.1", "--port",
@@ -92,6 +96,9 @@ def drive(a, tmp, comfyui, flags, workflow, expect_fix):
                                   "--workflow", workflow, "--expect-outcome", "oom",
                                   "--expect-fix=" + expect_fix, "--shots", a.shots,
                                   "--label", a.label, "--verdict-timeout", str(a.verdict_timeout)])
+        if status == 0 and after is not None:
+            log.flush()
+            status = after(server, log_path)
     finally:
         stop(server)
         log.close()

@@ -12,7 +12,17 @@ vrambisect's model of it.
 ``disable_smart_memory``, ``cpu``, ``reserve_vram``, ``disable_cuda_malloc``, ...) and
 ``EFFECT`` is ``oom`` (raise torch's out-of-memory error, as a CUDA allocation that fails),
 ``hang`` (block until the process ends), ``crash`` (end the process at once) or ``pass``.
-The first rule whose conditions all hold decides; no rule means pass.
+A rule may also hold ``"env_has": {"NAME": "TEXT", ...}``: each variable's value in this
+process now (after ComfyUI's own start-up steps changed it: its cuda_malloc step adds
+``backend:cudaMallocAsync`` to ``PYTORCH_CUDA_ALLOC_CONF`` unless --disable-cuda-malloc) must
+contain TEXT. The first rule whose conditions all hold decides; no rule means pass.
+
+At import the node prints one line per variable it watches (``WATCHED``), with its value in the
+environment the process was started with (``/proc/self/environ`` where the system keeps it)
+and now, as JSON (null: unset), so that a test can tell what a run inherited from what
+ComfyUI set itself::
+
+    vrambisect_faults env PYTORCH_CUDA_ALLOC_CONF start=null now="backend:cudaMallocAsync"
 """
 
 import json
@@ -24,6 +34,30 @@ import torch
 from comfy.cli_args import args
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+WATCHED = ("PYTORCH_CUDA_ALLOC_CONF",)
+
+
+def _start_environment():
+    """The environment this process was started with, or None where it cannot be read."""
+    try:
+        with open("/proc/self/environ", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    env = {}
+    for item in raw.split(b"\0"):
+        key, eq, value = item.partition(b"=")
+        if eq and key:
+            env.setdefault(os.fsdecode(key), os.fsdecode(value))
+    return env
+
+
+def _print_environment():
+    start = _start_environment()
+    for name in WATCHED:
+        was = "unknown" if start is None else json.dumps(start.get(name))
+        print("vrambisect_faults env %s start=%s now=%s" % (name, was, json.dumps(os.environ.get(name))),
+              flush=True)
 
 
 def _rules():
@@ -46,7 +80,9 @@ def _holds(value, spec):
 
 def _effect():
     for rule in _rules():
-        if all(_holds(getattr(args, key, None), spec) for key, spec in rule.get("when", {}).items()):
+        if all(_holds(getattr(args, key, None), spec) for key, spec in rule.get("when", {}).items()) and all(
+            text in os.environ.get(name, "") for name, text in rule.get("env_has", {}).items()
+        ):
             return rule.get("effect", "pass")
     return "pass"
 
@@ -74,5 +110,7 @@ class VrambisectFault:
             os._exit(134)
         return (image,)
 
+
+_print_environment()
 
 NODE_CLASS_MAPPINGS = {"VrambisectFault": VrambisectFault}
