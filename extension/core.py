@@ -678,7 +678,7 @@ class Extension:
         if self.run_of is not None and data.get("session") == self.run_of:
             # This server is one of that diagnosis's runs: its prompts are the run's own.
             return None
-        return pid if _is_bisect(pid, data.get("session")) else None
+        return pid if _is_bisect(pid, data.get("session"), data.get("program")) else None
 
     def guard_prompt(self):
         """None when prompts may be queued; otherwise the message refusing one. Takes no lock:
@@ -890,21 +890,50 @@ def _write_json(path, data):
     os.replace(tmp, path)
 
 
+def _kernel32():
+    """kernel32 with the prototypes used here (a HANDLE is pointer-sized: ctypes' default int
+    return would cut it)."""
+    import ctypes
+    from ctypes import wintypes
+
+    k = ctypes.WinDLL("kernel32", use_last_error=True)
+    k.OpenProcess.restype = wintypes.HANDLE
+    k.OpenProcess.argtypes = (wintypes.DWORD, wintypes.BOOL, wintypes.DWORD)
+    k.GetExitCodeProcess.restype = wintypes.BOOL
+    k.GetExitCodeProcess.argtypes = (wintypes.HANDLE, ctypes.POINTER(wintypes.DWORD))
+    k.QueryFullProcessImageNameW.restype = wintypes.BOOL
+    k.QueryFullProcessImageNameW.argtypes = (wintypes.HANDLE, wintypes.DWORD, wintypes.LPWSTR,
+                                             ctypes.POINTER(wintypes.DWORD))
+    k.CloseHandle.restype = wintypes.BOOL
+    k.CloseHandle.argtypes = (wintypes.HANDLE,)
+    return k
+
+
+def _windows_process(pid):
+    """(alive, image path or None) of process pid on Windows."""
+    import ctypes
+    from ctypes import wintypes
+
+    k = _kernel32()
+    handle = k.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+    if not handle:
+        return False, None
+    try:
+        code = wintypes.DWORD()
+        if not k.GetExitCodeProcess(handle, ctypes.byref(code)) or code.value != 259:  # STILL_ACTIVE
+            return False, None
+        size = wintypes.DWORD(32768)
+        buf = ctypes.create_unicode_buffer(size.value)
+        image = buf.value if k.QueryFullProcessImageNameW(handle, 0, buf, ctypes.byref(size)) else None
+        return True, image
+    finally:
+        k.CloseHandle(handle)
+
+
 def _alive(pid):
     """Whether process pid exists."""
     if os.name == "nt":
-        import ctypes
-
-        kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
-        handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
-        if not handle:
-            return False
-        try:
-            code = ctypes.c_ulong()
-            ok = kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
-            return bool(ok) and code.value == 259  # STILL_ACTIVE
-        finally:
-            kernel32.CloseHandle(handle)
+        return _windows_process(pid)[0]
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -914,9 +943,17 @@ def _alive(pid):
     return True
 
 
-def _is_bisect(pid, session):
+def _is_bisect(pid, session, program=None):
     """Whether pid is alive and (where the system says) still the bisect of that session, not
-    another process that took its number since."""
+    another process that took its number since: its command line names the session (Linux),
+    or its image is the program the diagnosis started (Windows)."""
+    if os.name == "nt":
+        alive, image = _windows_process(pid)
+        if not alive:
+            return False
+        if not isinstance(program, str) or image is None:
+            return True  # the number is all there is
+        return os.path.normcase(os.path.basename(image)) == os.path.normcase(os.path.basename(program))
     if not _alive(pid):
         return False
     try:
@@ -1037,7 +1074,14 @@ class Diagnosis:
         self.cancelled = True
         try:
             if os.name == "nt":
-                self.proc.send_signal(signal.CTRL_BREAK_EVENT)
+                try:
+                    self.proc.send_signal(signal.CTRL_BREAK_EVENT)
+                except OSError:
+                    # No console this server shares with the bisect's group (a server started
+                    # without one, as ComfyUI Desktop's; wine): the bisect is ended, and the Job
+                    # Object it keeps each run's ComfyUI in ends that with it. Its finished runs
+                    # are in its session already, so the resume line holds.
+                    self.proc.terminate()
             else:
                 os.killpg(self.proc.pid, signal.SIGINT)
         except (OSError, ProcessLookupError):
@@ -1086,6 +1130,7 @@ class Diagnosis:
             "resume": _resume_line(self.ext, self.session),
             "progress": self.progress(),
             "pid": self.proc.pid if self.proc is not None else None,
+            "program": self.argv[0] if self.argv else None,
             "server_pid": os.getpid(),
             "cancel_requested": self.cancelled,
         }
