@@ -27,7 +27,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 skip() { echo "Windows extension check skipped: $*"; exit 0; }
-command -v wine >/dev/null && command -v x86_64-w64-mingw32-gcc >/dev/null || skip "needs wine and gcc-mingw-w64-x86-64"
+{ command -v wine >/dev/null && command -v x86_64-w64-mingw32-gcc >/dev/null; } || skip "needs wine and gcc-mingw-w64-x86-64"
 rustup target list --installed 2>/dev/null | grep -qx x86_64-pc-windows-gnu || skip "needs the x86_64-pc-windows-gnu target"
 target="${CARGO_TARGET_DIR:-target}"
 case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
