@@ -986,8 +986,20 @@ impl<'a> Search<'a> {
             .config(&choice)
             .expect("a found configuration is valid");
         // Always on the user's workflow as it is: a shortened pass is confirmed in full.
-        let already = self.last_run.as_ref() == Some(&(config.key.clone(), RunKind::Full))
-            && self.settings.strategy == Strategy::Adaptive;
+        // Deterministic failures: a full pass of it on record is that confirmation (also on
+        // a resumed session, whose later runs follow it); flaky ones: only the last run.
+        let full_pass = || {
+            self.evidence_of(&config)
+                .trials
+                .iter()
+                .any(|t| t.kind == RunKind::Full && t.outcome == Outcome::Pass)
+        };
+        let already = self.settings.strategy == Strategy::Adaptive
+            && if self.flaky || self.settings.repeat > 1 {
+                self.last_run.as_ref() == Some(&(config.key.clone(), RunKind::Full))
+            } else {
+                full_pass()
+            };
         let shortened = self.next_kind() == RunKind::Quick;
         if !already && self.run_kind(&config, RunKind::Full)? != Outcome::Pass {
             // The shortened runs misled the search: it goes on in full.

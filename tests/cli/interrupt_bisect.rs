@@ -37,7 +37,6 @@ fn bisect_args<'a>(install: &'a FakeComfy, wf: &'a str, session: &'a str) -> Vec
         wf,
         "--output",
         session,
-        "--first-fix",
     ]
 }
 
