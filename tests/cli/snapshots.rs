@@ -86,7 +86,13 @@ fn normalise(text: &str, paths: &[(&Path, &str)], volatile: Volatile, columns: b
 
 /// Whether a JSON number under `key` is decided by the machine or the moment.
 fn volatile_key(key: &str, volatile: Volatile) -> bool {
-    let timing = key.ends_with("_ms") || key.ends_with("_at") || matches!(key, "port" | "pid");
+    let timing = key.ends_with("_ms")
+        || key.ends_with("_at")
+        || key.ends_with("_s")
+        || matches!(
+            key,
+            "port" | "pid" | "seconds_per_step" | "step_ratio" | "step_spread"
+        );
     let sized = key.contains("ram")
         || key.contains("bytes")
         || key.contains("free")
