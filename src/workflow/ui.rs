@@ -732,6 +732,22 @@ impl<'a> Converter<'a> {
             .map(|(_, v)| v.clone())
     }
 
+    /// Whether input `slot` of `node` (in `scope`) is a widget input linked to its
+    /// subgraph's own input that the subgraph's instance lacks: what `unpromoted_1_27` fills.
+    fn unpromoted_1_27_applies(&self, scope: usize, node: &Value, slot: usize) -> bool {
+        let graph = self.scopes[scope].graph;
+        let Some(link) = input_link(node, slot).and_then(|l| graph.links.get(&l)) else {
+            return false;
+        };
+        let Some((_, instance)) = self.scopes[scope].parent else {
+            return false;
+        };
+        link.origin == SUBGRAPH_INPUT
+            && !graph.group
+            && outer_slot(graph, instance, link.origin_slot).is_none()
+            && node.pointer(&format!("/inputs/{slot}/widget")).is_some()
+    }
+
     /// Where input `slot` of `node` (in `scope`) gets its value.
     fn resolve_input(
         &self,
@@ -752,11 +768,45 @@ impl<'a> Converter<'a> {
             let Some((parent, instance)) = self.scopes[scope].parent else {
                 return Ok(None);
             };
+            // Two inputs of one name: which of them the frontend matches to the instance's
+            // inputs and values differs between lines (page158_subgraph_interleaved_inputs).
+            if !graph.group
+                && let Some(name) = graph.inputs.get(link.origin_slot)
+                && graph.inputs.iter().filter(|n| *n == name).count() > 1
+            {
+                return Err(refusal(
+                    instance,
+                    &format!(
+                        "its subgraph has {} inputs named {name}: which of them the instance's inputs and values stand for cannot be told",
+                        graph.inputs.iter().filter(|n| *n == name).count()
+                    ),
+                ));
+            }
             let outer = outer_slot(graph, instance, link.origin_slot);
             if let Some(outer) = outer
                 && input_link(instance, outer).is_some()
             {
-                return self.resolve_input(parent, instance, outer, depth + 1);
+                let found = self.resolve_input(parent, instance, outer, depth + 1)?;
+                // A nested instance's promoted widget promoted again by a subgraph input its
+                // own instance lacks: frontend 1.27 fills it, as `unpromoted_1_27` does a
+                // node's, from one of the nested instance's widget values
+                // (page142_subgraph_nested_promoted_again: blur_radius sent as the
+                // blend_factor 0.25), which is not modelled.
+                if found.is_none()
+                    && self.frontend.fills_unpromoted_by_position()
+                    && !graph.group
+                    && self.unpromoted_1_27_applies(parent, instance, outer)
+                {
+                    return Err(refusal(
+                        instance,
+                        &format!(
+                            "its promoted widget {} is promoted again by a subgraph input its outer instance was saved without: which of its values frontend {} sends for it cannot be told",
+                            graph.inputs[link.origin_slot],
+                            self.frontend.name()
+                        ),
+                    ));
+                }
+                return Ok(found);
             }
             // 1.42 keeps promoted values in `proxyWidgets`; an instance saved without it
             // (by 1.58's page) has its values ignored, the nodes' own are sent.
@@ -804,11 +854,32 @@ impl<'a> Converter<'a> {
         let widget_inputs: Vec<usize> = (0..graph.inputs.len())
             .filter(|&k| self.feeds_widget(graph, k, 0))
             .collect();
+        let names: Vec<&str> = widget_inputs
+            .iter()
+            .map(|&k| graph.inputs[k].as_str())
+            .collect();
+        // More values than such inputs (saved for a ComfyUI whose inner nodes make a widget
+        // this one lacks): frontend 1.58 gives them to the inputs in order and drops the
+        // rest, as it does a node's (`pairs-1.58/cur_3d_hunyuan3d_*`: ModelSamplingAuraFlow's
+        // `sampling` value is sent as KSampler's steps). Said, naming the instance.
+        if values.len() > widget_inputs.len() && self.frontend.since(58) {
+            self.warnings.borrow_mut().push(format!(
+                "{}: {} saved widget values for the {} subgraph inputs that feed a widget in this ComfyUI ({}) (saved for one whose nodes make more widgets): mapped by position as frontend {} does, the last {} dropped",
+                refusal(instance, "").node,
+                values.len(),
+                widget_inputs.len(),
+                names.join(", "),
+                self.frontend.name(),
+                values.len() - widget_inputs.len()
+            ));
+            return Ok(Some(
+                widget_inputs
+                    .into_iter()
+                    .zip(values.iter().cloned())
+                    .collect(),
+            ));
+        }
         if widget_inputs.len() != values.len() {
-            let names: Vec<&str> = widget_inputs
-                .iter()
-                .map(|&k| graph.inputs[k].as_str())
-                .collect();
             return Err(refusal(
                 instance,
                 &format!(
