@@ -159,8 +159,9 @@ impl<'a> Search<'a> {
             .collect();
         // Those that keep Dynamic VRAM on first.
         order.sort();
-        // Switches that keep it on are tried together first: if all of them at once do not
-        // fix it, none alone does (the answer is taken to be monotone), and one run says so.
+        // Three or more switches that keep it on are tried together first: if all of them at
+        // once do not fix it, none alone does (the answer is taken to be monotone), and one
+        // run says so.
         let switches: Vec<usize> = order
             .iter()
             .filter(|(off, d)| {
@@ -174,7 +175,8 @@ impl<'a> Search<'a> {
             })
             .map(|(_, d)| *d)
             .collect();
-        if switches.len() >= 2
+        // (With two, a pass of both together would only add a run: they are tried alone.)
+        if switches.len() >= 3
             && let Some(config) = self.space.config(&self.space.strong(&switches))
             && self.could_beat(&config)
             && self.evaluate(&self.space.strong(&switches))? == Eval::Fail
