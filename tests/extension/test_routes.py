@@ -504,13 +504,17 @@ class RoutesTest(unittest.TestCase):
         d = self.wait_done()["diagnosis"]
         self.assertEqual(d["state"], "done", d)
         records = sorted(glob.glob(os.path.join(self.ext.diagnosis.session, "runs", "*", "record.json")))
-        self.assertTrue(records)
+        with_flag = 0
         for path in records:
             with open(path, encoding="utf-8") as f:
                 rec = json.load(f)
-            self.assertIn("--disable-cuda-malloc", rec["argv"])
+            # (The search also tries removing the user's flag.)
+            if "--disable-cuda-malloc" not in rec["argv"]:
+                continue
+            with_flag += 1
             # The stand-in's cuda_malloc step, as ComfyUI's: an inherited backend would win.
             self.assertEqual(rec["effective"]["allocator"], "native", path)
+        self.assertGreater(with_flag, 0, records)
         status, rep, _ = self.request("POST", "/vrambisect/report", {})
         self.assertEqual(status, 200, rep)
         status, content, _ = self.request("GET", "/vrambisect/report/" + rep["name"], headers={"Origin": None})
