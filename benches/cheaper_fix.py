@@ -5,8 +5,7 @@ recommends.
 
 Every run is real: the bundled stand-in, copied per bisect, with the time shape of a heavy
 workflow (a 1 s model load, 20 sampling steps of 0.3 s) and, per row, which configurations
-pass and how much slower (a rule's `slow`: seconds spread over the sampling steps; 4.2 s over
-20 steps of 0.3 s is 1.7x per step). Value searches end at the stand-in's 24 GB card. Build
+pass and how much slower each samples (a rule's `step_factor`: 1.7 is 1.7x per step). Value searches end at the stand-in's 24 GB card. Build
 first:
 
     cargo build --release && benches/cheaper_fix.py
@@ -27,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target", "release", "vrambisect")
 WORKFLOW = os.path.join(ROOT, "fixtures", "workflows", "sd15_txt2img_20_steps.json")
 TIMING = {"startup_delay": 0.2, "node_time": 0.05, "step_time": 0.3, "load_time": 1.0}
-OFF_SLOW = {"when": {"state": {"dynamic_vram": False}}, "effect": "pass", "slow": 4.2}
+OFF_SLOW = {"when": {"state": {"dynamic_vram": False}}, "effect": "pass", "step_factor": 1.7}
 OOM = {"when": {"state": {"dynamic_vram": True}}, "effect": "oom", "node": "KSampler"}
 
 CASES = [
@@ -38,7 +37,7 @@ CASES = [
     ("two fixes keep Dynamic VRAM; one is 1.5x slower",
      ["--toggle", "--disable-dynamic-vram", "--toggle", "--disable-pinned-memory",
       "--toggle", "--disable-async-offload"],
-     [{"when": {"flags": {"--disable-async-offload": True}}, "effect": "pass", "slow": 3.0},
+     [{"when": {"flags": {"--disable-async-offload": True}}, "effect": "pass", "step_factor": 1.5},
       {"when": {"flags": {"--disable-pinned-memory": True}}, "effect": "pass"}, OOM, OFF_SLOW],
      ["--disable-pinned-memory"]),
     ("only turning Dynamic VRAM off fixes it", [], [OOM, OFF_SLOW], ["--disable-dynamic-vram"]),

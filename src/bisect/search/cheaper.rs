@@ -31,6 +31,10 @@ pub struct FixCost {
     /// How far apart the seconds per step of its runs of that kind were (max/min − 1),
     /// where it ran more than once.
     pub step_spread: Option<f64>,
+    /// Mean seconds per step of its passing full runs and of its shortened ones, for
+    /// comparing with a fix on runs of the same kind.
+    #[serde(skip)]
+    pub by_kind: [Option<f64>; 2],
 }
 
 /// A fix that passed: its flags, what it cost, and how it compares with the recommendation.
@@ -399,6 +403,15 @@ impl<'a> Search<'a> {
                 .fold((f64::MAX, 0f64), |(lo, hi), s| (lo.min(*s), hi.max(*s)));
             if lo > 0.0 { hi / lo - 1.0 } else { 0.0 }
         });
+        let step_of = |k: RunKind| {
+            let v: Vec<f64> = passed
+                .iter()
+                .filter(|r| r.kind == k)
+                .filter_map(|r| r.cost.seconds_per_step)
+                .collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        };
+        let by_kind = [step_of(RunKind::Full), step_of(RunKind::Quick)];
         let observed = passed.iter().find_map(|r| r.cost.dynamic_vram);
         let found = self.verdict(VerdictKind::FixedBy, Some(&t.config.choice), None);
         Fix {
@@ -421,6 +434,7 @@ impl<'a> Search<'a> {
                 peak_vram_bytes: of_kind.iter().filter_map(|r| r.peak_vram_bytes).max(),
                 peak_ram_bytes: of_kind.iter().filter_map(|r| r.peak_ram_bytes).max(),
                 step_spread: spread,
+                by_kind,
             },
             step_ratio: None,
             compared: None,
@@ -456,14 +470,16 @@ impl<'a> Search<'a> {
     }
 }
 
-/// Seconds per step on runs of the same kind, a's over b's.
+/// Seconds per step on runs of the same kind, a's over b's: full runs where both have them,
+/// else shortened ones.
 fn step_ratio(a: &Fix, b: &Fix) -> Option<(f64, RunKind)> {
-    let (ka, kb) = (a.cost.kind?, b.cost.kind?);
-    if ka != kb {
-        return None;
-    }
-    let (sa, sb) = (a.cost.seconds_per_step?, b.cost.seconds_per_step?);
-    (sb > 0.0).then_some((sa / sb, ka))
+    [RunKind::Full, RunKind::Quick]
+        .into_iter()
+        .enumerate()
+        .find_map(|(i, kind)| {
+            let (sa, sb) = (a.cost.by_kind[i]?, b.cost.by_kind[i]?);
+            (sb > 0.0).then_some((sa / sb, kind))
+        })
 }
 
 /// The noise two fixes' speeds are compared within: the larger measured spread, at least
