@@ -552,17 +552,16 @@ class Extension:
         # It ended while no server watched it: its own answer is in its folder.
         result = _read_result(os.path.dirname(session)) if session else None
         verdict = result.get("verdict") if result else None
+        if verdict is not None:
+            data["verdict"] = summarize_verdict(result, self)
         if data.get("cancel_requested") and (verdict is None or verdict.get("kind") == "incomplete"):
             data["state"] = "cancelled"
             data["message"] = "cancelled after ComfyUI restarted"
         elif verdict is not None:
             data["state"] = "done"
-            data["verdict"] = summarize_verdict(result, self)
         else:
             data["state"] = "stopped"
             data["message"] = "ComfyUI restarted while the diagnosis ran; resume it with the line below"
-        if verdict is not None:
-            data.setdefault("verdict", summarize_verdict(result, self))
         return data
 
     # -- scan ------------------------------------------------------------------------------

@@ -734,24 +734,29 @@ impl<'a> Search<'a> {
         let Some(config) = self.space.config(choice) else {
             return Ok(Eval::Invalid);
         };
-        let target = self.target.expect("baseline ran first");
         loop {
-            let t = &self.evidence_of(&config);
-            let failed_start = t.count(Outcome::StartupFailed);
-            let refused = t.count(Outcome::FlagRejected) + t.count(Outcome::InvalidWorkflow);
-            if t.count(target) > 0 || refused > 0 || t.other_failures(target) >= OTHERS_TO_GIVE_UP {
-                return Ok(Eval::Fail);
-            }
-            // A start that failed once may have been chance (a port taken at that moment):
-            // it is tried again before the configuration counts as one that cannot start.
-            if failed_start >= STARTS_TO_GIVE_UP {
-                return Ok(Eval::Fail);
-            }
-            if t.passes() >= self.passes_needed() {
-                return Ok(Eval::Pass);
+            if let Some(settled) = self.settled(&self.evidence_of(&config)) {
+                return Ok(settled);
             }
             self.run_once(&config)?;
         }
+    }
+
+    /// What a configuration's runs already say, or None while it needs more: any failure of
+    /// the hunted kind, a refusal or enough other failures fail it; a start that failed once
+    /// may have been chance (a port taken at that moment) and is tried again before the
+    /// configuration counts as one that cannot start; enough passes pass it.
+    fn settled(&self, t: &Tally) -> Option<Eval> {
+        let target = self.target.expect("baseline ran first");
+        let refused = t.count(Outcome::FlagRejected) + t.count(Outcome::InvalidWorkflow);
+        if t.count(target) > 0
+            || refused > 0
+            || t.other_failures(target) >= OTHERS_TO_GIVE_UP
+            || t.count(Outcome::StartupFailed) >= STARTS_TO_GIVE_UP
+        {
+            return Some(Eval::Fail);
+        }
+        (t.passes() >= self.passes_needed()).then_some(Eval::Pass)
     }
 
     /// Runs the baseline; decides the hunted failure, or that there is none.

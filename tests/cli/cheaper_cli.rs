@@ -43,6 +43,24 @@ fn alternatives(doc: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The configurations that ran with `flag` among their flags, each as its flags.
+fn configs_with(doc: &Value, flag: &str) -> Vec<Vec<String>> {
+    doc["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            c["flags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f.as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        })
+        .filter(|flags| flags.iter().any(|f| f == flag))
+        .collect()
+}
+
 fn statement(doc: &Value) -> &str {
     doc["verdict"]["statement"].as_str().unwrap()
 }
@@ -184,18 +202,7 @@ fn only_turning_dynamic_vram_off_fixes_it_and_the_numbers_that_did_not_help_are_
     let cheaper = &doc["verdict"]["cheaper_search"];
     assert!(cheaper["runs"].as_u64().unwrap() <= cheaper["budget"].as_u64().unwrap());
     // No value search ran once the most tried had failed.
-    let headroom_runs = doc["configs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| {
-            c["flags"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|f| f == "--vram-headroom")
-        })
-        .count();
+    let headroom_runs = configs_with(&doc, "--vram-headroom").len();
     assert!(
         headroom_runs <= 2,
         "{headroom_runs} configurations with a headroom ran"
@@ -243,18 +250,9 @@ fn no_flag_fixes_it_and_no_value_search_runs_away() {
     assert_eq!(doc["verdict"]["kind"], "no_fix_found", "{doc:#}");
     assert_eq!(code, 1);
     // The headroom failed at its most: no value of it ran below that.
-    let headroom_runs = doc["configs"]
-        .as_array()
-        .unwrap()
+    let headroom_runs = configs_with(&doc, "--vram-headroom")
         .iter()
-        .filter(|c| {
-            c["flags"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|f| f == "--vram-headroom")
-        })
-        .filter(|c| c["flags"].as_array().unwrap().len() == 2)
+        .filter(|flags| flags.len() == 2)
         .count();
     assert!(
         headroom_runs <= 1,

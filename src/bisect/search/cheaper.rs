@@ -321,26 +321,20 @@ impl<'a> Search<'a> {
         !best_keeps || self.space.keeps_dynamic_vram(config) == Some(true)
     }
 
-    /// Every configuration that passed (enough times, never failing as hunted), best first,
-    /// each compared with the first; `dropped` are left out.
+    /// Every configuration that passed (enough times, never failing as hunted), best first;
+    /// `dropped` are left out. (The verdict compares each with the recommendation.)
     pub(super) fn fixes(&self, dropped: &[String]) -> Vec<Fix> {
-        let Some(target) = self.target else {
+        if self.target.is_none() {
             return Vec::new();
-        };
-        let needed = self.passes_needed();
+        }
         let base_key = self.space.baseline().key;
         let evidence = self.evidence();
         let mut out: Vec<Fix> = evidence
             .iter()
             .filter(|t| {
-                let refused = t.count(Outcome::FlagRejected) + t.count(Outcome::InvalidWorkflow);
                 t.config.key != base_key
                     && !dropped.contains(&t.config.key)
-                    && t.count(target) == 0
-                    && refused == 0
-                    && t.other_failures(target) < OTHERS_TO_GIVE_UP
-                    && t.count(Outcome::StartupFailed) < STARTS_TO_GIVE_UP
-                    && t.passes() >= needed
+                    && self.settled(t) == Some(Eval::Pass)
             })
             .map(|t| self.fix_of(t))
             .collect();
@@ -369,11 +363,6 @@ impl<'a> Search<'a> {
                 }
             }
             ranked.push(out.remove(best));
-        }
-        if let Some(first) = ranked.first().cloned() {
-            for f in ranked.iter_mut().skip(1) {
-                (f.step_ratio, f.compared) = compare(f, &first);
-            }
         }
         ranked
     }
@@ -553,6 +542,62 @@ pub(super) fn compare(f: &Fix, best: &Fix) -> (Option<f64>, Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::super::allocation_bytes;
+    use super::{Fix, FixCost, RunKind, better};
+
+    fn fix(flags: &[&str], keeps: bool, step: f64) -> Fix {
+        Fix {
+            fixing_flags: flags.iter().map(|f| f.to_string()).collect(),
+            flags: Vec::new(),
+            keeps_dynamic_vram: Some(keeps),
+            confirmed_full: true,
+            flag_removal_warned: false,
+            cost: FixCost {
+                kind: Some(RunKind::Full),
+                seconds_per_step: Some(step),
+                by_kind: [Some(step), None],
+                ..FixCost::default()
+            },
+            step_ratio: None,
+            compared: None,
+            first_pass: 1,
+            choice: (0..flags.len()).map(|d| (d, 0)).collect(),
+        }
+    }
+
+    #[test]
+    fn the_ranking_of_fixes() {
+        // Dynamic VRAM kept on beats speed.
+        assert!(better(
+            &fix(&["--vram-headroom 2"], true, 1.5),
+            &fix(&["--disable-dynamic-vram"], false, 1.0)
+        ));
+        // Then the faster, beyond the noise; within it, the fewer flags.
+        assert!(better(
+            &fix(&["a", "b"], true, 1.0),
+            &fix(&["c"], true, 1.2)
+        ));
+        assert!(better(
+            &fix(&["c"], true, 1.05),
+            &fix(&["a", "b"], true, 1.0)
+        ));
+        // Then the smaller value.
+        assert!(better(
+            &fix(&["--vram-headroom 1"], true, 1.0),
+            &fix(&["--reserve-vram 2"], true, 1.0)
+        ));
+        // A flag ComfyUI warns will be removed never before an equal one, even found first.
+        let mut warned = fix(&["--x"], false, 1.0);
+        warned.flag_removal_warned = true;
+        let mut plain = fix(&["--y"], false, 1.0);
+        plain.first_pass = 9;
+        assert!(better(&plain, &warned));
+        assert!(!better(&warned, &plain));
+        // Speeds measured on different kinds of runs are not compared.
+        let mut quick = fix(&["--z"], true, 5.0);
+        quick.cost.by_kind = [None, Some(5.0)];
+        quick.first_pass = 0;
+        assert!(better(&quick, &fix(&["--w"], true, 1.0)));
+    }
 
     #[test]
     fn the_allocation_an_oom_names() {
