@@ -45,6 +45,13 @@ CASES = [
      ["--toggle", "--disable-dynamic-vram", "--toggle", "--reserve-vram"],
      [{"when": {"flags": {"--reserve-vram": {">=": 2.75}}}, "effect": "pass"}, OOM, OFF_SLOW],
      ["--reserve-vram 2.75"]),
+    # The OOM names 2.6 GiB; --reserve-vram replaces the 0.4 GB Linux default, so 3 GB
+    # reserved leaves the room that was missing.
+    ("a --reserve-vram value, none given; the OOM names the room missing",
+     ["--toggle", "--disable-dynamic-vram", "--toggle", "--reserve-vram"],
+     [{"when": {"flags": {"--reserve-vram": {">=": 3.0}}}, "effect": "pass"},
+      dict(OOM, allocate_mb=2662), OFF_SLOW],
+     ["--reserve-vram 3"]),
     ("no flag fixes it", [], [{"effect": "oom", "node": "KSampler"}], None),
 ]
 

@@ -837,6 +837,17 @@ fn write_fixes(out: &mut dyn Write, v: &Verdict, style: &Style) -> io::Result<()
     if let Some(c) = &v.cheaper_search
         && !c.first_fix
         && c.budget > 0
+        && c.runs == 0
+        && c.cut_short.is_none()
+    {
+        writeln!(
+            out,
+            "  {} no cheaper fix was left to try",
+            style.dim("search:")
+        )?;
+    } else if let Some(c) = &v.cheaper_search
+        && !c.first_fix
+        && c.budget > 0
     {
         writeln!(
             out,

@@ -11,6 +11,7 @@ mod flaky;
 use super::space::{Choice, Config, Space};
 use crate::outcome::Outcome;
 pub use crate::run::record::RunKind;
+use cheaper::Confirmed;
 pub use cheaper::{Cheaper, Fix, FixCost};
 pub use flaky::BestAnswer;
 use serde::{Deserialize, Serialize};
@@ -497,6 +498,15 @@ impl<'a> Search<'a> {
     /// the run is likely to pass.
     fn final_run_kind(&self, q: u32, answers: &[u32], known: &[(u32, bool)]) -> Option<RunKind> {
         if self.next_kind() != RunKind::Quick {
+            return None;
+        }
+        // A searched value that passes at its most is searched on (shortened) before any
+        // verdict, so its pass is never the verdict.
+        let searched = |d: usize| {
+            let flag = self.space.dims[d].flag();
+            self.space.value_searches.iter().any(|v| v.flag == flag)
+        };
+        if !self.settings.first_fix && bits(q).into_iter().any(searched) {
             return None;
         }
         let (p, ends) = hypotheses::pass_outlook(q, answers, known);
@@ -999,12 +1009,16 @@ impl<'a> Search<'a> {
                 .iter()
                 .any(|t| t.kind == RunKind::Full && t.outcome == Outcome::Pass)
         };
-        let already = self.settings.strategy == Strategy::Adaptive
-            && if self.flaky || self.settings.repeat > 1 {
-                self.last_run.as_ref() == Some(&(config.key.clone(), RunKind::Full))
-            } else {
-                full_pass()
-            };
+        // Where a cheaper fix is looked for, only the recommendation is confirmed (there).
+        let cheaper_follows =
+            !self.settings.first_fix && !self.flaky && self.settings.strategy == Strategy::Adaptive;
+        let already = cheaper_follows
+            || self.settings.strategy == Strategy::Adaptive
+                && if self.flaky || self.settings.repeat > 1 {
+                    self.last_run.as_ref() == Some(&(config.key.clone(), RunKind::Full))
+                } else {
+                    full_pass()
+                };
         let shortened = self.next_kind() == RunKind::Quick;
         if !already && self.run_kind(&config, RunKind::Full)? != Outcome::Pass {
             // The shortened runs misled the search: it goes on in full.
@@ -1020,17 +1034,18 @@ impl<'a> Search<'a> {
             ));
         }
         match self.evaluate(&choice)? {
-            Eval::Pass => {
-                let best = if self.settings.first_fix
-                    || self.flaky
-                    || self.settings.strategy != Strategy::Adaptive
-                {
-                    choice
-                } else {
-                    self.cheaper(choice)?
-                };
-                Ok(self.fixed(&best))
-            }
+            Eval::Pass if cheaper_follows => match self.cheaper(choice)? {
+                Confirmed::Fix(best) => Ok(self.fixed(&best)),
+                Confirmed::SearchAgain => self.search(),
+                Confirmed::Failed(flags) => Ok(self.no_fix(
+                    NoFix::ConfirmationFailed,
+                    format!(
+                        "{} passed during the search but failed its confirmation run",
+                        flags.join(" ")
+                    ),
+                )),
+            },
+            Eval::Pass => Ok(self.fixed(&choice)),
             _ => Ok(self.no_fix(
                 NoFix::NotReliable,
                 "the best candidate did not pass reliably".into(),
@@ -1152,7 +1167,10 @@ impl<'a> Search<'a> {
     fn hypothesis_search(&mut self) -> Result<Option<Vec<usize>>, Stopped> {
         let k = self.space.dims.len();
         let valid = |m: u32| self.mask_config(m).is_some();
-        let answers = hypotheses::answers(k, &valid);
+        let mut answers = hypotheses::answers(k, &valid);
+        if let Some(keep) = self.keep_first()? {
+            answers.retain(|a| a & !keep == 0);
+        }
         let mut asked: Vec<u32> = Vec::new();
         let mut rechecked = false;
         loop {
@@ -1205,6 +1223,38 @@ impl<'a> Search<'a> {
         let gone = hypotheses::cannot_start(&known, &dead);
         let all: Vec<usize> = (0..k).filter(|d| gone & (1 << d) == 0).collect();
         self.together(&all)
+    }
+
+    /// Where the search goes on to a cheaper fix and Dynamic VRAM is on, the changes that keep
+    /// it on are tried together first. If they pass, the answer is looked for among them
+    /// alone (the mask returned): one that turns Dynamic VRAM off could not be recommended
+    /// over them, so it need not run. If they fail, none of them fixes it alone (the answer is
+    /// taken to be monotone) and the search goes on over every change, that run one of its
+    /// answers.
+    fn keep_first(&mut self) -> Result<Option<u32>, Stopped> {
+        if self.settings.first_fix || self.flaky || self.settings.repeat > 1 {
+            return Ok(None);
+        }
+        if self.space.keeps_dynamic_vram(&self.space.baseline()) != Some(true) {
+            return Ok(None);
+        }
+        let (mut keep, mut off) = (Vec::new(), false);
+        for d in 0..self.space.dims.len() {
+            let config = self.space.config(&self.space.strong(&[d]));
+            match config.and_then(|c| self.space.keeps_dynamic_vram(&c)) {
+                Some(true) => keep.push(d),
+                Some(false) => off = true,
+                None => {}
+            }
+        }
+        if keep.is_empty() || !off {
+            return Ok(None);
+        }
+        let together = self.largest_valid(&keep);
+        Ok(
+            (self.evaluate(&self.space.strong(&together))? == Eval::Pass)
+                .then(|| together.iter().fold(0, |m, d| m | 1 << d)),
+        )
     }
 
     /// Group testing for one change that fixes it, then [`Self::together`]: the search for

@@ -302,6 +302,15 @@ impl Space {
         })
     }
 
+    /// The VRAM, in GB, ComfyUI reserves with this configuration's flags (`--reserve-vram`
+    /// replaces the OS default, it does not add to it).
+    pub fn reserved_vram_gb(&self, config: &Config) -> Option<f64> {
+        let parsed = argparse::parse(&self.flags, &config.flags, self.ctx.version.as_ref());
+        parsed.error.is_none().then(|| {
+            crate::flags::decide::decide(&parsed, &self.ctx).reserved_vram_mb as f64 / 1024.0
+        })
+    }
+
     /// The configuration for `choice`, or `None` when ComfyUI would refuse it.
     pub fn config(&self, choice: &[(usize, usize)]) -> Option<Config> {
         let mut choice: Choice = choice.to_vec();

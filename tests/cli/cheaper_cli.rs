@@ -86,18 +86,13 @@ fn a_headroom_that_keeps_dynamic_vram_beats_turning_it_off() {
     assert_eq!(fix["keeps_dynamic_vram"], true, "{fix:#}");
     assert_eq!(fix["confirmed_full"], true);
     assert!(fix["cost"]["seconds_per_step"].as_f64().unwrap() > 0.0);
-    // Turning Dynamic VRAM off also passed, slower, and says so.
-    assert_eq!(alternatives(&doc), ["--disable-dynamic-vram"]);
-    let alt = &doc["verdict"]["alternatives"][0];
-    assert_eq!(alt["keeps_dynamic_vram"], false);
-    assert_eq!(alt["flag_removal_warned"], true);
-    assert!(alt["step_ratio"].as_f64().unwrap() > 2.0, "{alt:#}");
-    assert!(
-        statement(&doc).contains("--disable-dynamic-vram also passes, "),
-        "{}",
-        statement(&doc)
+    // The changes that keep Dynamic VRAM on passed together before anything else, so
+    // turning it off (which could not be recommended over them) never ran.
+    assert!(alternatives(&doc).is_empty(), "{:#}", doc["verdict"]);
+    assert_eq!(
+        configs_with(&doc, "--disable-dynamic-vram"),
+        Vec::<Vec<String>>::new()
     );
-    assert!(statement(&doc).contains("slower per step"));
     let cheaper = &doc["verdict"]["cheaper_search"];
     assert!(
         cheaper["runs"].as_u64().unwrap() <= cheaper["budget"].as_u64().unwrap(),
@@ -176,6 +171,11 @@ fn of_two_single_fixes_that_keep_dynamic_vram_the_faster_wins() {
             .unwrap()
             .contains("slower per step")
     );
+    assert!(
+        statement(&doc).contains("--disable-pinned-memory also passes, "),
+        "{}",
+        statement(&doc)
+    );
 }
 
 #[test]
@@ -191,7 +191,7 @@ fn only_turning_dynamic_vram_off_fixes_it_and_the_numbers_that_did_not_help_are_
     assert_eq!(not_helped.len(), 1, "{not_helped:?}");
     let said = not_helped[0].as_str().unwrap();
     assert!(
-        said.starts_with("--vram-headroom up to ") && said.ends_with(" GB did not help"),
+        said.starts_with("--vram-headroom up to ") && said.contains(" GB did not help"),
         "{said}"
     );
     assert!(

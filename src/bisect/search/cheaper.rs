@@ -76,6 +76,17 @@ pub struct Cheaper {
     pub cut_short: Option<String>,
 }
 
+/// How the confirmation of the recommendation on the workflow as it is ended.
+pub(super) enum Confirmed {
+    /// This fix passed it (or a full pass of it was on record).
+    Fix(Choice),
+    /// A shortened pass failed in full: shortened runs are set aside and the search starts
+    /// over on full runs.
+    SearchAgain,
+    /// Every fix that passed failed its confirmation (the flags of the first fix).
+    Failed(Vec<String>),
+}
+
 impl<'a> Search<'a> {
     /// The most runs the search for a cheaper fix may take on this space: one run of each
     /// single change, the bisection of each searched value, and the recommendation's
@@ -89,20 +100,22 @@ impl<'a> Search<'a> {
             + 1
     }
 
-    /// From the first fix (confirmed), the cheapest that passes: single changes that could
-    /// beat it are tried, then the fixes that passed are ranked and the best is confirmed on
-    /// the workflow as it is. Never worse than `first`.
-    pub(super) fn cheaper(&mut self, first: Choice) -> Result<Choice, Stopped> {
+    /// From the first fix, the cheapest that passes: single changes that could beat it are
+    /// tried, then the fixes that passed are ranked and the best is confirmed on the workflow
+    /// as it is (the first fix too: only the recommendation needs a full run). Never worse
+    /// than `first`.
+    pub(super) fn cheaper(&mut self, first: Choice) -> Result<Confirmed, Stopped> {
         let start = self.runs;
         let budget = Self::cheaper_budget(self.space);
         let saved = self.budget;
-        self.budget = saved.min(start + budget);
+        // One run is kept back for the recommendation's confirmation.
+        self.budget = saved.saturating_sub(1).min(start + budget - 1);
         let mut cut_short = None;
         let result = self.try_single_changes(&first);
         match result {
             Ok(()) => {}
             Err(Stopped::Budget) => {
-                cut_short = Some(if self.budget < start + budget {
+                cut_short = Some(if self.budget < start + budget - 1 {
                     format!("the run budget ({saved} runs) was spent")
                 } else {
                     format!("its {budget} runs were spent")
@@ -114,34 +127,28 @@ impl<'a> Search<'a> {
             }
         }
         // The best that passed, confirmed in full; one whose confirmation fails is dropped.
-        let mut chosen = first.clone();
+        self.budget = saved;
+        let shortened = self.next_kind() == RunKind::Quick;
         let mut dropped: Vec<String> = Vec::new();
-        loop {
+        let chosen = loop {
             let fixes = self.fixes(&dropped);
-            let Some(best) = fixes.first() else { break };
-            if best.confirmed_full || best.choice == first {
-                chosen = best.choice.clone();
-                break;
+            let Some(best) = fixes.first() else {
+                let config = self.space.config(&first).expect("a fix ran");
+                break Confirmed::Failed(config.flags);
+            };
+            if best.confirmed_full {
+                break Confirmed::Fix(best.choice.clone());
             }
             let config = self.space.config(&best.choice).expect("a fix ran");
-            match self.run_kind(&config, RunKind::Full) {
-                Ok(Outcome::Pass) => {
-                    chosen = best.choice.clone();
-                    break;
+            match self.run_kind(&config, RunKind::Full)? {
+                Outcome::Pass => break Confirmed::Fix(best.choice.clone()),
+                // The shortened runs misled the search: it goes on in full.
+                _ if shortened && self.next_kind() == RunKind::Full => {
+                    break Confirmed::SearchAgain;
                 }
-                Ok(_) => dropped.push(config.key.clone()),
-                Err(Stopped::Budget) => {
-                    cut_short
-                        .get_or_insert_with(|| "no run was left to confirm a cheaper fix".into());
-                    break;
-                }
-                Err(e) => {
-                    self.budget = saved;
-                    return Err(e);
-                }
+                _ => dropped.push(config.key.clone()),
             }
-        }
-        self.budget = saved;
+        };
         self.cheaper_done = Some(Cheaper {
             first_fix: false,
             budget,
@@ -154,11 +161,16 @@ impl<'a> Search<'a> {
     /// Runs each single change that could beat the best fix so far: at its strongest, then,
     /// for a searched value that passed, the least value that passes.
     fn try_single_changes(&mut self, first: &Choice) -> Result<(), Stopped> {
+        // Each change alone at its strongest, unless it is the first fix or known to fail
+        // (alone, or with more changes that failed together).
         let mut order: Vec<(bool, usize)> = (0..self.space.dims.len())
             .filter(|d| !(first.len() == 1 && first[0].0 == *d))
             .filter_map(|d| {
-                let c = self.space.config(&self.space.strong(&[d]))?;
-                Some((self.space.keeps_dynamic_vram(&c) != Some(true), d))
+                let strong = self.space.strong(&[d]);
+                let c = self.space.config(&strong)?;
+                let failed = self.settled(&self.evidence_of(&c)) == Some(Eval::Fail)
+                    || self.failed_with_more(&strong).is_some();
+                (!failed).then(|| (self.space.keeps_dynamic_vram(&c) != Some(true), d))
             })
             .collect();
         // Those that keep Dynamic VRAM on first.
@@ -205,12 +217,32 @@ impl<'a> Search<'a> {
         Ok(())
     }
 
+    /// A configuration that failed as hunted with every change of `choice` at least as
+    /// strong, and more besides: `choice` fails too (the answer is taken to be monotone), so
+    /// it need not run.
+    pub(super) fn failed_with_more(&self, choice: &[(usize, usize)]) -> Option<Config> {
+        let target = self.target?;
+        self.evidence()
+            .into_iter()
+            .find(|t| {
+                t.count(target) > 0
+                    && t.config.choice.len() > choice.len()
+                    && choice
+                        .iter()
+                        .all(|(d, a)| t.config.choice.iter().any(|(td, ta)| td == d && ta >= a))
+            })
+            .map(|t| t.config)
+    }
+
     /// The least value of dimension `d` that passes, given that `known_pass` does: from where
     /// the evidence points (the room the baseline's failure says was missing: the allocation
-    /// that failed plus other processes' VRAM), else from 1 GB (the headroom ComfyUI's
-    /// maintainers suggest first), up, doubling until one passes, then halving the gap (more
-    /// reserve never needs more memory, so the answer is taken to be monotone in the value; a
-    /// run that says otherwise is named in the verdict).
+    /// that failed plus other processes' VRAM, on top of what the baseline reserved already
+    /// where the flag replaces that reserve), else from 1 GB (the headroom ComfyUI's
+    /// maintainers suggest first). From there up in growing steps (0.25 GB, then 0.5, 1, 2,
+    /// ...: the answer usually lies just above the evidence) until one passes, or, where the
+    /// start passes, down in growing steps until one fails; then the gap is halved. More
+    /// reserve never needs more memory, so the answer is taken to be monotone in the value;
+    /// a run that says otherwise is named in the verdict.
     pub(super) fn least_value(&mut self, choice: &Choice, i: usize) -> Result<usize, Stopped> {
         let (d, known_pass) = choice[i];
         let at = |v: usize| {
@@ -220,25 +252,43 @@ impl<'a> Search<'a> {
         };
         let step = crate::bisect::space::VALUE_STEP_GB;
         let start = match self.evidence_start() {
-            Some(gb) => ((gb / step).ceil() as usize).max(1) - 1,
+            Some(gb) => {
+                let kept = if self.space.dims[d].flag() == "--reserve-vram" {
+                    self.space
+                        .reserved_vram_gb(&self.space.baseline())
+                        .unwrap_or(0.0)
+                } else {
+                    0.0
+                };
+                (((gb + kept) / step - 1e-9).ceil() as usize).max(1) - 1
+            }
             None => (1.0 / step) as usize - 1,
         };
         let (mut lo, mut hi) = (None::<usize>, known_pass);
         let mut probe = start.min(known_pass);
+        let mut stride = 1;
         while probe < hi {
             if self.evaluate(&at(probe))? == Eval::Pass {
                 hi = probe;
                 break;
             }
             lo = Some(probe);
-            probe = (probe * 2 + 1).min(hi);
+            probe = (probe + stride).min(hi);
+            stride *= 2;
         }
-        // Where the evidence was right, the step below it says so in one run.
-        if lo.is_none() && hi == start && start > 0 {
-            if self.evaluate(&at(start - 1))? != Eval::Pass {
-                return Ok(hi);
+        // The start passed: down in growing steps (the step below first: where the evidence
+        // was right, one run says so).
+        if lo.is_none() && hi == start {
+            let mut stride = 1;
+            while hi > 0 {
+                let probe = hi.saturating_sub(stride);
+                if self.evaluate(&at(probe))? != Eval::Pass {
+                    lo = Some(probe);
+                    break;
+                }
+                hi = probe;
+                stride *= 2;
             }
-            hi = start - 1;
         }
         // The least passing value lies in (lo, hi].
         let mut low = lo.map(|l| l + 1).unwrap_or(0);
@@ -446,14 +496,24 @@ impl<'a> Search<'a> {
                     return None;
                 };
                 let search = self.space.value_searches.iter().find(|v| &v.flag == flag)?;
-                let config = self.space.config(&self.space.strong(&[d]))?;
-                let t = self.evidence_of(&config);
-                (t.count(target) > 0).then(|| {
-                    format!(
-                        "{flag} up to {} GB did not help",
-                        crate::bisect::space::format_gb(search.max_gb)
-                    )
-                })
+                let strong = self.space.strong(&[d]);
+                let config = self.space.config(&strong)?;
+                let up_to = crate::bisect::space::format_gb(search.max_gb);
+                if self.evidence_of(&config).count(target) > 0 {
+                    return Some(format!("{flag} up to {up_to} GB did not help"));
+                }
+                // Tried at its most only together with other changes, which failed too.
+                let with = self.failed_with_more(&strong)?;
+                let others: Vec<String> = self
+                    .space
+                    .describe(&with.choice)
+                    .into_iter()
+                    .filter(|c| !c.starts_with(flag.as_str()))
+                    .collect();
+                Some(format!(
+                    "{flag} up to {up_to} GB did not help (tried with {})",
+                    others.join(", ")
+                ))
             })
             .collect()
     }
