@@ -1,7 +1,7 @@
 //! The result of a bisect: the contract's JSON, the statement a person can paste, the table.
 
 use super::search::{
-    Cheaper, Fix, Found, NoFix, QuickState, RunKind, Strategy, Tally, Trial, VerdictKind,
+    Cheaper, Fix, Found, NoFix, Prior, QuickState, RunKind, Strategy, Tally, Trial, VerdictKind,
 };
 use super::space::{Skipped, Space};
 use crate::outcome::Outcome;
@@ -55,6 +55,10 @@ pub struct Verdict {
     /// What the search for a cheaper fix did (`--first-fix`: nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cheaper_search: Option<Cheaper>,
+    /// What the baseline's failure said to try first (the known failure it matched and its
+    /// usual fixes among the toggles); null where it matched none with fixes among them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prior: Option<Prior>,
 }
 
 /// A failure rate's interval.
@@ -360,6 +364,7 @@ pub fn build(
             alternatives: found.alternatives.clone(),
             not_helped: found.not_helped.clone(),
             cheaper_search: found.cheaper.clone(),
+            prior: found.prior.clone().filter(|p| !p.flags.is_empty()),
         },
         configs,
         runs_total,
@@ -475,13 +480,20 @@ pub fn summarize_quick(
             let steps = steps
                 .map(|s| format!("{s}-step"))
                 .unwrap_or("shortened".into());
+            let why = if check == reference {
+                format!(
+                    "your workflow failed before its first sampling step (run {check}), where a shortened copy is the same run"
+                )
+            } else {
+                format!("which fail as your workflow does (run {check})")
+            };
             out.statement = match confirmed_by_run {
                 Some(c) => format!(
-                    "Searched on {steps} runs, which fail as your workflow does (run {check}); confirmed on your workflow (run {c})."
+                    "Searched on {steps} runs, {why}; confirmed on your workflow (run {c})."
                 ),
-                None => format!(
-                    "Searched on {steps} runs, which fail as your workflow does (run {check}); not confirmed on your workflow yet."
-                ),
+                None => {
+                    format!("Searched on {steps} runs, {why}; not confirmed on your workflow yet.")
+                }
             } + &cost;
         }
         QuickState::SetAside(why) => {
@@ -731,6 +743,19 @@ impl Answer for BisectResult {
             )?;
         }
         write_fixes(out, &self.verdict, style)?;
+        if let Some(p) = &self.verdict.prior {
+            writeln!(
+                out,
+                "  {} {} (run {} failed as {}, whose usual fixes among the toggles are {})",
+                style.dim("tried first:"),
+                p.tried_first
+                    .as_deref()
+                    .unwrap_or("none of them, already ruled out"),
+                p.run,
+                p.signatures.join(", "),
+                p.flags.join(", ")
+            )?;
+        }
         if let Some(line) = &self.verdict.launcher_line {
             writeln!(out, "  start ComfyUI with: {}", style.bold(line))?;
         }

@@ -40,6 +40,13 @@ pub struct Trial {
     /// The session's run number (0 until the run is numbered).
     #[serde(default)]
     pub n: u32,
+    /// The known failure signatures its failing prompt matched (`cuda_oom_native`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signatures: Vec<String>,
+    /// For a failure inside a node whose steps a shortened run cuts: the last sampling step
+    /// reported before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_step: Option<u64>,
     /// What the run cost, for comparing fixes that pass (null where not measured).
     #[serde(default, flatten)]
     pub cost: Cost,
@@ -143,11 +150,22 @@ impl Trial {
             failed_at: None,
             unshortened: None,
             n: 0,
+            signatures: Vec::new(),
+            failed_step: None,
             cost: Cost::default(),
         }
     }
 
     /// Whether it ended in `target` as `reference` did: the same kind, prompt and node.
+    /// It failed in its first prompt before any sampling step was reported (loading,
+    /// encoding, the sampler's start).
+    pub fn before_sampling(&self) -> bool {
+        self.outcome != Outcome::Pass
+            && self.cost.load_ms.is_none()
+            && self.cost.prompt_ms.is_some()
+            && self.failed_at.as_ref().is_some_and(|f| f.iteration == 1)
+    }
+
     fn fails_as(&self, reference: &Trial) -> bool {
         self.outcome == reference.outcome && self.failed_at == reference.failed_at
     }
@@ -400,6 +418,25 @@ pub struct Found {
     /// What the search for a cheaper fix did.
     #[serde(default)]
     pub cheaper: Option<Cheaper>,
+    /// What the baseline's failure said to try first.
+    #[serde(default)]
+    pub prior: Option<Prior>,
+}
+
+/// What the search tried first, and why: the usual fixes of the known failure the
+/// baseline's failing run matched, where they are among the toggles. The runs decide the
+/// verdict, not this; a wrong prior costs runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prior {
+    /// The run whose failure it comes from.
+    pub run: u32,
+    /// The known failures that run matched (`cuda_oom_native`).
+    pub signatures: Vec<String>,
+    /// The toggles those failures' usual fixes name, likeliest first.
+    pub flags: Vec<String>,
+    /// The change that ran first because of it (null where none of them could: not among
+    /// the toggles, or ruled out before).
+    pub tried_first: Option<String>,
 }
 
 /// The state of one search.
@@ -423,6 +460,8 @@ pub struct Search<'a> {
     last_belief: Option<BestAnswer>,
     /// What the search for a cheaper fix did, once it ran.
     cheaper_done: Option<Cheaper>,
+    /// What the baseline's failure said to try first, once read.
+    prior_done: Option<Prior>,
 }
 
 /// How a configuration did, as far as the search is concerned.
@@ -464,6 +503,7 @@ impl<'a> Search<'a> {
             budget: settings.max_runs,
             last_belief: None,
             cheaper_done: None,
+            prior_done: None,
         };
         s.refresh_quick();
         s.refresh_flaky();
@@ -533,7 +573,10 @@ impl<'a> Search<'a> {
             (!times.is_empty()).then(|| times.iter().sum::<f64>() / times.len() as f64)
         };
         let full_fail = mean(RunKind::Full, false)?;
-        let quick_fail = mean(RunKind::Quick, false)?;
+        // Where the failure struck before sampling, a shortened failure is the same run.
+        let same_run =
+            matches!(self.quick, QuickState::Reproduces { reference, check } if reference == check);
+        let quick_fail = mean(RunKind::Quick, false).or(same_run.then_some(full_fail))?;
         // A shortened pass not measured yet lasts at least as long as a shortened failure.
         let quick_pass = mean(RunKind::Quick, true).unwrap_or(quick_fail);
         ((1.0 - p) * (full_fail - quick_fail).max(0.0) < p * quick_pass).then_some(RunKind::Full)
@@ -634,7 +677,37 @@ impl<'a> Search<'a> {
         let reference = trials
             .iter()
             .find(|t| t.kind == RunKind::Full && t.outcome == target);
-        let check = trials.iter().find(|t| t.kind == RunKind::Quick);
+        // A failure well past the steps a shortened run keeps cannot show in one: full runs
+        // at once, rather than a check that would pass.
+        let checks: Vec<&Trial> = trials.iter().filter(|t| t.kind == RunKind::Quick).collect();
+        if checks.is_empty()
+            && let Some(r) = reference
+            && let (Some(step), Some(q)) = (r.failed_step, self.oracle.quick_steps())
+            && step > 2 * u64::from(q) + 1
+        {
+            self.quick = QuickState::Off(Some(format!(
+                "your workflow failed after step {step} of its sampling (run {}), past the {q} steps of a shortened run",
+                r.n
+            )));
+            return;
+        }
+        // A failure before the first sampling step of the first prompt needs no shortened
+        // check: the shortened copy is the same run up to there.
+        let mut check = checks
+            .first()
+            .copied()
+            .or(reference.filter(|r| r.before_sampling()));
+        // Failures said to be flaky (`--repeat`): one lucky pass of the shortened check is
+        // no reason to set shortened runs aside; a second check decides.
+        if self.settings.repeat > 1
+            && let Some(r) = reference
+        {
+            match checks.iter().find(|c| c.fails_as(r)) {
+                Some(c) => check = Some(c),
+                None if checks.len() == 1 => check = None,
+                None => {}
+            }
+        }
         let (Some(reference), Some(check)) = (reference, check) else {
             self.quick = QuickState::Untried;
             return;
@@ -664,6 +737,10 @@ impl<'a> Search<'a> {
                 })
             };
             let flags = self.describe_config(&t.config);
+            // (The baseline's shortened checks of a failure said to be flaky are read above.)
+            if flaky && t.config.key == base_key {
+                continue;
+            }
             if let (Some(q), Some(f)) = (find(RunKind::Quick, false), find(RunKind::Full, true)) {
                 self.quick = QuickState::SetAside(format!(
                     "{flags} passed shortened (run {}) but your workflow failed with it (run {})",
@@ -889,6 +966,7 @@ impl<'a> Search<'a> {
             alternatives: Vec::new(),
             not_helped: Vec::new(),
             cheaper: None,
+            prior: self.prior_done.clone(),
         }
     }
 
@@ -1168,17 +1246,34 @@ impl<'a> Search<'a> {
         let k = self.space.dims.len();
         let valid = |m: u32| self.mask_config(m).is_some();
         let mut answers = hypotheses::answers(k, &valid);
-        if let Some(keep) = self.keep_first()? {
+        if !self.likely_first(&answers)?
+            && let Some(keep) = self.keep_first()?
+        {
             answers.retain(|a| a & !keep == 0);
         }
         let mut asked: Vec<u32> = Vec::new();
         let mut rechecked = false;
+        let mut everything_tried = false;
         loop {
             // Failures turned out flaky: the flaky search takes over from the runs so far.
             if self.flaky {
                 return Ok(None);
             }
             let (known, dead) = self.known_masks(&asked);
+            // No single change left: before pairs and triples are split, one run of every
+            // change says whether any fix is left at all (if it fails, none is).
+            if !everything_tried && hypotheses::singles_left(&answers, &known) == 0 {
+                everything_tried = true;
+                let gone = hypotheses::cannot_start(&known, &dead);
+                let open = answers.iter().fold(0, |m, a| m | a) & !gone;
+                let all = self.largest_valid(&bits(open));
+                let mask = all.iter().fold(0, |m, d| m | 1 << d);
+                if mask != 0 && !known.iter().any(|(q, _)| *q == mask) {
+                    self.evaluate(&self.space.strong(&all))?;
+                    asked.push(mask);
+                    continue;
+                }
+            }
             let valid = |m: u32| self.mask_config(m).is_some();
             let next = hypotheses::next(k, &answers, &known, &dead, &valid);
             match next {
@@ -1223,6 +1318,89 @@ impl<'a> Search<'a> {
         let gone = hypotheses::cannot_start(&known, &dead);
         let all: Vec<usize> = (0..k).filter(|d| gone & (1 << d) == 0).collect();
         self.together(&all)
+    }
+
+    /// Likely answers first: of the toggles the baseline's failure names as its usual fixes
+    /// (the known failure its failing run matched, [`crate::classify::catalogue`]), the first
+    /// that is still a possible answer runs alone before anything else (where a cheaper fix
+    /// is looked for and Dynamic VRAM is on, the first that keeps it on). Whether it passed:
+    /// a pass is then the answer the search confirms, a failure rules out that change alone.
+    fn likely_first(&mut self, answers: &[u32]) -> Result<bool, Stopped> {
+        let Some(mut prior) = self.prior() else {
+            return Ok(false);
+        };
+        let keep_wanted = !self.settings.first_fix
+            && self.space.keeps_dynamic_vram(&self.space.baseline()) == Some(true);
+        // (Adding the flag: taking away a flag of the user's is not what fixed it upstream.)
+        let dims: Vec<usize> = (0..self.space.dims.len())
+            .filter(|d| matches!(self.space.dims[*d], super::space::Dim::Add { .. }))
+            .filter(|d| prior.flags.iter().any(|f| f == self.space.dims[*d].flag()))
+            .collect();
+        let rank = |d: &usize| {
+            let flag = self.space.dims[*d].flag();
+            prior.flags.iter().position(|f| f == flag)
+        };
+        let mut ordered = dims.clone();
+        ordered.sort_by_key(rank);
+        // (Chosen from the answers alone, not from what has run: a resumed session picks the
+        // same, and finds its run on record.)
+        let pick = ordered.into_iter().find(|d| {
+            let strong = self.space.strong(&[*d]);
+            answers.contains(&(1 << d))
+                && (!keep_wanted
+                    || self
+                        .space
+                        .config(&strong)
+                        .and_then(|c| self.space.keeps_dynamic_vram(&c))
+                        == Some(true))
+        });
+        prior
+            .flags
+            .retain(|f| dims.iter().any(|d| self.space.dims[*d].flag() == f));
+        prior.tried_first = pick.map(|d| {
+            self.describe_config(&self.space.config(&self.space.strong(&[d])).expect("valid"))
+        });
+        self.prior_done = Some(prior);
+        let Some(d) = pick else {
+            return Ok(false);
+        };
+        // Full at once where a pass of it shortened would cost more than it saves (a failure
+        // before sampling costs the same either way).
+        let (known, _) = self.known_masks(&[]);
+        self.prefer = self.final_run_kind(1 << d, answers, &known);
+        let evaluated = self.evaluate(&self.space.strong(&[d]));
+        self.prefer = None;
+        Ok(evaluated? == Eval::Pass)
+    }
+
+    /// The usual fixes of the known failures the baseline's failing full run matched.
+    fn prior(&self) -> Option<Prior> {
+        let target = self.target?;
+        let base = self.space.baseline().key;
+        let failed = self
+            .tallies
+            .iter()
+            .filter(|t| t.config.key == base)
+            .flat_map(|t| &t.trials)
+            .find(|r| r.kind == RunKind::Full && r.outcome == target && !r.signatures.is_empty())?;
+        let mut flags: Vec<String> = Vec::new();
+        for id in &failed.signatures {
+            let Some(sig) = crate::classify::catalogue::by_id(id) else {
+                continue;
+            };
+            for f in sig.flags_to_try {
+                let name = f.split('=').next().unwrap_or(f).to_string();
+                if !flags.contains(&name) {
+                    flags.push(name);
+                }
+            }
+        }
+        (!flags.is_empty()).then(|| Prior {
+            run: failed.n,
+            signatures: failed.signatures.clone(),
+            flags,
+            tried_first: None,
+        })
     }
 
     /// Where the search goes on to a cheaper fix and Dynamic VRAM is on, the changes that keep
@@ -1305,9 +1483,12 @@ impl<'a> Search<'a> {
         let everything = self.largest_valid(all);
         if self.evaluate(&self.space.strong(&everything))? != Eval::Pass {
             // One change may undo another (`--highvram` turns Dynamic VRAM back off for a
-            // `--disable-dynamic-vram` that fixes it): try each on its own.
+            // `--disable-dynamic-vram` that fixes it): each that ComfyUI's flag model says is
+            // undone with every change is tried on its own.
             for d in all {
-                if self.evaluate(&self.space.strong(&[*d]))? == Eval::Pass {
+                if self.space.undone(*d, &self.space.strong(&everything))
+                    && self.evaluate(&self.space.strong(&[*d]))? == Eval::Pass
+                {
                     return Ok(Some(vec![*d]));
                 }
             }

@@ -209,6 +209,22 @@ pub fn known_shortening<'a>(
         .map(|p| unshortenable(&p, quick))
 }
 
+/// For a failure inside a node whose steps a shortened run cuts: the last sampling step the
+/// progress events reported before it.
+fn failed_step(
+    record: &run::RunRecord,
+    prompt: Option<&serde_json::Map<String, serde_json::Value>>,
+    quick: Quick,
+) -> Option<u64> {
+    let it = run::record::overall(&record.iterations)?;
+    let node = it.node.as_ref()?;
+    let shortened = crate::workflow::quick::for_mode(prompt?, quick).ok()?;
+    if !shortened.changes.iter().any(|c| &c.node == node) {
+        return None;
+    }
+    it.last_step
+}
+
 /// The API prompt a run folder kept (`workflow.json`).
 fn kept_prompt(dir: &Path) -> Option<serde_json::Map<String, serde_json::Value>> {
     let text = std::fs::read_to_string(dir.join(run::folder::WORKFLOW)).ok()?;
@@ -265,6 +281,7 @@ impl Oracle for LiveOracle<'_> {
         if record.outcome == Outcome::Interrupted && signals::requested() != Stop::No {
             return Err(Stopped::Interrupted);
         }
+        let failed_step = failed_step(&record, kept_prompt(&run_dir).as_ref(), self.quick);
         let trial = Trial {
             outcome: record.outcome,
             run_dir: Some(run_dir),
@@ -286,6 +303,10 @@ impl Oracle for LiveOracle<'_> {
                 }),
             unshortened: record.quick.as_ref().and_then(|q| q.unshortened.clone()),
             n,
+            signatures: run::record::overall(&record.iterations)
+                .map(|i| i.signatures.clone())
+                .unwrap_or_default(),
+            failed_step,
             cost: crate::bisect::search::Cost::of(&record),
         };
         self.reporter.session(&SessionEvent::RunFinished {

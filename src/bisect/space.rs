@@ -302,6 +302,47 @@ impl Space {
         })
     }
 
+    /// What ComfyUI decides about memory under a configuration (null where the flag model
+    /// cannot parse it): Dynamic VRAM, the VRAM state, the reserve, pinned memory, async
+    /// offload, the allocator and the cache.
+    fn memory_state(&self, choice: &[(usize, usize)]) -> Option<String> {
+        let config = self.config(choice)?;
+        let parsed = argparse::parse(&self.flags, &config.flags, self.ctx.version.as_ref());
+        if parsed.error.is_some() {
+            return None;
+        }
+        let p = crate::flags::decide::decide(&parsed, &self.ctx);
+        Some(format!(
+            "{:?} {} {} {} {:?} {} {}",
+            p.dynamic_vram.enabled,
+            p.vram_state,
+            p.reserved_vram_mb,
+            p.pinned_memory,
+            p.async_offload_streams,
+            p.allocator,
+            p.cache
+        ))
+    }
+
+    /// Whether change `d` does something alone but nothing in `with` (another change of it
+    /// undoes it), as the flag model sees it; a configuration the model cannot read counts
+    /// as undone (the run decides).
+    pub fn undone(&self, d: usize, with: &[(usize, usize)]) -> bool {
+        let Some(&own) = with.iter().find(|(x, _)| *x == d) else {
+            return false;
+        };
+        let without: Choice = with.iter().filter(|(x, _)| *x != d).copied().collect();
+        match (
+            self.memory_state(&[own]),
+            self.memory_state(&[]),
+            self.memory_state(with),
+            self.memory_state(&without),
+        ) {
+            (Some(alone), Some(base), Some(all), Some(rest)) => alone != base && all == rest,
+            _ => true,
+        }
+    }
+
     /// The VRAM, in GB, ComfyUI reserves with this configuration's flags (`--reserve-vram`
     /// replaces the OS default, it does not add to it).
     pub fn reserved_vram_gb(&self, config: &Config) -> Option<f64> {

@@ -139,13 +139,39 @@ fn least_value_of_a_multi_valued_flag() {
 
 #[test]
 fn nothing_fixes_it() {
-    let sp = space(&[], &SWITCHES[..5]);
-    let mut oracle = Scripted::deterministic(Box::new(|_| false));
-    let (found, runs) = bisect(&sp, &mut oracle, first_fix());
-    assert_eq!(found.kind, VerdictKind::NoFixFound);
-    // Every answer of up to three changes ruled out, then each change alone (one may
-    // undo another) and everything together.
-    assert!(runs <= 13, "{runs}");
+    for k in 2..=8 {
+        let sp = space(&[], &SWITCHES[..k]);
+        for settings in [first_fix(), Settings::default()] {
+            let mut oracle = Scripted::deterministic(Box::new(|_| false));
+            let (found, runs) = bisect(&sp, &mut oracle, settings);
+            assert_eq!(found.kind, VerdictKind::NoFixFound);
+            // The single changes ruled out, then one run of every change: no pair or triple
+            // is split once that has failed, and no change runs alone again unless the flag
+            // model says another undoes it.
+            assert!(runs as usize <= k + 2, "k={k}: {runs} runs");
+        }
+    }
+}
+
+#[test]
+fn a_change_the_flag_model_says_another_undoes_runs_alone() {
+    // --highvram turns Dynamic VRAM off by itself (ComfyUI's rule), so with it
+    // --disable-dynamic-vram changes nothing: where everything failed, it runs alone.
+    let sp = space(&[], &["--disable-dynamic-vram", "--highvram"]);
+    let everything = sp.strong(&[0, 1]);
+    assert!(sp.undone(0, &everything));
+    assert!(!sp.undone(1, &everything));
+    let mut oracle = Scripted::deterministic(Box::new(|s| {
+        has(s, "--disable-dynamic-vram") && !has(s, "--highvram")
+    }));
+    let (found, _) = bisect(&sp, &mut oracle, first_fix());
+    assert_eq!(found.fixing_flags, ["--disable-dynamic-vram"]);
+    // Changes that each do their own part are not undone by one another.
+    let sp = space(&[], &["--disable-dynamic-vram", "--disable-pinned-memory"]);
+    assert!(!sp.undone(1, &sp.strong(&[0, 1])));
+    // A switch the model does not know never counts as undone.
+    let sp = space(&[], &["--disable-mmap", "--fast-disk"]);
+    assert!(!sp.undone(0, &sp.strong(&[0, 1])));
 }
 
 #[test]
@@ -309,9 +335,17 @@ fn a_toggle_that_undoes_another_does_not_hide_the_fix() {
 fn a_toggle_that_undoes_another_gives_a_fix_that_passed() {
     // With more toggles, "a with c" passes too, and nothing in the runs tells it apart from
     // "a alone, undone by b" unless a runs alone. The verdict is a set that passed, never
-    // holds the undoing toggle, and holds the fix.
-    let sp = space(&[], &SWITCHES[..4]);
-    let (a, b) = (SWITCHES[0].to_string(), SWITCHES[1].to_string());
+    // holds the undoing toggle, and holds the fix. (--highvram turns Dynamic VRAM off by
+    // itself: the flag model knows it undoes --disable-dynamic-vram. An undoing the model
+    // does not know is found by `--strategy each`.)
+    let toggles = [
+        "--disable-dynamic-vram",
+        "--highvram",
+        "--disable-async-offload",
+        "--disable-smart-memory",
+    ];
+    let sp = space(&[], &toggles);
+    let (a, b) = (toggles[0].to_string(), toggles[1].to_string());
     let (a2, b2) = (a.clone(), b.clone());
     let mut oracle = Scripted::deterministic(Box::new(move |s| has(s, &a2) && !has(s, &b2)));
     let (found, _) = bisect(&sp, &mut oracle, first_fix());
@@ -932,6 +966,203 @@ mod quick {
             }
         }
         assert!(right * 100 >= seeds * 95, "{right}/{seeds}");
+    }
+
+    /// Failures strike before the first sampling step (loading, the sampler's start).
+    struct Early(Scripted);
+
+    impl Oracle for Early {
+        fn run(&mut self, c: &Config, kind: RunKind) -> Result<Trial, Stopped> {
+            let mut t = self.0.run(c, kind)?;
+            t.cost.prompt_ms = Some(900);
+            if t.outcome == Outcome::Pass {
+                t.cost.load_ms = Some(500);
+            }
+            Ok(t)
+        }
+        fn can_shorten(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_failure_before_the_first_sampling_step_needs_no_shortened_check() {
+        for culprit in 0..6 {
+            let toggles = &SWITCHES[..6];
+            let fix = toggles[culprit].to_string();
+            let sp = space(&[], toggles);
+            let mut inner = Scripted::deterministic(Box::new(move |s| has(s, &fix)));
+            inner.quick = Some(true);
+            let mut early = Early(inner);
+            let mut search = Search::new(&sp, &mut early, first_fix(), Vec::new());
+            let found = search.run().unwrap();
+            assert_eq!(found.fixing_flags, [toggles[culprit]]);
+            // The full baseline stands for the check.
+            assert_eq!(
+                found.quick,
+                QuickState::Reproduces {
+                    reference: 1,
+                    check: 1
+                }
+            );
+            let baseline = search
+                .tallies
+                .iter()
+                .find(|t| t.config.choice.is_empty())
+                .unwrap();
+            assert!(baseline.trials.iter().all(|t| t.kind == RunKind::Full));
+            // One run fewer than where the failure came after a step.
+            let fix = toggles[culprit].to_string();
+            let mut late = Scripted::deterministic(Box::new(move |s| has(s, &fix)));
+            late.quick = Some(true);
+            let mut checked = Search::new(&sp, &mut late, first_fix(), Vec::new());
+            checked.run().unwrap();
+            assert_eq!(search.runs + 1, checked.runs, "culprit {culprit}");
+        }
+    }
+
+    /// Early failures that name a known failure: a CUDA OOM, whose usual fixes are turning
+    /// Dynamic VRAM off, a reserve, a headroom, pinned memory off (in that order).
+    struct Named(Early);
+
+    impl Oracle for Named {
+        fn run(&mut self, c: &Config, kind: RunKind) -> Result<Trial, Stopped> {
+            let mut t = self.0.run(c, kind)?;
+            if t.outcome != Outcome::Pass {
+                t.signatures = vec!["cuda_oom_native".into()];
+            }
+            Ok(t)
+        }
+        fn can_shorten(&self) -> bool {
+            true
+        }
+    }
+
+    fn named(culprit: &str) -> Named {
+        let fix = culprit.to_string();
+        let mut inner = Scripted::deterministic(Box::new(move |s| has(s, &fix)));
+        inner.quick = Some(true);
+        // A pass takes 8 s in full, 2.6 s shortened; a failure 2 s either way.
+        inner.times = (8000, 2000, 2600, 2000);
+        Named(Early(inner))
+    }
+
+    #[test]
+    fn a_prior_that_points_right_costs_the_failure_one_shortened_pass_and_one_full() {
+        let sp = space(&[], &SWITCHES[..6]);
+        let mut oracle = named("--disable-dynamic-vram");
+        let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new());
+        let found = search.run().unwrap();
+        assert_eq!(found.fixing_flags, ["--disable-dynamic-vram"]);
+        // The failure struck before sampling, so a shortened failure would cost what a full
+        // one does: the prior's run is made in full, and its pass is the confirmation.
+        assert_eq!(kinds(&search), (0, 2));
+        let prior = found.prior.unwrap();
+        assert_eq!(prior.run, 1);
+        assert_eq!(prior.signatures, ["cuda_oom_native"]);
+        // Its usual fixes that are among the toggles, likeliest first.
+        assert_eq!(
+            prior.flags,
+            ["--disable-dynamic-vram", "--disable-pinned-memory"]
+        );
+        assert_eq!(prior.tried_first.as_deref(), Some("--disable-dynamic-vram"));
+
+        // Looking for a fix that keeps Dynamic VRAM on, the first of them that does.
+        let mut oracle = named("--disable-pinned-memory");
+        let mut search = Search::new(&sp, &mut oracle, Settings::default(), Vec::new());
+        let found = search.run().unwrap();
+        assert_eq!(found.fixing_flags, ["--disable-pinned-memory"]);
+        assert_eq!(
+            found.prior.unwrap().tried_first.as_deref(),
+            Some("--disable-pinned-memory")
+        );
+        // The failure, the prior's pass (in full), the other switches together (which
+        // could have been faster).
+        assert_eq!(search.runs, 3);
+    }
+
+    #[test]
+    fn a_prior_that_points_wrong_costs_runs_never_the_verdict() {
+        let sp = space(&[], &SWITCHES[..6]);
+        for (culprit, settings) in SWITCHES[..6]
+            .iter()
+            .flat_map(|c| [(*c, first_fix()), (*c, Settings::default())])
+        {
+            let mut oracle = named(culprit);
+            let mut search = Search::new(&sp, &mut oracle, settings, Vec::new());
+            let found = search.run().unwrap();
+            assert_eq!(found.fixing_flags, [culprit]);
+            // The same search without a prior (no known failure named).
+            let fix = culprit.to_string();
+            let mut inner = Scripted::deterministic(Box::new(move |s| has(s, &fix)));
+            inner.quick = Some(true);
+            let mut plain = Early(inner);
+            let mut without = Search::new(&sp, &mut plain, settings, Vec::new());
+            let found_without = without.run().unwrap();
+            assert_eq!(found_without.fixing_flags, [culprit]);
+            assert!(found_without.prior.is_none());
+            // The prior's own run, and at most one more split for the run that did not
+            // halve the changes left.
+            assert!(
+                search.runs <= without.runs + 2,
+                "{culprit}: {} runs against {}",
+                search.runs,
+                without.runs
+            );
+        }
+    }
+
+    #[test]
+    fn a_lucky_shortened_pass_of_a_flaky_failure_gets_a_second_check() {
+        // The baseline's first shortened run passes by chance; the second fails as the
+        // workflow does, and the search stays shortened.
+        struct LuckyOnce {
+            quick_baselines: u32,
+        }
+        impl Oracle for LuckyOnce {
+            fn run(&mut self, c: &Config, kind: RunKind) -> Result<Trial, Stopped> {
+                let s = flag_set(c);
+                let mut fixed = has(&s, "--disable-mmap");
+                if kind == RunKind::Quick && c.choice.is_empty() {
+                    self.quick_baselines += 1;
+                    fixed = self.quick_baselines == 1;
+                }
+                let mut t = Trial::of(if fixed { Outcome::Pass } else { Outcome::Oom });
+                t.kind = kind;
+                if !fixed {
+                    t.failed_at = Some(FailedAt {
+                        iteration: 1,
+                        node: Some("3".into()),
+                    });
+                }
+                Ok(t)
+            }
+            fn can_shorten(&self) -> bool {
+                true
+            }
+        }
+        let sp = space(&[], &SWITCHES[..6]);
+        let mut oracle = LuckyOnce { quick_baselines: 0 };
+        let settings = Settings {
+            repeat: 3,
+            ..first_fix()
+        };
+        let mut search = Search::new(&sp, &mut oracle, settings, Vec::new());
+        let found = search.run().unwrap();
+        assert!(
+            matches!(found.quick, QuickState::Reproduces { .. }),
+            "{:?}",
+            found.quick
+        );
+        // Without --repeat, the one check decides (shortened runs set aside).
+        let mut oracle = LuckyOnce { quick_baselines: 0 };
+        let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new());
+        let found = search.run().unwrap();
+        assert!(
+            matches!(found.quick, QuickState::SetAside(_)),
+            "{:?}",
+            found.quick
+        );
     }
 
     #[test]

@@ -90,6 +90,7 @@ impl Prompt<'_> {
         it.node = watched.failed_node;
         it.first_step_ms = watched.steps.first_step.map(|d| d.as_millis() as u64);
         it.seconds_per_step = watched.steps.seconds_per_step();
+        it.last_step = watched.steps.last_step();
         (it, watched.exit, watched.stop_run)
     }
 

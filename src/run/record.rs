@@ -37,6 +37,9 @@ pub struct Iteration {
     /// Mean seconds per sampling step, from the progress events (null with fewer than two).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds_per_step: Option<f64>,
+    /// The last sampling step reported (steps done of its sampler; null when none was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_step: Option<u64>,
 }
 
 /// Whether a run queued the user's workflow as it is or a shortened copy (`--quick`).
@@ -264,6 +267,7 @@ impl Iteration {
             node: None,
             first_step_ms: None,
             seconds_per_step: None,
+            last_step: None,
         }
     }
 }

@@ -156,6 +156,11 @@ impl StepClock {
         self.last = Some((at, value, max));
     }
 
+    /// The last step reported (the progress event's value: steps done of its sampler).
+    pub fn last_step(&self) -> Option<u64> {
+        self.last.map(|(_, value, _)| value.max(0.0) as u64)
+    }
+
     /// Mean seconds per sampling step, when two steps of one sampler were seen.
     pub fn seconds_per_step(&self) -> Option<f64> {
         (self.count > 0.0).then(|| self.stepped / self.count)

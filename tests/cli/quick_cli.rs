@@ -47,7 +47,8 @@ fn dynamic_vram_oom(extra: Value) -> Value {
 
 #[test]
 fn the_search_runs_shortened_once_one_fails_as_the_workflow_does() {
-    let install = FakeComfy::new("0.38.1", dynamic_vram_oom(json!({})));
+    // The failure strikes at the first sampling step, so the shortened copy is checked.
+    let install = FakeComfy::new("0.38.1", dynamic_vram_oom(json!({"at_step": 1})));
     let (code, doc, tmp) = bisect(&install, &[]);
     assert_eq!(code, 0, "{doc:#}");
     assert_eq!(
@@ -129,7 +130,7 @@ fn the_search_runs_shortened_once_one_fails_as_the_workflow_does() {
 }
 
 #[test]
-fn a_failure_past_step_10_is_searched_in_full_after_one_shortened_run() {
+fn a_failure_past_step_10_is_searched_in_full_at_once() {
     let install = FakeComfy::new("0.38.1", dynamic_vram_oom(json!({"at_step": 12})));
     let (code, doc, _tmp) = bisect(&install, &[]);
     assert_eq!(code, 0, "{doc:#}");
@@ -137,15 +138,25 @@ fn a_failure_past_step_10_is_searched_in_full_after_one_shortened_run() {
         doc["verdict"]["fixing_flags"],
         json!(["--disable-dynamic-vram"])
     );
+    // The run of your flags failed about 12 steps in: a shortened run could not show it.
     let runs = runs(&doc);
-    let quick: Vec<_> = runs.iter().filter(|r| r.1 == "quick").collect();
-    assert_eq!(quick, [&(2, "quick".to_string(), "pass".to_string())]);
-    assert_eq!(doc["quick"]["state"], "set_aside");
-    assert_eq!(
-        doc["quick"]["reason"],
-        "the shortened run of your flags (run 2) passed, where your workflow failed with oom in node 3 (run 1)"
+    assert!(runs.iter().all(|r| r.1 == "full"), "{runs:?}");
+    assert_eq!(doc["quick"]["state"], "not_used");
+    let reason = doc["quick"]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("your workflow failed after step ")
+            && reason.ends_with(" of its sampling (run 1), past the 2 steps of a shortened run"),
+        "{reason}"
     );
-    // As many runs as --quick off takes, and one.
+    let step: u64 = reason
+        .trim_start_matches("your workflow failed after step ")
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((10..=14).contains(&step), "{reason}");
+    // As many runs as --quick off takes.
     let off_install = FakeComfy::new("0.38.1", dynamic_vram_oom(json!({"at_step": 12})));
     let (_, off, _tmp2) = bisect(&off_install, &["--quick", "off"]);
     assert_eq!(
@@ -154,7 +165,7 @@ fn a_failure_past_step_10_is_searched_in_full_after_one_shortened_run() {
     );
     assert_eq!(
         doc["runs_total"].as_u64().unwrap(),
-        off["runs_total"].as_u64().unwrap() + 1
+        off["runs_total"].as_u64().unwrap()
     );
     assert_eq!(off["quick"]["state"], "not_used");
     assert!(
@@ -225,13 +236,38 @@ fn a_bad_quick_value_is_one_line() {
 }
 
 #[test]
+fn a_failure_before_the_first_sampling_step_needs_no_shortened_check() {
+    let install = FakeComfy::new("0.38.1", dynamic_vram_oom(json!({})));
+    let (code, doc, _tmp) = bisect(&install, &[]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(
+        doc["verdict"]["fixing_flags"],
+        json!(["--disable-dynamic-vram"])
+    );
+    let runs = runs(&doc);
+    // No run 2 of the shortened copy with your flags: it would be the same run.
+    assert_eq!(runs[0], (1, "full".into(), "oom".into()));
+    assert_ne!(runs[1].1, "quick", "{runs:?}");
+    let quick = &doc["quick"];
+    assert_eq!(quick["state"], "used");
+    assert_eq!(quick["reproduced_by_run"], 1);
+    let statement = doc["verdict"]["statement"].as_str().unwrap();
+    assert!(
+        statement.contains("your workflow failed before its first sampling step (run 1), where a shortened copy is the same run"),
+        "{statement}"
+    );
+}
+
+#[test]
 fn a_full_run_that_disagrees_sends_the_search_back_to_full_runs() {
     // --disable-pinned-memory only moves the failure past step 10: shortened runs pass with
     // it, the workflow does not. Without it the failure strikes late (at VAE decode, after
-    // 20 steps of 0.2 s), so the run of --disable-pinned-memory alone is made shortened (a
-    // full run that fails would cost more than a shortened one and its confirmation); its
-    // confirmation fails, and the search goes on in full.
+    // 20 steps of 0.2 s), so the run of --disable-pinned-memory alone (the CUDA OOM's usual
+    // fix among the toggles, so tried first) is made shortened (a full run that fails would
+    // cost more than a shortened one and its confirmation); its confirmation fails, and the
+    // search goes on in full.
     let scenario = json!({"timing": {"step_time": 0.2}, "rules": [
+        {"when": {"flags": {"--disable-async-offload": true}}, "effect": "pass"},
         {"when": {"all": [{"state": {"dynamic_vram": true}}, {"flags": {"--disable-pinned-memory": true}}]},
          "effect": "oom", "node": "KSampler", "at_step": 12},
         {"when": {"state": {"dynamic_vram": true}}, "effect": "oom", "node": "VAEDecode"}
@@ -243,13 +279,13 @@ fn a_full_run_that_disagrees_sends_the_search_back_to_full_runs() {
             "--toggle",
             "--disable-pinned-memory",
             "--toggle",
-            "--disable-dynamic-vram",
+            "--disable-async-offload",
         ],
     );
     assert_eq!(code, 0, "{doc:#}");
     assert_eq!(
         doc["verdict"]["fixing_flags"],
-        json!(["--disable-dynamic-vram"])
+        json!(["--disable-async-offload"])
     );
     assert_eq!(doc["quick"]["state"], "set_aside");
     let reason = doc["quick"]["reason"].as_str().unwrap();
@@ -262,7 +298,7 @@ fn a_full_run_that_disagrees_sends_the_search_back_to_full_runs() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["flags"] == json!(["--disable-dynamic-vram"]))
+        .find(|c| c["flags"] == json!(["--disable-async-offload"]))
         .unwrap();
     assert!(
         fix["each_run"]
