@@ -398,6 +398,14 @@ fn quick_summary(
             .filter(|t| t.kind == RunKind::Full && t.outcome == Outcome::Pass)
             .map(|t| t.n)
             .max(),
+        // The configuration with every change, where its shortened run failed before any
+        // sampling step: the same run as in full, so none was made.
+        None if found.kind == VerdictKind::NoFixFound
+            && !found.flaky
+            && last_is_everything_before_sampling(tallies) =>
+        {
+            all.iter().map(|t| t.n).max()
+        }
         None if found.kind == VerdictKind::NoFixFound && !found.flaky => {
             let first_quick = all
                 .iter()
@@ -423,6 +431,19 @@ fn quick_summary(
         })
         .collect();
     summarize_quick(&found.quick, &runs, asked, steps, confirmed_by_run)
+}
+
+/// Whether the last run was a shortened one of the configuration with the most changes that
+/// failed before any sampling step (so the same run as in full).
+fn last_is_everything_before_sampling(tallies: &[Tally]) -> bool {
+    let most = tallies.iter().map(|t| t.config.choice.len()).max();
+    tallies
+        .iter()
+        .flat_map(|t| t.trials.iter().map(move |r| (t, r)))
+        .max_by_key(|(_, r)| r.n)
+        .is_some_and(|(t, r)| {
+            Some(t.config.choice.len()) == most && r.kind == RunKind::Quick && r.before_sampling()
+        })
 }
 
 /// What shortened runs did, from the search's state and every run (a bisect's or a
@@ -487,7 +508,11 @@ pub fn summarize_quick(
             } else {
                 format!("which fail as your workflow does (run {check})")
             };
+            let shortened = |n: u32| runs.iter().any(|t| t.n == n && t.kind == RunKind::Quick);
             out.statement = match confirmed_by_run {
+                Some(c) if shortened(c) => format!(
+                    "Searched on {steps} runs, {why}; confirmed on your workflow (run {c}, which failed before sampling: the same run in full)."
+                ),
                 Some(c) => format!(
                     "Searched on {steps} runs, {why}; confirmed on your workflow (run {c})."
                 ),

@@ -1055,7 +1055,16 @@ impl<'a> Search<'a> {
             if self.next_kind() == RunKind::Quick && !self.flaky {
                 let all: Vec<usize> = (0..self.space.dims.len()).collect();
                 let everything = self.largest_valid(&all);
-                if let Some(config) = self.space.config(&self.space.strong(&everything)) {
+                // (A shortened failure before any sampling step is that run already.)
+                let same_run = |c: &Config| {
+                    self.evidence_of(c)
+                        .trials
+                        .iter()
+                        .any(|t| t.kind == RunKind::Quick && t.before_sampling())
+                };
+                if let Some(config) = self.space.config(&self.space.strong(&everything))
+                    && !same_run(&config)
+                {
                     let outcome = self.run_kind(&config, RunKind::Full)?;
                     // It passes as the user's workflow: the shortened runs that found no fix
                     // are set aside (also when that configuration never ran shortened).

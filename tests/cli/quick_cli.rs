@@ -308,3 +308,37 @@ fn a_full_run_that_disagrees_sends_the_search_back_to_full_runs() {
             .any(|r| r["kind"] == "full" && r["outcome"] == "pass")
     );
 }
+
+#[test]
+fn no_fix_with_the_default_toggles_costs_about_the_toggles_and_no_full_rerun() {
+    // Nothing fixes it, and every failure strikes before sampling: the configuration with
+    // every change fails shortened, which is the same run as in full.
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"rules": [{"effect": "oom", "node": "KSampler"}]}),
+    );
+    let (code, doc, _tmp) = support::on_install(
+        "bisect",
+        &install,
+        TWENTY,
+        "session",
+        &["--stall-timeout", "5s"],
+    );
+    assert_eq!(code, 1, "{doc:#}");
+    assert_eq!(doc["verdict"]["kind"], "no_fix_found");
+    let toggles = doc["toggles"].as_array().unwrap().len() as u64;
+    let total = doc["runs_total"].as_u64().unwrap();
+    assert!(total <= toggles + 2, "{total} runs for {toggles} toggles");
+    let runs = runs(&doc);
+    let last = runs.last().unwrap();
+    assert_eq!(last.1, "quick", "{runs:?}");
+    assert_eq!(doc["quick"]["confirmed_by_run"], last.0);
+    let statement = doc["verdict"]["statement"].as_str().unwrap();
+    assert!(
+        statement.contains(&format!(
+            "confirmed on your workflow (run {}, which failed before sampling: the same run in full)",
+            last.0
+        )),
+        "{statement}"
+    );
+}
