@@ -402,9 +402,9 @@ fn quick_summary(
         // sampling step: the same run as in full, so none was made.
         None if found.kind == VerdictKind::NoFixFound
             && !found.flaky
-            && last_is_everything_before_sampling(tallies) =>
+            && everything_failed_before_sampling(tallies).is_some() =>
         {
-            all.iter().map(|t| t.n).max()
+            everything_failed_before_sampling(tallies)
         }
         None if found.kind == VerdictKind::NoFixFound && !found.flaky => {
             let first_quick = all
@@ -433,17 +433,18 @@ fn quick_summary(
     summarize_quick(&found.quick, &runs, asked, steps, confirmed_by_run)
 }
 
-/// Whether the last run was a shortened one of the configuration with the most changes that
-/// failed before any sampling step (so the same run as in full).
-fn last_is_everything_before_sampling(tallies: &[Tally]) -> bool {
-    let most = tallies.iter().map(|t| t.config.choice.len()).max();
+/// The shortened run of a configuration with the most changes that failed before any
+/// sampling step and has no full run (the search makes none: it is the same run in full).
+fn everything_failed_before_sampling(tallies: &[Tally]) -> Option<u32> {
+    let most = tallies.iter().map(|t| t.config.choice.len()).max()?;
     tallies
         .iter()
-        .flat_map(|t| t.trials.iter().map(move |r| (t, r)))
-        .max_by_key(|(_, r)| r.n)
-        .is_some_and(|(t, r)| {
-            Some(t.config.choice.len()) == most && r.kind == RunKind::Quick && r.before_sampling()
-        })
+        .filter(|t| t.config.choice.len() == most)
+        .filter(|t| t.trials.iter().all(|r| r.kind == RunKind::Quick))
+        .flat_map(|t| &t.trials)
+        .filter(|r| r.before_sampling())
+        .map(|r| r.n)
+        .max()
 }
 
 /// What shortened runs did, from the search's state and every run (a bisect's or a
@@ -773,9 +774,10 @@ impl Answer for BisectResult {
                 out,
                 "  {} {} (run {} failed as {}, whose usual fixes among the toggles are {})",
                 style.dim("tried first:"),
-                p.tried_first
-                    .as_deref()
-                    .unwrap_or("none of them, already ruled out"),
+                p.tried_first.clone().unwrap_or_else(|| format!(
+                    "none ({})",
+                    p.not_tried.as_deref().unwrap_or("none could run alone")
+                )),
                 p.run,
                 p.signatures.join(", "),
                 p.flags.join(", ")
@@ -887,7 +889,7 @@ fn write_fixes(out: &mut dyn Write, v: &Verdict, style: &Style) -> io::Result<()
     if let Some(c) = &v.cheaper_search
         && !c.first_fix
         && c.budget > 0
-        && c.runs == 0
+        && c.runs == c.confirmations
         && c.cut_short.is_none()
     {
         writeln!(

@@ -156,7 +156,6 @@ impl Trial {
         }
     }
 
-    /// Whether it ended in `target` as `reference` did: the same kind, prompt and node.
     /// It failed in its first prompt before any sampling step was reported (loading,
     /// encoding, the sampler's start).
     pub fn before_sampling(&self) -> bool {
@@ -166,6 +165,7 @@ impl Trial {
             && self.failed_at.as_ref().is_some_and(|f| f.iteration == 1)
     }
 
+    /// Whether it ended in `target` as `reference` did: the same kind, prompt and node.
     fn fails_as(&self, reference: &Trial) -> bool {
         self.outcome == reference.outcome && self.failed_at == reference.failed_at
     }
@@ -434,9 +434,11 @@ pub struct Prior {
     pub signatures: Vec<String>,
     /// The toggles those failures' usual fixes name, likeliest first.
     pub flags: Vec<String>,
-    /// The change that ran first because of it (null where none of them could: not among
-    /// the toggles, or ruled out before).
+    /// The change that ran first because of it (null where none of them could).
     pub tried_first: Option<String>,
+    /// Why none ran first, where none did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_tried: Option<String>,
 }
 
 /// The state of one search.
@@ -994,6 +996,7 @@ impl<'a> Search<'a> {
             runs: 0,
             cut_short: (!self.settings.first_fix && self.flaky)
                 .then(|| "failures are flaky: the first fix is kept".into()),
+            confirmations: 0,
         }));
         found
     }
@@ -1369,6 +1372,13 @@ impl<'a> Search<'a> {
         prior.tried_first = pick.map(|d| {
             self.describe_config(&self.space.config(&self.space.strong(&[d])).expect("valid"))
         });
+        if pick.is_none() && !prior.flags.is_empty() {
+            prior.not_tried = Some(if keep_wanted {
+                "none of them keeps Dynamic VRAM on, which is looked for first".into()
+            } else {
+                "none of them can run alone here".into()
+            });
+        }
         self.prior_done = Some(prior);
         let Some(d) = pick else {
             return Ok(false);
@@ -1409,6 +1419,7 @@ impl<'a> Search<'a> {
             signatures: failed.signatures.clone(),
             flags,
             tried_first: None,
+            not_tried: None,
         })
     }
 
@@ -1494,8 +1505,10 @@ impl<'a> Search<'a> {
             // One change may undo another (`--highvram` turns Dynamic VRAM back off for a
             // `--disable-dynamic-vram` that fixes it): each that ComfyUI's flag model says is
             // undone with every change is tried on its own.
+            // (Not one that failed elsewhere with more changes that did not undo it.)
             for d in all {
                 if self.space.undone(*d, &self.space.strong(&everything))
+                    && self.failed_with_more(&self.space.strong(&[*d])).is_none()
                     && self.evaluate(&self.space.strong(&[*d]))? == Eval::Pass
                 {
                     return Ok(Some(vec![*d]));

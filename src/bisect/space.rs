@@ -324,13 +324,19 @@ impl Space {
         ))
     }
 
-    /// Whether change `d` does something alone but nothing in `with` (another change of it
-    /// undoes it), as the flag model sees it; a configuration the model cannot read counts
-    /// as undone (the run decides).
+    /// Whether change `d` may be undone by another change of `with`, as the flag model sees
+    /// it: it is a flag the model calls a no-op there (`--vram-headroom` beside
+    /// `--disable-dynamic-vram`), or it changes ComfyUI's memory decisions alone but not
+    /// there (`--disable-dynamic-vram` beside `--highvram`). A change `with` does not hold
+    /// (it could not be combined), and a configuration the model cannot read, count as
+    /// undone: a run decides.
     pub fn undone(&self, d: usize, with: &[(usize, usize)]) -> bool {
         let Some(&own) = with.iter().find(|(x, _)| *x == d) else {
-            return false;
+            return true;
         };
+        if self.no_op_in(d, with) == Some(true) && self.no_op_in(d, &[own]) == Some(false) {
+            return true;
+        }
         let without: Choice = with.iter().filter(|(x, _)| *x != d).copied().collect();
         match (
             self.memory_state(&[own]),
@@ -341,6 +347,22 @@ impl Space {
             (Some(alone), Some(base), Some(all), Some(rest)) => alone != base && all == rest,
             _ => true,
         }
+    }
+
+    /// Whether the flag model calls change `d`'s flag a no-op under `choice`.
+    fn no_op_in(&self, d: usize, choice: &[(usize, usize)]) -> Option<bool> {
+        let config = self.config(choice)?;
+        let parsed = argparse::parse(&self.flags, &config.flags, self.ctx.version.as_ref());
+        if parsed.error.is_some() {
+            return None;
+        }
+        let flag = self.dims[d].flag();
+        Some(
+            crate::flags::decide::decide(&parsed, &self.ctx)
+                .no_op
+                .iter()
+                .any(|n| n.flag == flag),
+        )
     }
 
     /// The VRAM, in GB, ComfyUI reserves with this configuration's flags (`--reserve-vram`

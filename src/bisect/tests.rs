@@ -1259,6 +1259,24 @@ mod cheaper {
     }
 
     #[test]
+    fn turning_dynamic_vram_off_undoes_the_headroom_as_the_flag_model_says() {
+        let sp = headroom_space();
+        let at = |flag: &str| sp.dims.iter().position(|d| d.flag() == flag).unwrap();
+        let (off, pinned, headroom) = (
+            at("--disable-dynamic-vram"),
+            at("--disable-pinned-memory"),
+            at("--vram-headroom"),
+        );
+        let everything = sp.strong(&[off, pinned, headroom]);
+        // The headroom is Dynamic VRAM's: without it, a no-op (so a failure of everything
+        // says nothing of the headroom alone).
+        assert!(sp.undone(headroom, &everything));
+        assert!(!sp.undone(pinned, &everything));
+        // A change the configuration does not hold was never tried there.
+        assert!(sp.undone(headroom, &sp.strong(&[off, pinned])));
+    }
+
+    #[test]
     fn a_toggled_size_flag_has_every_quarter_gigabyte_up_to_the_ceiling() {
         let sp = headroom_space();
         assert_eq!(sp.value_searches.len(), 1);

@@ -90,7 +90,11 @@ impl Prompt<'_> {
         it.node = watched.failed_node;
         it.first_step_ms = watched.steps.first_step.map(|d| d.as_millis() as u64);
         it.seconds_per_step = watched.steps.seconds_per_step();
-        it.last_step = watched.steps.last_step();
+        // Of the node it failed in (a failure in a later node says nothing of its steps).
+        it.last_step = watched
+            .steps
+            .last_step()
+            .filter(|_| it.node.is_none() || watched.progress_node == it.node);
         (it, watched.exit, watched.stop_run)
     }
 
@@ -105,6 +109,7 @@ impl Prompt<'_> {
                 stop_run: true,
                 failed_node: None,
                 steps: Default::default(),
+                progress_node: None,
             })
         };
         match self.client.submit(prompt, self.client_id) {

@@ -37,7 +37,8 @@ pub struct Iteration {
     /// Mean seconds per sampling step, from the progress events (null with fewer than two).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds_per_step: Option<f64>,
-    /// The last sampling step reported (steps done of its sampler; null when none was).
+    /// The last sampling step reported (steps done of its sampler), for a failure only by
+    /// the node it failed in; null when none was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_step: Option<u64>,
 }

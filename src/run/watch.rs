@@ -125,6 +125,8 @@ pub struct PromptWatch {
     /// When the prompt was submitted, and how its sampling went (progress events).
     submitted: Duration,
     steps: StepClock,
+    /// The node of the last progress event.
+    progress_node: Option<String>,
 }
 
 /// The sampling's pace, from the progress events: when the first step was reported, and the
@@ -181,6 +183,8 @@ pub struct Watched {
     pub failed_node: Option<String>,
     /// The sampling's pace.
     pub steps: StepClock,
+    /// The node of the last progress event.
+    pub progress_node: Option<String>,
 }
 
 impl PromptWatch {
@@ -204,6 +208,7 @@ impl PromptWatch {
             next_ram_check: at,
             submitted: at,
             steps: StepClock::default(),
+            progress_node: None,
         }
     }
 
@@ -221,6 +226,7 @@ impl PromptWatch {
             stop_run: true,
             failed_node: None,
             steps: StepClock::default(),
+            progress_node: None,
         }
     }
 
@@ -309,11 +315,12 @@ impl PromptWatch {
             }
             WsEvent::Progress {
                 prompt_id,
+                node,
                 value,
                 max,
-                ..
             } if ours(&prompt_id) => {
                 self.steps.progress(at, self.submitted, value, max);
+                self.progress_node = node;
                 actions.push(Action::Step { value, max })
             }
             WsEvent::ExecutionSuccess { prompt_id } if prompt_id == self.prompt_id => {
@@ -511,6 +518,7 @@ impl PromptWatch {
             stop_run,
             failed_node,
             steps: self.steps,
+            progress_node: self.progress_node,
         }
     }
 }

@@ -74,6 +74,9 @@ pub struct Cheaper {
     pub runs: u32,
     /// Why it stopped early, where it did (the run budget, a flaky failure).
     pub cut_short: Option<String>,
+    /// Of its runs, those that confirmed the recommendation on the workflow as it is.
+    #[serde(default)]
+    pub confirmations: u32,
 }
 
 /// How the confirmation of the recommendation on the workflow as it is ended.
@@ -128,6 +131,7 @@ impl<'a> Search<'a> {
         }
         // The best that passed, confirmed in full; one whose confirmation fails is dropped.
         self.budget = saved;
+        let confirming = self.runs;
         let shortened = self.next_kind() == RunKind::Quick;
         let mut dropped: Vec<String> = Vec::new();
         let chosen = loop {
@@ -154,6 +158,7 @@ impl<'a> Search<'a> {
             budget,
             runs: self.runs - start,
             cut_short,
+            confirmations: self.runs - confirming,
         });
         Ok(chosen)
     }
@@ -220,6 +225,7 @@ impl<'a> Search<'a> {
     /// A configuration that failed as hunted with every change of `choice` at least as
     /// strong, and more besides: `choice` fails too (the answer is taken to be monotone), so
     /// it need not run.
+    /// (Not where the flag model says another change there may undo one of `choice`.)
     pub(super) fn failed_with_more(&self, choice: &[(usize, usize)]) -> Option<Config> {
         let target = self.target?;
         self.evidence()
@@ -227,6 +233,9 @@ impl<'a> Search<'a> {
             .find(|t| {
                 t.count(target) > 0
                     && t.config.choice.len() > choice.len()
+                    && !choice
+                        .iter()
+                        .any(|(d, _)| self.space.undone(*d, &t.config.choice))
                     && choice
                         .iter()
                         .all(|(d, a)| t.config.choice.iter().any(|(td, ta)| td == d && ta >= a))
@@ -501,6 +510,15 @@ impl<'a> Search<'a> {
                 let up_to = crate::bisect::space::format_gb(search.max_gb);
                 if self.evidence_of(&config).count(target) > 0 {
                     return Some(format!("{flag} up to {up_to} GB did not help"));
+                }
+                // A value of it that passed alone did help.
+                let passed_alone = self.evidence().iter().any(|t| {
+                    t.config.choice.len() == 1
+                        && t.config.choice[0].0 == d
+                        && self.settled(t) == Some(Eval::Pass)
+                });
+                if passed_alone {
+                    return None;
                 }
                 // Tried at its most only together with other changes, which failed too.
                 let with = self.failed_with_more(&strong)?;
