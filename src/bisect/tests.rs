@@ -847,6 +847,19 @@ mod quick {
         }
     }
 
+    /// A pass, or an OOM in node 3 of the first prompt, as `kind`.
+    fn oom_unless(fixed: bool, kind: RunKind) -> Trial {
+        let mut t = Trial::of(if fixed { Outcome::Pass } else { Outcome::Oom });
+        t.kind = kind;
+        if !fixed {
+            t.failed_at = Some(FailedAt {
+                iteration: 1,
+                node: Some("3".into()),
+            });
+        }
+        t
+    }
+
     /// Fixes the shortened runs with either of two flags, the workflow only with the first.
     struct QuickMisleads;
 
@@ -855,15 +868,7 @@ mod quick {
             let s = flag_set(config);
             let fixed = has(&s, "--disable-dynamic-vram")
                 || (kind == RunKind::Quick && has(&s, "--disable-pinned-memory"));
-            let mut t = Trial::of(if fixed { Outcome::Pass } else { Outcome::Oom });
-            t.kind = kind;
-            if !fixed {
-                t.failed_at = Some(FailedAt {
-                    iteration: 1,
-                    node: Some("3".into()),
-                });
-            }
-            Ok(t)
+            Ok(oom_unless(fixed, kind))
         }
         fn can_shorten(&self) -> bool {
             true
@@ -1127,15 +1132,7 @@ mod quick {
                     self.quick_baselines += 1;
                     fixed = self.quick_baselines == 1;
                 }
-                let mut t = Trial::of(if fixed { Outcome::Pass } else { Outcome::Oom });
-                t.kind = kind;
-                if !fixed {
-                    t.failed_at = Some(FailedAt {
-                        iteration: 1,
-                        node: Some("3".into()),
-                    });
-                }
-                Ok(t)
+                Ok(oom_unless(fixed, kind))
             }
             fn can_shorten(&self) -> bool {
                 true
