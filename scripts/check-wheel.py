@@ -324,7 +324,19 @@ def winepath(path):
     """A path as the Windows program sees it."""
     if not WINE:
         return str(path)
-    return subprocess.run(["winepath", "-w", str(path)], capture_output=True, text=True, check=True).stdout.strip()
+    path = pathlib.Path(path).absolute()
+    # Wine's default prefix maps Z: to the root folder: the mapping needs no wine process
+    # (winepath itself fails now and then while a wineserver shuts down).
+    prefix = pathlib.Path(os.environ.get("WINEPREFIX") or pathlib.Path.home() / ".wine")
+    z = prefix / "dosdevices" / "z:"
+    if z.is_symlink() and os.readlink(z).rstrip("/") == "":
+        return "Z:" + str(path).replace("/", "\\")
+    for attempt in range(3):
+        p = subprocess.run(["winepath", "-w", str(path)], capture_output=True, text=True)
+        if p.returncode == 0 and p.stdout.strip():
+            return p.stdout.strip()
+        time.sleep(1 + attempt)
+    sys.exit(f"winepath -w {path} failed: {p.stderr.strip()}")
 
 
 def wine(args, cwd=None, env=None, timeout=300):

@@ -6,6 +6,16 @@
 # packages, the MinGW-w64 linker and wine: `apt-get install gcc-mingw-w64-x86-64 wine64`.
 # Not part of `.ci/run`: installing those takes minutes and CI has them not.
 set -euo pipefail
+# winepath, tried again: it fails now and then while a wineserver shuts down.
+winpath() {
+    local i
+    for i in 1 2 3; do
+        winepath -w "$1" 2>/dev/null && return 0
+        sleep "$i"
+    done
+    echo "winepath -w $1 failed three times" >&2
+    return 1
+}
 cd "$(dirname "$0")/.."
 target=x86_64-pc-windows-gnu
 rustup target list --installed | grep -qx "$target" || rustup target add "$target"
@@ -44,10 +54,10 @@ if [ ! -x "$py_dir/cp312/python.exe" ]; then
 fi
 cp "target/$target/debug/deps/bcryptprimitives.dll" "target/$target/release/"
 exe="target/$target/release/vrambisect.exe"
-py="$(winepath -w "$py_dir/cp312/python.exe")"
+py="$(winpath "$py_dir/cp312/python.exe")"
 out="$(mktemp -d)"
 wine "$exe" bisect --json --comfyui fixtures/fake-comfyui --python "$py" \
-    --workflow fixtures/workflows/sd15_txt2img.json --output "$(winepath -w "$out/bisect")" \
+    --workflow fixtures/workflows/sd15_txt2img.json --output "$(winpath "$out/bisect")" \
     > "$out/bisect.json"
 python3 - "$out/bisect.json" <<'PY'
 import json, sys

