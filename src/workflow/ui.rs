@@ -82,10 +82,14 @@ impl Frontend {
         self.since(47)
     }
 
-    /// Legacy group nodes become subgraphs on load and colliding subgraph ids are
-    /// renumbered: from 1.47 (1.40 to 1.46 renumber colliding ids without converting group
-    /// nodes, which is not modelled).
+    /// Colliding subgraph ids are renumbered on load: from 1.40.
     fn renumbers_on_load(self) -> bool {
+        self.since(40)
+    }
+
+    /// Legacy group nodes become subgraphs on load (their nodes take new ids before the
+    /// colliding subgraph ids do): from 1.47.
+    fn converts_group_nodes_on_load(self) -> bool {
         self.since(47)
     }
 
@@ -209,18 +213,19 @@ pub fn convert_for(
     }
     // Later frontends give nodes new ids on load; converted from the renumbered workflow, the
     // group nodes' `instance:index` ids then take theirs.
-    let (doc, renames) = renumber_on_load(doc);
+    let (doc, renames) = renumber_on_load(doc, frontend.converts_group_nodes_on_load());
     let (prompt, warnings) = convert_doc(&doc, defs, frontend)?;
     Ok((rename_ids(prompt, &renames), warnings))
 }
 
 /// What frontend 1.58 does to ids on load (observed in `pairs-1.58`): each legacy group node
 /// becomes a subgraph whose inner nodes get the next ids after the workflow's last, in the
-/// group's order, and then the instance one more; then, in the order of the subgraph
-/// definitions, an inner node whose id is taken (by the root graph or an earlier
-/// definition) gets the next id, in the order the definition lists its nodes. Returns the
-/// renumbered workflow and the prompt ids group nodes' nodes take (`15:0` → `18:16`).
-fn renumber_on_load(doc: &Value) -> (Value, HashMap<String, String>) {
+/// group's order, and then the instance one more (with `groups`: 1.40 to 1.46 keep group
+/// nodes as they are, `pairs-1.42`); then, in the order of the subgraph definitions, an
+/// inner node whose id is taken (by the root graph or an earlier definition) gets the next
+/// id, in the order the definition lists its nodes. Returns the renumbered workflow and the
+/// prompt ids group nodes' nodes take (`15:0` → `18:16`).
+fn renumber_on_load(doc: &Value, groups: bool) -> (Value, HashMap<String, String>) {
     let mut doc = doc.clone();
     let mut renames = HashMap::new();
     let id_of = |n: &Value| n.get("id").and_then(Value::as_i64);
@@ -242,6 +247,7 @@ fn renumber_on_load(doc: &Value) -> (Value, HashMap<String, String>) {
     // Legacy group nodes.
     let groups: HashMap<String, usize> = doc
         .pointer("/extra/groupNodes")
+        .filter(|_| groups)
         .and_then(Value::as_object)
         .map(|g| {
             g.iter()

@@ -454,16 +454,8 @@ const GAPS_1_42: &[(&str, &str)] = &[
         "1.42's PreviewAny sends previewMode, preview_markdown and preview_text, widgets of its own",
     ),
     (
-        "cur_image_newbieimage_exp0_1_t2i",
-        "1.42 renumbers inner ids that collide with the root graph's (41:43 sent as 41:53), which 1.40 to 1.46 do without converting group nodes: not modelled",
-    ),
-    (
         "cur_template_sugar_coated_gummy_style_qwen",
         "1.42's PreviewAny sends previewMode, preview_markdown and preview_text, widgets of its own",
-    ),
-    (
-        "cur_templates_photo_to_product_vid",
-        "1.42 renumbers colliding inner ids (27:27 sent as 27:31): not modelled",
     ),
     (
         "frontend_group_ksampler_external_latent",
