@@ -639,6 +639,15 @@ class Extension:
             if ui:
                 with open(os.path.join(folder, "workflow.json"), "w", encoding="utf-8") as f:
                     json.dump(ui, f, indent=1)
+            # The prompt failed here: this server's log shows how, and the bisect starts from
+            # a shortened run of these flags rather than the whole workflow (--failed-log).
+            failed_log = []
+            text = self.log.text() if _prompt_error(entry) is not None else ""
+            if text.strip():
+                path = os.path.join(folder, "comfyui.log")
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(text)
+                failed_log = ["--failed-log", path]
             self.starting = True
         try:
             held = self.host.free()
@@ -646,7 +655,7 @@ class Extension:
             session = os.path.join(folder, "session")
             argv = self.tool.command(
                 "bisect", "--json", "--comfyui", self.host.comfyui_dir, "--python", self.host.python,
-                "--workflow", workflow, "--output", session, "--", *flags)
+                "--workflow", workflow, "--output", session, *failed_log, "--", *flags)
             d = Diagnosis(self, folder, session, argv, prompt_id, flags, held)
             try:
                 d.start()

@@ -242,6 +242,7 @@ fn bisect_request(args: BisectArgs) -> Result<crate::bisect::command::Request, F
                 quick: args.quick,
                 overlay: None,
                 first_fix: args.first_fix,
+                failed_log: args.failed_log,
             }))
         }
         // clap requires it without --resume.

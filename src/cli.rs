@@ -304,10 +304,10 @@ pub struct SampleArgs {
 /// What a new bisect is given and a resumed one keeps from its session: `--resume` refuses
 /// them ([`LimitArgs`] last).
 #[rustfmt::skip]
-const BISECT_NEW_ONLY: [&str; 17] = [
+const BISECT_NEW_ONLY: [&str; 18] = [
     "comfyui", "workflow", "toggle", "strategy", "repeat", "output", "launcher", "python",
-    "confidence", "quick", "no_custom_nodes_check", "first_fix", "base", "iterations",
-    "timeout", "stall_timeout", "startup_timeout",
+    "confidence", "quick", "no_custom_nodes_check", "first_fix", "failed_log", "base",
+    "iterations", "timeout", "stall_timeout", "startup_timeout",
 ];
 
 #[derive(Debug, Args)]
@@ -382,6 +382,11 @@ pub struct BisectArgs {
     /// faster, the fewer flags, the smaller value.
     #[arg(help_heading = "Search", long)]
     pub first_fix: bool,
+    /// A ComfyUI log in which this workflow failed with these flags on this install (its
+    /// console output, or user/comfyui.log): the search starts from a shortened run of your
+    /// flags and runs them in full only if that does not fail the same way.
+    #[arg(help_heading = "Inputs", long, value_name = "FILE")]
+    pub failed_log: Option<PathBuf>,
     /// Your ComfyUI flags: part of the question (removing one may be the fix).
     #[arg(last = true, value_name = "BASE_FLAGS", allow_hyphen_values = true)]
     pub base: Vec<String>,

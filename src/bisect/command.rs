@@ -1,13 +1,14 @@
 //! `vrambisect bisect` from its request: a new or resumed session, run to a verdict.
 
 use super::result::{self, BisectResult};
-use super::search::{RunKind, Search, Strategy, VerdictKind, matrix_size};
+use super::search::{Recorded, RunKind, Search, Strategy, VerdictKind, matrix_size};
 use super::session::{self, LiveOracle, SessionEvent, SessionReporter, SessionSpec};
 use super::space::{DEFAULT_TOGGLES, Space};
 use crate::error::{Error, Result, exit};
 use crate::flags::decide::{Context, Platform};
 use crate::launcher;
 use crate::locate::{Chosen, Defaults};
+use crate::outcome::Outcome;
 use crate::output::StatusLine;
 use crate::run::{self, Limits, Reporter, RunEvent, RunOptions, Target};
 use crate::signals::{self, Stop};
@@ -73,6 +74,8 @@ pub struct NewSession {
     pub overlay: Option<crate::run::Overlay>,
     /// `--first-fix`.
     pub first_fix: bool,
+    /// `--failed-log`: a log of ComfyUI in which the workflow failed with these flags.
+    pub failed_log: Option<PathBuf>,
 }
 
 impl NewSession {
@@ -98,6 +101,7 @@ impl NewSession {
             overlay: self.overlay.clone(),
             value_ceiling: None,
             first_fix: self.first_fix,
+            failure_on_record: None,
         }
     }
 }
@@ -231,7 +235,8 @@ pub fn run(
         &mut oracle,
         o.spec.settings(),
         session::tallies(&o.entries),
-    );
+    )
+    .with_recorded(o.spec.failure_on_record.clone());
     let found = search.run().map_err(|e| stopped_by(e, &o.dir))?;
     let (tallies, runs) = (search.tallies.clone(), search.runs);
     drop(search);
@@ -368,6 +373,9 @@ fn start(new: &NewSession, req: &Request, err: &mut dyn std::io::Write) -> Resul
         spec.python_source = Some(python.source.clone());
     }
     spec.value_ceiling = value_ceiling(req.nvml_lib.as_deref());
+    if let Some(log) = &new.failed_log {
+        spec.failure_on_record = failure_on_record(log, err)?;
+    }
     let (space, toggles, toggle_set) = space_of(&spec, &target)?;
     say_value_searches(&space, err);
     // The default set is kept as chosen, so a resume searches the same space even if ComfyUI
@@ -391,6 +399,54 @@ fn start(new: &NewSession, req: &Request, err: &mut dyn std::io::Write) -> Resul
         toggle_set,
         _owner: owner,
     }))
+}
+
+/// The failure `--failed-log` shows: its last prompt that failed as the bisect can hunt it
+/// (not a start that failed, a workflow ComfyUI refused or an interrupted prompt), said in
+/// one line. A log that shows none is said too, and the search starts as without it.
+fn failure_on_record(log: &Path, err: &mut dyn Write) -> Result<Option<Recorded>> {
+    let report = crate::logscan::scan(
+        crate::logscan::input::open(log)?,
+        crate::logscan::Mode::Prefilter,
+    )?;
+    let shown = log.display();
+    let hunted = |o: &Outcome| {
+        !matches!(
+            o,
+            Outcome::Pass
+                | Outcome::StartupFailed
+                | Outcome::FlagRejected
+                | Outcome::InvalidWorkflow
+                | Outcome::Interrupted
+        )
+    };
+    let failed = report
+        .prompts
+        .iter()
+        .rev()
+        .find(|p| p.outcome.as_ref().is_some_and(hunted));
+    let Some(prompt) = failed else {
+        let _ = writeln!(
+            err,
+            "--failed-log {shown}: it shows no failed prompt ({}); the search starts from a full run of your flags",
+            report.summary.trim_end_matches('.')
+        );
+        return Ok(None);
+    };
+    let outcome = prompt.outcome.expect("found with one");
+    let recorded = Recorded {
+        outcome,
+        signatures: prompt.signatures.iter().map(|s| s.to_string()).collect(),
+        file: shown.to_string(),
+        line: prompt.line,
+    };
+    let _ = writeln!(
+        err,
+        "failure on record: {} in {shown} (line {}): the search starts from a shortened run of your flags, and runs them in full only if that does not fail so",
+        outcome.describe(),
+        prompt.line
+    );
+    Ok(Some(recorded))
 }
 
 /// The most a value search tries: the memory of the largest NVIDIA GPU (NVML), else the

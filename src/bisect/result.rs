@@ -59,6 +59,10 @@ pub struct Verdict {
     /// usual fixes among the toggles); null where it matched none with fixes among them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prior: Option<Prior>,
+    /// The failure `--failed-log` showed, where it stood in for a full run of the user's
+    /// flags (a shortened run of them failed the same way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_on_record: Option<super::search::Recorded>,
 }
 
 /// A failure rate's interval.
@@ -365,6 +369,7 @@ pub fn build(
             not_helped: found.not_helped.clone(),
             cheaper_search: found.cheaper.clone(),
             prior: found.prior.clone().filter(|p| !p.flags.is_empty()),
+            failure_on_record: found.failure_on_record.clone(),
         },
         configs,
         runs_total,
@@ -430,7 +435,14 @@ fn quick_summary(
             duration_ms: t.duration_ms,
         })
         .collect();
-    summarize_quick(&found.quick, &runs, asked, steps, confirmed_by_run)
+    summarize_quick(
+        &found.quick,
+        &runs,
+        asked,
+        steps,
+        confirmed_by_run,
+        found.failure_on_record.as_ref(),
+    )
 }
 
 /// The shortened run of a configuration with the most changes that failed before any
@@ -455,6 +467,7 @@ pub fn summarize_quick(
     asked: crate::workflow::quick::Quick,
     steps: Option<u64>,
     confirmed_by_run: Option<u32>,
+    recorded: Option<&super::search::Recorded>,
 ) -> QuickSummary {
     let runs_quick = runs.iter().filter(|t| t.kind == RunKind::Quick).count();
     let time_spent_ms = runs.iter().map(|t| t.duration_ms).sum();
@@ -497,12 +510,15 @@ pub fn summarize_quick(
             out.state = "used".into();
             out.steps = steps;
             out.reproduced_by_run = Some(*check);
-            out.reference_run = Some(*reference);
+            // (0: the failure on record, no run of this session.)
+            out.reference_run = (*reference > 0).then_some(*reference);
             out.confirmed_by_run = confirmed_by_run;
             let steps = steps
                 .map(|s| format!("{s}-step"))
                 .unwrap_or("shortened".into());
-            let why = if check == reference {
+            let why = if let (0, Some(_)) = (*reference, recorded) {
+                format!("which fail as your workflow did in the log you gave (run {check})")
+            } else if check == reference {
                 format!(
                     "your workflow failed before its first sampling step (run {check}), where a shortened copy is the same run"
                 )
@@ -575,6 +591,14 @@ pub fn statement(
     let what = found.target.map(|o| o.describe()).unwrap_or("failure");
     // Runs of the workflow as it is, and shortened ones apart ("1/1 (2/2 shortened)").
     let fails = match base.map(|t| split_counts(t, &|r| r.outcome != Outcome::Pass)) {
+        // No full run of the user's flags: the failure on record stood in for it.
+        Some((full, Some(short))) if full == "0/0" && found.failure_on_record.is_some() => {
+            let r = found.failure_on_record.as_ref().expect("checked");
+            format!(
+                "failed with your flags ({what}) in {}, and fails {short} with them",
+                r.source()
+            )
+        }
         Some((full, Some(short))) => format!("fails {full} with your flags ({what}; {short})"),
         Some((full, None)) => format!("fails {full} with your flags ({what})"),
         None => format!(

@@ -137,6 +137,30 @@ pub struct FailedAt {
     pub node: Option<String>,
 }
 
+/// The workflow's failure as it is on record from before the session (`--failed-log`: a log
+/// of ComfyUI in which it failed with these flags). Once a shortened run of the user's flags
+/// fails the same way, it stands in for the full run of them: the search starts from the
+/// shortened check, and spends the full baseline only where that check does not fail so.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recorded {
+    /// How the prompt ended there (`oom`).
+    pub outcome: Outcome,
+    /// The known failures it matched (`cuda_oom_native`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signatures: Vec<String>,
+    /// The log, as given.
+    pub file: String,
+    /// The line where the failed prompt began there.
+    pub line: u64,
+}
+
+impl Recorded {
+    /// "the log you gave (comfyui.log, line 26)".
+    pub fn source(&self) -> String {
+        format!("the log you gave ({}, line {})", self.file, self.line)
+    }
+}
+
 impl Trial {
     pub fn of(outcome: Outcome) -> Trial {
         Trial {
@@ -421,6 +445,10 @@ pub struct Found {
     /// What the baseline's failure said to try first.
     #[serde(default)]
     pub prior: Option<Prior>,
+    /// The failure on record the session was given (`--failed-log`), where a shortened run
+    /// of the user's flags failed as it did and no full run of them was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_on_record: Option<Recorded>,
 }
 
 /// What the search tried first, and why: the usual fixes of the known failure the
@@ -464,6 +492,8 @@ pub struct Search<'a> {
     cheaper_done: Option<Cheaper>,
     /// What the baseline's failure said to try first, once read.
     prior_done: Option<Prior>,
+    /// The failure on record (`--failed-log`), see [`Search::with_recorded`].
+    recorded: Option<Recorded>,
 }
 
 /// How a configuration did, as far as the search is concerned.
@@ -506,10 +536,26 @@ impl<'a> Search<'a> {
             last_belief: None,
             cheaper_done: None,
             prior_done: None,
+            recorded: None,
         };
         s.refresh_quick();
         s.refresh_flaky();
         s
+    }
+
+    /// The workflow's failure on record from before the session ([`Recorded`]): the search
+    /// starts from a shortened run of the user's flags, and makes the full one only where
+    /// that run does not fail the same way.
+    pub fn with_recorded(mut self, recorded: Option<Recorded>) -> Self {
+        self.recorded = recorded;
+        self.refresh_quick();
+        self
+    }
+
+    /// Whether the failure on record stands in for the full baseline: a shortened run of the
+    /// user's flags failed as it did, and no full run of them failed.
+    fn recorded_stands_in(&self) -> bool {
+        matches!(self.quick, QuickState::Reproduces { reference: 0, .. })
     }
 
     fn tally_index(&mut self, config: &Config) -> usize {
@@ -682,6 +728,21 @@ impl<'a> Search<'a> {
         // A failure well past the steps a shortened run keeps cannot show in one: full runs
         // at once, rather than a check that would pass.
         let checks: Vec<&Trial> = trials.iter().filter(|t| t.kind == RunKind::Quick).collect();
+        // No full run of the user's flags failed yet: a failure on record stands in for one
+        // once a shortened run failed the same way (reference run 0).
+        if reference.is_none() {
+            let check = checks.first().map(|c| c.n);
+            let recorded = self.recorded.as_ref().map(|r| r.outcome);
+            match (check, recorded) {
+                (Some(check), Some(outcome))
+                    if outcome == target && checks[0].outcome == target =>
+                {
+                    self.settle_quick(target, 0, check);
+                }
+                _ => self.quick = QuickState::Untried,
+            }
+            return;
+        }
         if checks.is_empty()
             && let Some(r) = reference
             && let (Some(step), Some(q)) = (r.failed_step, self.oracle.quick_steps())
@@ -724,6 +785,14 @@ impl<'a> Search<'a> {
             ));
             return;
         }
+        let (reference, check) = (reference.n, check.n);
+        self.settle_quick(target, reference, check);
+    }
+
+    /// Shortened runs reproduce the failure (run `check` failed as run `reference`, 0: the
+    /// failure on record), unless a configuration's shortened and full runs disagree.
+    fn settle_quick(&mut self, target: Outcome, reference: u32, check: u32) {
+        let base_key = self.space.baseline().key;
         // Fixed for the session (not `self.flaky`, which a resumed session learns only later),
         // so a resume rebuilds the same state.
         let flaky = self.settings.repeat > 1;
@@ -760,10 +829,7 @@ impl<'a> Search<'a> {
                 return;
             }
         }
-        self.quick = QuickState::Reproduces {
-            reference: reference.n,
-            check: check.n,
-        };
+        self.quick = QuickState::Reproduces { reference, check };
     }
 
     /// A configuration in words: "your flags", or the changes made.
@@ -901,6 +967,38 @@ impl<'a> Search<'a> {
                     self.refresh_flaky();
                     return Ok(None);
                 }
+            } else if self.recorded_stands_in() {
+                // The failure on record, and a shortened run of these flags that failed as
+                // it did: the search goes on without a full run of them.
+                self.target = self.recorded.as_ref().map(|r| r.outcome);
+                let flaky_search = repeat > 1
+                    && self.settings.strategy == Strategy::Adaptive
+                    && self.space.dims.len() <= hypotheses::MAX_DIMS;
+                if self.evidence_of(&base).runs() >= repeat || flaky_search {
+                    self.refresh_flaky();
+                    return Ok(None);
+                }
+            } else if let Some(outcome) = self.recorded.as_ref().map(|r| r.outcome)
+                && full.is_empty()
+                && self.oracle.can_shorten()
+            {
+                // A failure on record: the shortened check first (or, resumed, read again).
+                // Where it does not fail as the record says, the full run of the user's
+                // flags is made as without one.
+                let checked = self.tallies[i]
+                    .trials
+                    .iter()
+                    .any(|t| t.kind == RunKind::Quick);
+                self.target = Some(outcome);
+                if checked {
+                    self.refresh_quick();
+                } else {
+                    self.run_kind(&base, RunKind::Quick)?;
+                }
+                if self.recorded_stands_in() {
+                    continue;
+                }
+                self.target = None;
             } else if full.len() >= tries {
                 return Ok(Some(self.verdict(
                     VerdictKind::NotReproduced,
@@ -969,6 +1067,7 @@ impl<'a> Search<'a> {
             not_helped: Vec::new(),
             cheaper: None,
             prior: self.prior_done.clone(),
+            failure_on_record: self.recorded.clone().filter(|_| self.recorded_stands_in()),
         }
     }
 
@@ -1392,7 +1491,8 @@ impl<'a> Search<'a> {
         Ok(evaluated? == Eval::Pass)
     }
 
-    /// The usual fixes of the known failures the baseline's failing full run matched.
+    /// The usual fixes of the known failures the baseline's failing full run matched (its
+    /// shortened run, where a failure on record stands in for the full one).
     fn prior(&self) -> Option<Prior> {
         let target = self.target?;
         let base = self.space.baseline().key;
@@ -1401,7 +1501,12 @@ impl<'a> Search<'a> {
             .iter()
             .filter(|t| t.config.key == base)
             .flat_map(|t| &t.trials)
-            .find(|r| r.kind == RunKind::Full && r.outcome == target && !r.signatures.is_empty())?;
+            .find(|r| {
+                // (A shortened one where the failure on record stands in for the full run.)
+                (r.kind == RunKind::Full || self.recorded_stands_in())
+                    && r.outcome == target
+                    && !r.signatures.is_empty()
+            })?;
         let mut flags: Vec<String> = Vec::new();
         for id in &failed.signatures {
             let Some(sig) = crate::classify::catalogue::by_id(id) else {

@@ -2,7 +2,9 @@
 //! folder per run, and the result. `--resume` continues from the journal without repeating a
 //! finished run; a run cut short by Ctrl-C is not journaled, so it is the one redone.
 
-use super::search::{FailedAt, Oracle, RunKind, Settings, Stopped, Strategy, Tally, Trial};
+use super::search::{
+    FailedAt, Oracle, Recorded, RunKind, Settings, Stopped, Strategy, Tally, Trial,
+};
 use super::space::Config;
 use crate::error::{Error, Result, io_error};
 use crate::journal::Journal;
@@ -57,6 +59,9 @@ pub struct SessionSpec {
     /// `--first-fix`: stop at the first fix found, without looking for a cheaper one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub first_fix: bool,
+    /// The workflow's failure as `--failed-log` showed it (see [`Recorded`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_on_record: Option<Recorded>,
 }
 
 fn quick_off() -> Quick {

@@ -773,7 +773,8 @@ fn a_rare_flaky_failure_gets_the_budget_its_rate_needs() {
 mod quick {
     use super::super::scripted::{Scripted, flag_set};
     use super::super::search::{
-        FailedAt, Oracle, QuickState, RunKind, Search, Settings, Stopped, Trial, VerdictKind,
+        FailedAt, Oracle, QuickState, Recorded, RunKind, Search, Settings, Stopped, Trial,
+        VerdictKind,
     };
     use super::super::space::Config;
     use super::{SWITCHES, first_fix, has, space};
@@ -1160,6 +1161,185 @@ mod quick {
             "{:?}",
             found.quick
         );
+    }
+
+    fn recorded(outcome: Outcome) -> Option<Recorded> {
+        Some(Recorded {
+            outcome,
+            signatures: Vec::new(),
+            file: "comfyui.log".into(),
+            line: 26,
+        })
+    }
+
+    fn first_run(search: &Search) -> RunKind {
+        let all = search.tallies.iter().flat_map(|t| &t.trials);
+        all.min_by_key(|t| t.n).unwrap().kind
+    }
+
+    #[test]
+    fn a_failure_on_record_starts_from_the_shortened_check_and_skips_the_full_baseline() {
+        let toggles = &SWITCHES[..6];
+        let sp = space(&[], toggles);
+        for culprit in toggles {
+            let fix = culprit.to_string();
+            let rule = move || {
+                let fix = fix.clone();
+                let mut o = Scripted::deterministic(Box::new(move |s| has(s, &fix)));
+                o.quick = Some(true);
+                o
+            };
+            let mut plain = rule();
+            let mut without = Search::new(&sp, &mut plain, first_fix(), Vec::new());
+            let found_without = without.run().unwrap();
+            let mut oracle = rule();
+            let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new())
+                .with_recorded(recorded(Outcome::Oom));
+            let found = search.run().unwrap();
+            assert_eq!(found.fixing_flags, [*culprit]);
+            assert_eq!(found.fixing_flags, found_without.fixing_flags);
+            assert_eq!(
+                found.quick,
+                QuickState::Reproduces {
+                    reference: 0,
+                    check: 1
+                }
+            );
+            assert_eq!(first_run(&search), RunKind::Quick);
+            // The confirmation is the only full run: one fewer than without the record.
+            assert_eq!(kinds(&search).1, 1, "{culprit}");
+            assert_eq!(kinds(&without).1, 2, "{culprit}");
+            assert_eq!(search.runs + 1, without.runs, "{culprit}");
+            let on_record = found.failure_on_record.expect("it stood in");
+            assert_eq!(
+                (on_record.file.as_str(), on_record.line),
+                ("comfyui.log", 26)
+            );
+        }
+    }
+
+    #[test]
+    fn a_failure_on_record_the_shortened_check_does_not_show_costs_the_full_baseline() {
+        let sp = space(&[], &SWITCHES[..6]);
+        let rule = || Box::new(|s: &std::collections::BTreeSet<String>| has(s, "--disable-mmap"));
+        // A failure that needs the whole length: the check passes, the full baseline runs,
+        // and shortened runs are set aside as without the record.
+        let mut oracle = Scripted::deterministic(rule());
+        oracle.quick = Some(false);
+        let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new())
+            .with_recorded(recorded(Outcome::Oom));
+        let found = search.run().unwrap();
+        assert_eq!(found.fixing_flags, ["--disable-mmap"]);
+        assert!(
+            matches!(found.quick, QuickState::SetAside(_)),
+            "{:?}",
+            found.quick
+        );
+        assert!(found.failure_on_record.is_none());
+        assert_eq!(found.target, Some(Outcome::Oom));
+        // A record of another failure than the one the check shows: the full baseline
+        // decides, and the check then counts as the shortened one.
+        let mut oracle = Scripted::deterministic(rule());
+        oracle.quick = Some(true);
+        let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new())
+            .with_recorded(recorded(Outcome::Hang));
+        let found = search.run().unwrap();
+        assert_eq!(found.fixing_flags, ["--disable-mmap"]);
+        assert_eq!(
+            found.quick,
+            QuickState::Reproduces {
+                reference: 2,
+                check: 1
+            }
+        );
+        assert!(found.failure_on_record.is_none());
+        // A workflow that cannot be shortened: the record changes nothing.
+        let mut oracle = Scripted::deterministic(rule());
+        let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new())
+            .with_recorded(recorded(Outcome::Oom));
+        let found = search.run().unwrap();
+        assert_eq!(found.fixing_flags, ["--disable-mmap"]);
+        assert_eq!(first_run(&search), RunKind::Full);
+        // A passing workflow: not reproduced, whatever the record says.
+        let mut oracle = Scripted::deterministic(Box::new(|_| true));
+        oracle.quick = Some(true);
+        let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new())
+            .with_recorded(recorded(Outcome::Oom));
+        let found = search.run().unwrap();
+        assert_eq!(found.kind, VerdictKind::NotReproduced);
+        assert_eq!(found.target, None);
+    }
+
+    #[test]
+    fn a_flaky_failure_on_record_is_searched_from_the_shortened_check() {
+        let sp = space(&[], &SWITCHES[..6]);
+        let settings = Settings {
+            repeat: 3,
+            ..first_fix()
+        };
+        for seed in 0..12 {
+            let mut oracle = Scripted::new(Box::new(|s| has(s, "--fast-disk")), 0.8, seed + 1);
+            oracle.quick = Some(true);
+            let mut search = Search::new(&sp, &mut oracle, settings, Vec::new())
+                .with_recorded(recorded(Outcome::Oom));
+            let found = search.run().unwrap();
+            if found.kind == VerdictKind::FixedBy {
+                assert_eq!(found.fixing_flags, ["--fast-disk"], "seed {seed}");
+            }
+            // Either the check failed as on record (no full run of the user's flags) or
+            // the full baseline ran after it.
+            let base_full = search
+                .tallies
+                .iter()
+                .filter(|t| t.config.choice.is_empty())
+                .flat_map(|t| &t.trials)
+                .filter(|t| t.kind == RunKind::Full)
+                .count();
+            assert_eq!(
+                found.failure_on_record.is_some(),
+                base_full == 0,
+                "seed {seed}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_session_with_a_failure_on_record_resumes_to_the_same_verdict() {
+        let sp = space(&[], &SWITCHES[..6]);
+        let rule = || Box::new(|s: &std::collections::BTreeSet<String>| has(s, "--cpu-vae"));
+        let oracle = || {
+            let mut o = Scripted::deterministic(rule());
+            o.quick = Some(true);
+            o
+        };
+        let mut whole = oracle();
+        let mut search = Search::new(&sp, &mut whole, first_fix(), Vec::new())
+            .with_recorded(recorded(Outcome::Oom));
+        let found = search.run().unwrap();
+        let runs = search.runs;
+        for stop_at in 1..runs {
+            let mut inner = oracle();
+            let mut first = super::StopAfter {
+                inner: &mut inner,
+                left: stop_at,
+                ran: Vec::new(),
+            };
+            let mut search = Search::new(&sp, &mut first, first_fix(), Vec::new())
+                .with_recorded(recorded(Outcome::Oom));
+            assert_eq!(search.run().unwrap().kind, VerdictKind::Incomplete);
+            let tallies = search.tallies.clone();
+            let mut again = oracle();
+            let mut resumed = Search::new(&sp, &mut again, first_fix(), tallies)
+                .with_recorded(recorded(Outcome::Oom));
+            let second = resumed.run().unwrap();
+            assert_eq!(
+                second.fixing_flags, found.fixing_flags,
+                "stopped at {stop_at}"
+            );
+            assert_eq!(second.quick, found.quick, "stopped at {stop_at}");
+            assert_eq!(resumed.runs, runs, "stopped at {stop_at}");
+            assert_eq!(kinds(&resumed).1, 1, "stopped at {stop_at}");
+        }
     }
 
     #[test]

@@ -1087,7 +1087,7 @@ fn quick_summary(
         }
     }
     let confirmed = confirmed_by.iter().filter_map(|n| n.parse().ok()).max();
-    summarize_quick(state, &runs, s.spec.quick, steps, confirmed)
+    summarize_quick(state, &runs, s.spec.quick, steps, confirmed, None)
 }
 
 /// What the answer says, before the pins, the confidence and the shortened runs are added.

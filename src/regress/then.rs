@@ -28,7 +28,8 @@ pub(super) fn follow(s: &mut Session<'_>, result: &mut RegressResult) -> Result<
             return Ok(false);
         }
     };
-    let b = bisect(s, &first_bad)?;
+    let failed_log = failed_log(result, &first_bad);
+    let b = bisect(s, &first_bad, failed_log)?;
     result.verdict.statement.push(' ');
     result.verdict.statement.push_str(&sentence(&first_bad, &b));
     let stopped = b.verdict.kind == crate::bisect::search::VerdictKind::Incomplete;
@@ -39,9 +40,26 @@ pub(super) fn follow(s: &mut Session<'_>, result: &mut RegressResult) -> Result<
     Ok(stopped)
 }
 
+/// The log of the first bad commit's run of the workflow as it is that failed: its failure
+/// is on record, so the bisect starts from a shortened run of the flags (`--failed-log`).
+fn failed_log(result: &RegressResult, first_bad: &CommitInfo) -> Option<std::path::PathBuf> {
+    result
+        .tested
+        .iter()
+        .filter(|t| t.commit == first_bad.commit && t.mark == super::Mark::Bad)
+        .filter(|t| t.kind == crate::bisect::search::RunKind::Full)
+        .filter_map(|t| t.runs.last())
+        .map(|dir| dir.join(crate::run::folder::COMFYUI_LOG))
+        .find(|log| log.is_file())
+}
+
 /// Bisects the flags on `first_bad` (or resumes that bisect), with the session's workflow,
 /// flags, repeats, quick mode, and the commit's environment when its pins differ.
-fn bisect(s: &mut Session<'_>, first_bad: &CommitInfo) -> Result<BisectResult> {
+fn bisect(
+    s: &mut Session<'_>,
+    first_bad: &CommitInfo,
+    failed_log: Option<std::path::PathBuf>,
+) -> Result<BisectResult> {
     let tree = s.dir.join(TREE_DIR);
     tree::prepare(&s.repo, &first_bad.commit, &s.spec.comfyui, &tree)?;
     let requirements = s.repo.show(&first_bad.commit, "requirements.txt");
@@ -77,6 +95,7 @@ fn bisect(s: &mut Session<'_>, first_bad: &CommitInfo) -> Result<BisectResult> {
             quick: s.spec.quick,
             overlay,
             first_fix: false,
+            failed_log,
         }))
     };
     let req = Request {

@@ -342,3 +342,117 @@ fn no_fix_with_the_default_toggles_costs_about_the_toggles_and_no_full_rerun() {
         "{statement}"
     );
 }
+
+#[test]
+fn a_failure_on_record_starts_from_the_shortened_check() {
+    // The failure as the user met it: a run of the workflow on this install, its log kept.
+    let install = FakeComfy::new("0.38.1", dynamic_vram_oom(json!({"at_step": 1})));
+    let (code, _, run_tmp) = support::on_install("run", &install, TWENTY, "run", &[]);
+    assert_eq!(code, 1);
+    let log = run_tmp.path().join("run/comfyui.log");
+    assert!(log.is_file());
+    let log_arg = log.to_str().unwrap();
+    let (code, doc, tmp) = bisect(&install, &["--failed-log", log_arg]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(
+        doc["verdict"]["fixing_flags"],
+        json!(["--disable-dynamic-vram"])
+    );
+    let runs = runs(&doc);
+    // Run 1 is the shortened copy, which fails as the log says; the only full run is the
+    // confirmation.
+    assert_eq!(runs[0], (1, "quick".into(), "oom".into()));
+    assert_eq!(runs.iter().filter(|r| r.1 == "full").count(), 1, "{runs:?}");
+    let last = runs.last().unwrap();
+    assert_eq!((last.1.as_str(), last.2.as_str()), ("full", "pass"));
+    assert_eq!(doc["quick"]["reproduced_by_run"], 1);
+    assert_eq!(doc["quick"]["reference_run"], Value::Null);
+    let on_record = &doc["verdict"]["failure_on_record"];
+    assert_eq!(on_record["outcome"], "oom");
+    assert_eq!(on_record["file"], log_arg);
+    let statement = doc["verdict"]["statement"].as_str().unwrap();
+    assert!(
+        statement.starts_with(&format!(
+            "Failed with your flags (CUDA out of memory) in the log you gave ({log_arg}, line "
+        )),
+        "{statement}"
+    );
+    assert!(
+        statement.contains("which fail as your workflow did in the log you gave (run 1)"),
+        "{statement}"
+    );
+    // One full run fewer than without the log, for no more runs.
+    let (_, without, _tmp2) = bisect(&install, &[]);
+    let full = |r: &[(u64, String, String)]| r.iter().filter(|r| r.1 == "full").count();
+    assert_eq!(full(&self::runs(&without)), 2, "{without:#}");
+    assert!(
+        doc["runs_total"].as_u64().unwrap() <= without["runs_total"].as_u64().unwrap(),
+        "{runs:?}"
+    );
+    // Resumed, the finished session says the same (the record is the session's).
+    let session = tmp.path().join("session");
+    let (code, again, _) = support::json(&["bisect", "--resume", session.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert_eq!(again["verdict"], doc["verdict"]);
+}
+
+#[test]
+fn a_failed_log_that_shows_no_failure_is_said_and_a_missing_one_refused() {
+    let install = FakeComfy::new("0.38.1", dynamic_vram_oom(json!({"at_step": 1})));
+    let passed = support::fixture("logs/format-level-ansi.log");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = support::out_dir(tmp.path(), "s");
+    let wf = support::fixture(TWENTY);
+    let (code, doc, output) = support::json(&[
+        "bisect",
+        "--comfyui",
+        install.path_str(),
+        "--workflow",
+        wf.to_str().unwrap(),
+        "--output",
+        &out,
+        "--first-fix",
+        "--failed-log",
+        passed.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{doc:#}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("it shows no failed prompt")
+            && stderr.contains("the search starts from a full run of your flags"),
+        "{stderr}"
+    );
+    assert_eq!(runs(&doc)[0], (1, "full".into(), "oom".into()));
+    assert!(doc["verdict"].get("failure_on_record").is_none());
+    // A file that is not there: one line, exit 2, no session folder.
+    let out2 = support::out_dir(tmp.path(), "s2");
+    let out = support::vrambisect()
+        .args([
+            "bisect",
+            "--comfyui",
+            install.path_str(),
+            "--workflow",
+            wf.to_str().unwrap(),
+            "--output",
+            &out2,
+            "--failed-log",
+            "no-such.log",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr
+            .trim()
+            .lines()
+            .last()
+            .unwrap()
+            .matches("no-such.log")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert!(!std::path::Path::new(&out2).exists());
+    install.assert_nothing_left();
+}

@@ -803,3 +803,67 @@ fn then_bisect_finds_the_flags_on_the_first_bad_commit_and_resumes_in_each_phase
         files.keys().collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn then_bisect_starts_from_the_first_bad_commits_failure_on_record() {
+    // Commit 4 brings Dynamic VRAM's OOM at the first sampling step of a 20-step workflow.
+    let repo = Repo::new(6, |i| {
+        if i == 4 {
+            vec![(
+                "scenario.json",
+                r#"{"rules": [{"when": {"state": {"dynamic_vram": true}}, "effect": "oom", "node": "KSampler", "at_step": 1}]}"#.to_string(),
+            )]
+        } else {
+            vec![]
+        }
+    });
+    let out = tempfile::tempdir().unwrap();
+    let session = out.path().join("session");
+    let wf = fixture("workflows/sd15_txt2img_20_steps.json");
+    let (code, doc, _) = json(&[
+        "regress",
+        "--comfyui",
+        repo.dir.to_str().unwrap(),
+        "--workflow",
+        wf.to_str().unwrap(),
+        "--good",
+        "good",
+        "--output",
+        session.to_str().unwrap(),
+        "--then-bisect",
+    ]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(subject(&doc, "first_bad"), "commit 4");
+    let b = &doc["then_bisect"];
+    assert_eq!(
+        b["verdict"]["fixing_flags"],
+        serde_json::json!(["--disable-dynamic-vram"]),
+        "{b:#}"
+    );
+    // The regress's failing full run of that commit is the failure on record: the bisect's
+    // first run is shortened, and its only full run is the confirmation.
+    let on_record = &b["verdict"]["failure_on_record"];
+    assert_eq!(on_record["outcome"], "oom", "{b:#}");
+    assert!(
+        on_record["file"]
+            .as_str()
+            .unwrap()
+            .starts_with(session.join("runs").to_str().unwrap()),
+        "{on_record}"
+    );
+    let mut runs: Vec<(u64, String)> = b["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["each_run"].as_array().unwrap().clone())
+        .map(|r| {
+            (
+                r["n"].as_u64().unwrap(),
+                r["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    runs.sort();
+    assert_eq!(runs[0], (1, "quick".to_string()), "{runs:?}");
+    assert_eq!(runs.iter().filter(|r| r.1 == "full").count(), 1, "{runs:?}");
+}

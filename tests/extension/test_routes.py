@@ -528,6 +528,28 @@ class RoutesTest(unittest.TestCase):
         self.assertEqual(env["env_set_by_comfyui"]["value"], {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"})
         self.assertIn("Set by ComfyUI itself", issue)
 
+    def test_a_failed_prompt_gives_the_bisect_this_servers_log(self):
+        status, body, _ = self.request("POST", "/vrambisect/diagnose", {"prompt_id": "p-1"})
+        self.assertEqual(status, 202, body)
+        argv = self.ext.diagnosis.argv
+        i = argv.index("--failed-log")
+        self.assertLess(i, argv.index("--"), argv)
+        log = argv[i + 1]
+        self.assertEqual(os.path.dirname(log), os.path.dirname(self.ext.diagnosis.session))
+        with open(log, encoding="utf-8") as f:
+            self.assertEqual(f.read(), self.log.value)
+        self.assertEqual(self.wait_done()["diagnosis"]["state"], "done")
+        # A prompt whose entry shows no error: the log says nothing of it.
+        entry = json.loads(json.dumps(self.host.entries["p-1"]))
+        entry["prompt"][1] = "p-2"
+        entry["status"] = {"status_str": "success", "completed": True,
+                           "messages": [["execution_start", {"prompt_id": "p-2"}]]}
+        self.host.entries["p-2"] = entry
+        status, body, _ = self.request("POST", "/vrambisect/diagnose", {"prompt_id": "p-2"})
+        self.assertEqual(status, 202, body)
+        self.assertNotIn("--failed-log", self.ext.diagnosis.argv)
+        self.assertEqual(self.wait_done()["diagnosis"]["state"], "done")
+
     def test_the_launch_line_keeps_the_flags_the_runs_left_out(self):
         self.host.argv = ["--listen", "0.0.0.0", "--port", "8189", "--disable-auto-launch"]
         self.restart()
