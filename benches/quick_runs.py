@@ -8,7 +8,9 @@ first:
     cargo build --release && benches/quick_runs.py [--seeds 3]
 
 Prints one Markdown row per case: wall clock and runs of each kind for both modes, and whether
-each verdict is right.
+each verdict is right. With --on-record, the auto column's bisects are given the log of a run of
+the workflow with the user's flags that failed (`--failed-log`, the failure on record as the
+extension's Diagnose now gives it); that run is made first and not timed, as the user had it.
 """
 
 import argparse
@@ -63,7 +65,7 @@ def scenario(fix, failure, seed):
     return {"seed": seed, "timing": TIMING, "rules": passes + [fails]}
 
 
-def bisect(case, quick, seed):
+def bisect(case, quick, seed, on_record=False):
     name, toggles, fix, failure, repeat = case
     tmp = tempfile.mkdtemp(prefix="vrambisect-bench-")
     try:
@@ -80,6 +82,15 @@ def bisect(case, quick, seed):
         # Value searches (the default toggles' --vram-headroom) end at a 24 GB card.
         env = dict(os.environ, VRAMBISECT_VALUE_CEILING_GB="24")
         env.pop("VRAMBISECT_NVML_LIB", None)
+        if on_record:
+            # The failure as the user met it (a flaky one may have passed: run until it fails).
+            for i in range(20):
+                run = os.path.join(tmp, "failed-%d" % i)
+                p = subprocess.run([BIN, "run", "--json", "--comfyui", install, "--workflow", WORKFLOW,
+                                    "--output", run], capture_output=True, text=True, env=env)
+                if p.returncode == 1:
+                    args += ["--failed-log", os.path.join(run, "comfyui.log")]
+                    break
         t0 = time.monotonic()
         out = subprocess.run(args, capture_output=True, text=True, env=env)
         wall = time.monotonic() - t0
@@ -104,6 +115,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=1, help="seeds per flaky case (deterministic cases run once)")
     ap.add_argument("--only", help="run only the cases whose name contains this")
+    ap.add_argument("--on-record", action="store_true",
+                    help="give the auto bisects the log of a failed run (--failed-log)")
     args = ap.parse_args()
     if not os.path.exists(BIN):
         sys.exit("build first: cargo build --release")
@@ -113,7 +126,7 @@ def main():
         if args.only and args.only not in case[0]:
             continue
         seeds = range(args.seeds) if case[4] > 1 else [0]
-        autos = [bisect(case, "auto", s) for s in seeds]
+        autos = [bisect(case, "auto", s, args.on_record) for s in seeds]
         offs = [bisect(case, "off", s) for s in seeds]
         mean = lambda rows, k: sum(r[k] for r in rows) / len(rows)
         print("| {} | {:.0f} s | {:.1f} + {:.1f} | {:.0f} s | {:.1f} | {:.1f}x | {}/{} / {}/{} |".format(

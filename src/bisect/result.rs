@@ -794,16 +794,27 @@ impl Answer for BisectResult {
         }
         write_fixes(out, &self.verdict, style)?;
         if let Some(p) = &self.verdict.prior {
+            let failed = match (p.signatures.is_empty(), p.others_vram_bytes) {
+                (false, None) => format!("failed as {}", p.signatures.join(", ")),
+                (false, Some(b)) => format!(
+                    "failed as {} while other processes held {} of VRAM",
+                    p.signatures.join(", "),
+                    crate::text::bytes(b as i64)
+                ),
+                (true, b) => format!(
+                    "failed while other processes held {} of VRAM",
+                    crate::text::bytes(b.unwrap_or(0) as i64)
+                ),
+            };
             writeln!(
                 out,
-                "  {} {} (run {} failed as {}, whose usual fixes among the toggles are {})",
+                "  {} {} (run {} {failed}, whose usual fixes among the toggles are {})",
                 style.dim("tried first:"),
                 p.tried_first.clone().unwrap_or_else(|| format!(
                     "none ({})",
                     p.not_tried.as_deref().unwrap_or("none could run alone")
                 )),
                 p.run,
-                p.signatures.join(", "),
                 p.flags.join(", ")
             )?;
         }

@@ -75,6 +75,9 @@ pub struct Cost {
     /// ("Tried to allocate", "Requested") plus the VRAM other processes held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wanted_bytes: Option<u64>,
+    /// The most VRAM other processes held during the run (the sampler's reading).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub others_vram_bytes: Option<u64>,
 }
 
 impl Cost {
@@ -99,6 +102,7 @@ impl Cost {
                 })
                 .flatten()
                 .map(|a| a + record.peaks.vram_other_processes_bytes.unwrap_or(0)),
+            others_vram_bytes: record.peaks.vram_other_processes_bytes,
         }
     }
 }
@@ -206,6 +210,10 @@ pub enum Stopped {
     /// written): the search ends with this error and no verdict; what finished is kept.
     Failed(crate::error::Error),
 }
+
+/// VRAM other processes held as the baseline failed from which the room left for them is
+/// tried first (ComfyUI's answer to such OOMs: "try `--vram-headroom 1`", #14396).
+const OTHERS_VRAM_PRIOR: u64 = 1 << 30;
 
 /// Failed starts after which a configuration counts as one that cannot start here.
 const STARTS_TO_GIVE_UP: usize = 2;
@@ -467,6 +475,10 @@ pub struct Prior {
     /// Why none ran first, where none did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_tried: Option<String>,
+    /// The VRAM other processes held when that run failed, where it was enough to put the
+    /// headroom left for them first (`--vram-headroom`, `--reserve-vram`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub others_vram_bytes: Option<u64>,
 }
 
 /// The state of one search.
@@ -1492,10 +1504,13 @@ impl<'a> Search<'a> {
     }
 
     /// The usual fixes of the known failures the baseline's failing full run matched (its
-    /// shortened run, where a failure on record stands in for the full one).
+    /// shortened run, where a failure on record stands in for the full one); first, where the
+    /// sampler saw other processes hold a gigabyte or more of VRAM as it failed, the room
+    /// ComfyUI leaves them (`--vram-headroom`; `--reserve-vram` before Dynamic VRAM).
     fn prior(&self) -> Option<Prior> {
         let target = self.target?;
         let base = self.space.baseline().key;
+        let others = |r: &Trial| r.cost.others_vram_bytes.filter(|b| *b >= OTHERS_VRAM_PRIOR);
         let failed = self
             .tallies
             .iter()
@@ -1505,9 +1520,13 @@ impl<'a> Search<'a> {
                 // (A shortened one where the failure on record stands in for the full run.)
                 (r.kind == RunKind::Full || self.recorded_stands_in())
                     && r.outcome == target
-                    && !r.signatures.is_empty()
+                    && (!r.signatures.is_empty() || others(r).is_some())
             })?;
         let mut flags: Vec<String> = Vec::new();
+        let others_vram_bytes = others(failed);
+        if others_vram_bytes.is_some() {
+            flags.extend(["--vram-headroom".to_string(), "--reserve-vram".to_string()]);
+        }
         for id in &failed.signatures {
             let Some(sig) = crate::classify::catalogue::by_id(id) else {
                 continue;
@@ -1525,6 +1544,7 @@ impl<'a> Search<'a> {
             flags,
             tried_first: None,
             not_tried: None,
+            others_vram_bytes,
         })
     }
 

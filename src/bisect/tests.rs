@@ -1436,6 +1436,63 @@ mod cheaper {
     }
 
     #[test]
+    fn other_processes_vram_at_the_failure_puts_the_headroom_first() {
+        // Other processes hold 3 GB: a headroom of 3 GB or more passes, as does turning
+        // Dynamic VRAM off. The failure names the native allocator's OOM, whose usual fixes
+        // are --disable-dynamic-vram and --disable-pinned-memory.
+        struct Others {
+            inner: Costed,
+            others: Option<u64>,
+        }
+        impl Oracle for Others {
+            fn run(&mut self, config: &Config, kind: RunKind) -> Result<Trial, Stopped> {
+                let mut t = self.inner.run(config, kind)?;
+                t.cost.others_vram_bytes = self.others;
+                if t.outcome != Outcome::Pass {
+                    t.signatures = vec!["cuda_oom_native".into()];
+                }
+                Ok(t)
+            }
+        }
+        let costed = || Costed {
+            fixes: Box::new(|f| {
+                f.iter().any(|x| x == "--disable-dynamic-vram")
+                    || value(f, "--vram-headroom").is_some_and(|v| v >= 3.0)
+            }),
+            speed: Box::new(|_| 1.0),
+            runs: 0,
+        };
+        let sp = headroom_space();
+        let run = |others: Option<u64>| {
+            let mut oracle = Others {
+                inner: costed(),
+                others,
+            };
+            let mut s = Search::new(&sp, &mut oracle, first_fix(), Vec::new());
+            let found = s.run().unwrap();
+            (found, s.runs)
+        };
+        let (found, _) = run(Some(3 << 30));
+        let prior = found.prior.clone().unwrap();
+        assert_eq!(prior.others_vram_bytes, Some(3 << 30));
+        assert_eq!(prior.flags[0], "--vram-headroom");
+        assert!(
+            prior
+                .tried_first
+                .as_deref()
+                .is_some_and(|t| t.starts_with("--vram-headroom")),
+            "{prior:?}"
+        );
+        assert_eq!(found.fixing_flags, ["--vram-headroom 3"]);
+        // A few hundred megabytes held by others: the failure's own usual fixes first.
+        let (found, _) = run(Some(300 << 20));
+        let prior = found.prior.unwrap();
+        assert_eq!(prior.others_vram_bytes, None);
+        assert_eq!(prior.tried_first.as_deref(), Some("--disable-dynamic-vram"));
+        assert_eq!(found.fixing_flags, ["--disable-dynamic-vram"]);
+    }
+
+    #[test]
     fn turning_dynamic_vram_off_undoes_the_headroom_as_the_flag_model_says() {
         let sp = headroom_space();
         let at = |flag: &str| sp.dims.iter().position(|d| d.flag() == flag).unwrap();
