@@ -52,7 +52,7 @@ PROMPT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 REPORT_NAME = re.compile(r"^vrambisect-report-[0-9]{8}-[0-9]{6}(-failure)?-[0-9a-f]{32}\.zip$")
 
 # The files of a bisect's session folder this pack reads (the program's own names for them:
-# src/bisect/session.rs and src/bisect/command.rs; a test of the program holds the two together).
+# src/session/mod.rs; a test of the program holds the two together).
 SPEC_FILE = "session.json"
 PROGRESS_FILE = "progress.json"
 

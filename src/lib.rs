@@ -37,7 +37,7 @@ pub mod regress;
 pub mod report;
 pub mod run;
 pub mod sampler;
-pub mod session_owner;
+pub mod session;
 pub mod signals;
 pub mod size;
 pub mod startup;

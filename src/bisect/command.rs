@@ -11,6 +11,7 @@ use crate::locate::{Chosen, Defaults};
 use crate::outcome::Outcome;
 use crate::output::StatusLine;
 use crate::run::{self, Limits, Reporter, RunEvent, RunOptions, Target};
+use crate::session::SessionDir;
 use crate::signals::{self, Stop};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -210,7 +211,7 @@ pub fn run(
             + u64::from(cheaper_budget.unwrap_or(0)),
         o.entries.len() as u64,
     )
-    .with_file(o.dir.join(PROGRESS_FILE));
+    .with_file(SessionDir::bisect(&o.dir).progress());
     let mut oracle = LiveOracle {
         dir: o.dir.clone(),
         base: opts.clone(),
@@ -273,7 +274,7 @@ pub fn run(
     if found.kind == VerdictKind::Incomplete {
         result.continue_with = Some(continue_line(&o.dir, &o.spec, runs, found.flaky));
     }
-    run::folder::write_json(&o.dir.join(session::RESULT_FILE), &result)?;
+    run::folder::write_json(&SessionDir::bisect(&o.dir).result(), &result)?;
     let code = exit_code(found.kind);
     Ok((result, code))
 }
@@ -302,7 +303,7 @@ struct Opened {
     toggles: Vec<String>,
     toggle_set: Option<String>,
     /// This process writes the session (and no other does) while this lives.
-    _owner: crate::session_owner::Owner,
+    _owner: crate::session::owner::Owner,
 }
 
 /// A session opened to go on, or one that already has its verdict.
@@ -316,8 +317,8 @@ enum Opening {
 fn resume(dir: &Path, req: &Request, err: &mut dyn std::io::Write) -> Result<Opening> {
     // Taken before the journal is read: what is read stays what is there. A folder that is
     // no session gets no lock file (`open` says what it lacks).
-    let owner = match dir.join(session::SPEC_FILE).is_file() {
-        true => Some(crate::session_owner::take(dir)?),
+    let owner = match SessionDir::bisect(dir).spec().is_file() {
+        true => Some(crate::session::owner::take(dir)?),
         false => None,
     };
     let (dir, mut spec, entries) = session::open(dir)?;
@@ -325,7 +326,7 @@ fn resume(dir: &Path, req: &Request, err: &mut dyn std::io::Write) -> Result<Ope
     if let Some(done) = finished(&dir) {
         return Ok(Opening::Done(Box::new(done)));
     }
-    for warning in session::unreadable_lines(&dir.join(session::JOURNAL_FILE)) {
+    for warning in session::unreadable_lines(&SessionDir::bisect(&dir).journal()) {
         let _ = writeln!(err, "warning: {warning}");
     }
     if let Some(max) = req.max_runs {
@@ -388,7 +389,7 @@ fn start(new: &NewSession, req: &Request, err: &mut dyn std::io::Write) -> Resul
         .clone()
         .unwrap_or_else(|| run::folder::fresh(Path::new("vrambisect-sessions"), "bisect"));
     let dir = session::create(&dir, &spec)?;
-    let owner = crate::session_owner::take(&dir)?;
+    let owner = crate::session::owner::take(&dir)?;
     Ok(Box::new(Opened {
         dir,
         spec,
@@ -439,6 +440,7 @@ fn failure_on_record(log: &Path, err: &mut dyn Write) -> Result<Option<Recorded>
         signatures: prompt.signatures.iter().map(|s| s.to_string()).collect(),
         file: shown.to_string(),
         line: prompt.line,
+        failed_step: prompt.failed_step,
     };
     let _ = writeln!(
         err,
@@ -511,7 +513,7 @@ fn resume_line(dir: &Path) -> String {
 /// A session that could not go on (a write failed): the error, with how to continue.
 fn stopped_by(e: Error, dir: &Path) -> Error {
     // Removed (or moved) under it: there is nothing left to continue from.
-    if std::fs::symlink_metadata(dir.join(session::SPEC_FILE)).is_err() {
+    if std::fs::symlink_metadata(SessionDir::bisect(dir).spec()).is_err() {
         return Error::environment(format!(
             "the session folder {} was removed or moved while the bisect ran",
             dir.display()
@@ -619,7 +621,7 @@ fn user_custom_nodes(comfyui: &Path) -> usize {
 
 /// The result of a session that reached its verdict (not one stopped before it).
 fn finished(dir: &Path) -> Option<BisectResult> {
-    let text = std::fs::read_to_string(dir.join(session::RESULT_FILE)).ok()?;
+    let text = std::fs::read_to_string(SessionDir::bisect(dir).result()).ok()?;
     let result: BisectResult = serde_json::from_str(&text).ok()?;
     (result.verdict.kind != VerdictKind::Incomplete).then_some(result)
 }
@@ -721,10 +723,6 @@ fn launcher_line(
         crate::text::command_line(&parts)
     }
 }
-
-/// The session's progress file, rewritten as each run starts and ends and as its phase
-/// changes, for a program that follows the bisect without its terminal (the ComfyUI extension).
-pub const PROGRESS_FILE: &str = "progress.json";
 
 /// What `progress.json` holds: the run under way (or the last one), how many are planned
 /// (the plan grows when the search needs more), the configuration and its phase, the time left.

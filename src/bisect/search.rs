@@ -47,6 +47,10 @@ pub struct Trial {
     /// reported before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_step: Option<u64>,
+    /// For a run of the workflow as it is: its most sampling steps of one sampler, and a
+    /// shortened copy's (null where it cannot be shortened).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling_steps: Option<(u64, u64)>,
     /// What the run cost, for comparing fixes that pass (null where not measured).
     #[serde(default, flatten)]
     pub cost: Cost,
@@ -156,6 +160,9 @@ pub struct Recorded {
     pub file: String,
     /// The line where the failed prompt began there.
     pub line: u64,
+    /// The sampling step it failed after, where the log's progress bar stopped short.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_step: Option<u64>,
 }
 
 impl Recorded {
@@ -180,6 +187,7 @@ impl Trial {
             n: 0,
             signatures: Vec::new(),
             failed_step: None,
+            sampling_steps: None,
             cost: Cost::default(),
         }
     }
@@ -564,6 +572,13 @@ impl<'a> Search<'a> {
         self
     }
 
+    /// Whether the failure on record struck well past the steps a shortened run keeps (its
+    /// log's progress bar stopped there): a shortened check could not show it.
+    fn recorded_past_shortening(&self) -> bool {
+        let step = self.recorded.as_ref().and_then(|r| r.failed_step);
+        matches!((step, self.oracle.quick_steps()), (Some(s), Some(q)) if s > 2 * u64::from(q) + 1)
+    }
+
     /// Whether the failure on record stands in for the full baseline: a shortened run of the
     /// user's flags failed as it did, and no full run of them failed.
     fn recorded_stands_in(&self) -> bool {
@@ -632,10 +647,24 @@ impl<'a> Search<'a> {
                 .collect();
             (!times.is_empty()).then(|| times.iter().sum::<f64>() / times.len() as f64)
         };
-        let full_fail = mean(RunKind::Full, false)?;
+        // Where the failure on record stands in for the full run of the user's flags and
+        // their shortened run failed before sampling, a full failure is that same run.
+        let base = self.space.baseline().key;
+        let check_before_sampling = self.recorded_stands_in()
+            && self
+                .tallies
+                .iter()
+                .filter(|t| t.config.key == base)
+                .flat_map(|t| &t.trials)
+                .any(|r| r.kind == RunKind::Quick && r.outcome == target && r.before_sampling());
+        let full_fail = mean(RunKind::Full, false).or_else(|| {
+            check_before_sampling
+                .then(|| mean(RunKind::Quick, false))
+                .flatten()
+        })?;
         // Where the failure struck before sampling, a shortened failure is the same run.
-        let same_run =
-            matches!(self.quick, QuickState::Reproduces { reference, check } if reference == check);
+        let same_run = check_before_sampling
+            || matches!(self.quick, QuickState::Reproduces { reference, check } if reference == check);
         let quick_fail = mean(RunKind::Quick, false).or(same_run.then_some(full_fail))?;
         // A shortened pass not measured yet lasts at least as long as a shortened failure.
         let quick_pass = mean(RunKind::Quick, true).unwrap_or(quick_fail);
@@ -766,6 +795,15 @@ impl<'a> Search<'a> {
             )));
             return;
         }
+        // A load that dwarfs the steps: shortened runs would save less than their check costs.
+        if checks.is_empty()
+            && let Some(r) = reference
+            && !r.before_sampling()
+            && let Some(why) = self.shortening_does_not_pay(r)
+        {
+            self.quick = QuickState::Off(Some(why));
+            return;
+        }
         // A failure before the first sampling step of the first prompt needs no shortened
         // check: the shortened copy is the same run up to there.
         let mut check = checks
@@ -842,6 +880,48 @@ impl<'a> Search<'a> {
             }
         }
         self.quick = QuickState::Reproduces { reference, check };
+    }
+
+    /// Why shortened runs would not pay, from the failing full run of the user's flags
+    /// (`r`): the seconds a shortened run saves (the steps it cuts, at the seconds per step
+    /// measured; a failure saves only the steps it got past) over the runs a search takes
+    /// (2 + log2 of the changes, half of them passes) against what the shortened check of
+    /// the user's flags costs (their failing run, less what it saves). Where loading and
+    /// the rest of the workflow dwarf its sampling, the check costs more than the search
+    /// saves: full runs at once.
+    fn shortening_does_not_pay(&self, r: &Trial) -> Option<String> {
+        let (full, quick) = r.sampling_steps?;
+        let per_step = r.cost.seconds_per_step?;
+        let cut = full.saturating_sub(quick);
+        if cut == 0 {
+            return None;
+        }
+        let pass_saves = cut as f64 * per_step;
+        let done = r.failed_step.unwrap_or(full).min(full);
+        let fail_saves = done.saturating_sub(quick) as f64 * per_step;
+        let check = (r.duration_ms as f64 / 1000.0 - fail_saves).max(0.0);
+        let k = self.space.dims.len().max(1) as f64;
+        let runs = 2.0 + k.log2().ceil();
+        let saved = runs * (pass_saves + fail_saves) / 2.0;
+        if check <= saved {
+            return None;
+        }
+        let secs = |s: f64| crate::duration::format_duration(std::time::Duration::from_secs_f64(s));
+        let sampling = secs(full as f64 * per_step);
+        let split = match r.cost.load_ms {
+            Some(ms) => format!(
+                "{} of it before its first sampling step and {sampling} for its {full} sampling steps",
+                secs(ms as f64 / 1000.0)
+            ),
+            None => format!("{sampling} of it for its {full} sampling steps"),
+        };
+        Some(format!(
+            "your workflow's run (run {}) took {}, {split}: a shortened run would save about {} a run, less over the search than its check would cost ({})",
+            r.n,
+            secs(r.duration_ms as f64 / 1000.0),
+            secs(pass_saves),
+            secs(check)
+        ))
     }
 
     /// A configuration in words: "your flags", or the changes made.
@@ -993,6 +1073,7 @@ impl<'a> Search<'a> {
             } else if let Some(outcome) = self.recorded.as_ref().map(|r| r.outcome)
                 && full.is_empty()
                 && self.oracle.can_shorten()
+                && !self.recorded_past_shortening()
             {
                 // A failure on record: the shortened check first (or, resumed, read again).
                 // Where it does not fail as the record says, the full run of the user's

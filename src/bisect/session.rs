@@ -10,6 +10,7 @@ use crate::error::{Error, Result, io_error};
 use crate::journal::Journal;
 use crate::outcome::Outcome;
 use crate::run::{self, Reporter, RunOptions};
+use crate::session::SessionDir;
 use crate::signals::{self, Stop};
 use crate::workflow::quick::Quick;
 use serde::{Deserialize, Serialize};
@@ -76,24 +77,21 @@ pub struct Entry {
     pub trial: Trial,
 }
 
-pub const SPEC_FILE: &str = "session.json";
-pub const JOURNAL_FILE: &str = "journal.jsonl";
-pub const RESULT_FILE: &str = "result.json";
-
 /// Writes the session's settings into a new session folder.
 pub fn create(dir: &Path, spec: &SessionSpec) -> Result<PathBuf> {
     let dir = run::folder::create(dir)?;
+    let layout = SessionDir::bisect(&dir);
     let text = serde_json::to_string_pretty(spec).expect("spec serialises");
-    crate::private::write(&dir.join(SPEC_FILE), text + "\n")
-        .map_err(|e| io_error("write", &dir.join(SPEC_FILE), &e))?;
-    crate::private::create_dir_all(&dir.join("runs"))
-        .map_err(|e| io_error("create", &dir.join("runs"), &e))?;
+    crate::private::write(&layout.spec(), text + "\n")
+        .map_err(|e| io_error("write", &layout.spec(), &e))?;
+    crate::private::create_dir_all(&layout.runs())
+        .map_err(|e| io_error("create", &layout.runs(), &e))?;
     Ok(dir)
 }
 
 /// Reads a session folder for `--resume`.
 pub fn open(dir: &Path) -> Result<(PathBuf, SessionSpec, Vec<Entry>)> {
-    let path = dir.join(SPEC_FILE);
+    let path = SessionDir::bisect(dir).spec();
     let text = std::fs::read_to_string(&path).map_err(|e| {
         io_error("read", &path, &e)
             .hint("give the folder of a bisect session (it holds session.json)")
@@ -107,7 +105,7 @@ pub fn open(dir: &Path) -> Result<(PathBuf, SessionSpec, Vec<Entry>)> {
 
 /// The session's journal: one line per finished run.
 pub fn journal(dir: &Path) -> Journal<Entry> {
-    Journal::at(dir.join(JOURNAL_FILE))
+    Journal::at(SessionDir::bisect(dir).journal())
 }
 
 /// Every complete journal entry; a line cut short by a crash mid-write is left out.
@@ -254,7 +252,7 @@ impl Oracle for LiveOracle<'_> {
             return Err(Stopped::Interrupted);
         }
         let n = self.next;
-        let run_dir = self.dir.join("runs").join(format!("{n:03}"));
+        let run_dir = SessionDir::bisect(&self.dir).run(n);
         // A folder left by an interrupted run of the same number is replaced: it was never
         // journaled, so nothing refers to it.
         if run_dir.exists() {
@@ -286,7 +284,13 @@ impl Oracle for LiveOracle<'_> {
         if record.outcome == Outcome::Interrupted && signals::requested() != Stop::No {
             return Err(Stopped::Interrupted);
         }
-        let failed_step = failed_step(&record, kept_prompt(&run_dir).as_ref(), self.quick);
+        let prompt = kept_prompt(&run_dir);
+        let failed_step = failed_step(&record, prompt.as_ref(), self.quick);
+        // What shortening it would cut (for deciding whether shortened runs pay).
+        let sampling_steps = prompt
+            .filter(|_| kind == RunKind::Full && self.quick != Quick::Off)
+            .and_then(|p| crate::workflow::quick::for_mode(&p, self.quick).ok())
+            .map(|s| (s.full_steps, s.quick_steps));
         let trial = Trial {
             outcome: record.outcome,
             run_dir: Some(run_dir),
@@ -312,6 +316,7 @@ impl Oracle for LiveOracle<'_> {
                 .map(|i| i.signatures.clone())
                 .unwrap_or_default(),
             failed_step,
+            sampling_steps,
             cost: crate::bisect::search::Cost::of(&record),
         };
         self.reporter.session(&SessionEvent::RunFinished {

@@ -1169,6 +1169,7 @@ mod quick {
             signatures: Vec::new(),
             file: "comfyui.log".into(),
             line: 26,
+            failed_step: None,
         })
     }
 
@@ -1271,6 +1272,45 @@ mod quick {
     }
 
     #[test]
+    fn a_failure_on_record_past_the_shortened_steps_starts_from_the_full_run() {
+        // The log's progress bar stopped at step 12 of 20; shortened runs keep 2.
+        struct Two(Scripted);
+        impl Oracle for Two {
+            fn run(&mut self, c: &Config, kind: RunKind) -> Result<Trial, Stopped> {
+                self.0.run(c, kind)
+            }
+            fn can_shorten(&self) -> bool {
+                true
+            }
+            fn quick_steps(&self) -> Option<u32> {
+                Some(2)
+            }
+        }
+        let sp = space(&[], &SWITCHES[..6]);
+        let mut inner = Scripted::deterministic(Box::new(|s| has(s, "--disable-mmap")));
+        inner.quick = Some(false);
+        let mut oracle = Two(inner);
+        let mut at_twelve = recorded(Outcome::Oom);
+        at_twelve.as_mut().unwrap().failed_step = Some(12);
+        let mut search =
+            Search::new(&sp, &mut oracle, first_fix(), Vec::new()).with_recorded(at_twelve);
+        let found = search.run().unwrap();
+        assert_eq!(found.fixing_flags, ["--disable-mmap"]);
+        assert_eq!(first_run(&search), RunKind::Full);
+        assert!(found.failure_on_record.is_none());
+        // At step 3 it could show shortened: the check comes first.
+        let mut inner = Scripted::deterministic(Box::new(|s| has(s, "--disable-mmap")));
+        inner.quick = Some(true);
+        let mut oracle = Two(inner);
+        let mut at_three = recorded(Outcome::Oom);
+        at_three.as_mut().unwrap().failed_step = Some(3);
+        let mut search =
+            Search::new(&sp, &mut oracle, first_fix(), Vec::new()).with_recorded(at_three);
+        search.run().unwrap();
+        assert_eq!(first_run(&search), RunKind::Quick);
+    }
+
+    #[test]
     fn a_flaky_failure_on_record_is_searched_from_the_shortened_check() {
         let sp = space(&[], &SWITCHES[..6]);
         let settings = Settings {
@@ -1340,6 +1380,67 @@ mod quick {
             assert_eq!(resumed.runs, runs, "stopped at {stop_at}");
             assert_eq!(kinds(&resumed).1, 1, "stopped at {stop_at}");
         }
+    }
+
+    #[test]
+    fn a_load_that_dwarfs_the_steps_runs_full_at_once_and_says_why() {
+        // A run of 20 sampling steps that fails after them (at VAE decode): its duration,
+        // the seconds per step and the time to the first step as the progress events say.
+        struct Shape {
+            inner: Scripted,
+            duration_ms: u64,
+            per_step: f64,
+        }
+        impl Oracle for Shape {
+            fn run(&mut self, c: &Config, kind: RunKind) -> Result<Trial, Stopped> {
+                let mut t = self.inner.run(c, kind)?;
+                if kind == RunKind::Full {
+                    t.sampling_steps = Some((20, 2));
+                }
+                t.duration_ms = self.duration_ms;
+                t.cost.seconds_per_step = Some(self.per_step);
+                t.cost.load_ms = Some(self.duration_ms - (20.0 * self.per_step * 1000.0) as u64);
+                t.cost.prompt_ms = Some(self.duration_ms);
+                Ok(t)
+            }
+            fn can_shorten(&self) -> bool {
+                true
+            }
+        }
+        let sp = space(&[], &SWITCHES[..6]);
+        let shape = |duration_ms: u64, per_step: f64| {
+            let mut inner = Scripted::deterministic(Box::new(|s| has(s, "--disable-mmap")));
+            inner.quick = Some(true);
+            Shape {
+                inner,
+                duration_ms,
+                per_step,
+            }
+        };
+        // 70 s a run, 10 of them sampling: a shortened run saves 9 s, its check costs 61.
+        let mut oracle = shape(70_000, 0.5);
+        let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new());
+        let found = search.run().unwrap();
+        assert_eq!(found.fixing_flags, ["--disable-mmap"]);
+        assert_eq!(kinds(&search).0, 0, "no shortened run");
+        let QuickState::Off(Some(why)) = &found.quick else {
+            panic!("{:?}", found.quick)
+        };
+        assert!(
+            why.starts_with("your workflow's run (run 1) took 1m10s, 1m00s of it before its first sampling step and 10.0s for its 20 sampling steps: a shortened run would save about 9.0s a run")
+                && why.contains("less over the search than its check would cost"),
+            "{why}"
+        );
+        // 25 s a run, 20 of them sampling: shortened runs pay.
+        let mut oracle = shape(25_000, 1.0);
+        let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new());
+        let found = search.run().unwrap();
+        assert_eq!(found.fixing_flags, ["--disable-mmap"]);
+        assert!(
+            matches!(found.quick, QuickState::Reproduces { .. }),
+            "{:?}",
+            found.quick
+        );
     }
 
     #[test]

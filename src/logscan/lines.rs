@@ -388,6 +388,14 @@ pub fn is_progress(text: &str) -> bool {
     marker(text).is_some_and(|m| m.kind == Kind::Progress)
 }
 
+/// A tqdm bar's count: (done, total) of `… 12/20 [00:07<00:05, …]`.
+pub fn bar_count(text: &str) -> Option<(u64, u64)> {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| regex::Regex::new(r"(\d+)/(\d+) \[").expect("bar count regex"));
+    let c = re.captures_iter(text).last()?;
+    Some((c[1].parse().ok()?, c[2].parse().ok()?))
+}
+
 /// A line a node prints at work (loading, sampling, encoding, the memory it uses): in an
 /// excerpt that shows neither a start nor a prompt, lines like these at its end mean a prompt
 /// was running when it was cut. Tables (PyTorch's memory summary) are not.

@@ -16,13 +16,13 @@ pub use search::Hunt;
 pub mod search;
 mod then;
 pub mod tree;
-pub use then::BISECT_DIR;
 
 use crate::bisect::search::{FailedAt, RunKind};
 use crate::error::{Error, ErrorKind, Result, exit};
 use crate::journal::Journal;
 use crate::outcome::Outcome;
 use crate::run::{self, Limits, RunOptions, Target};
+use crate::session::SessionDir;
 use crate::signals::{self, Stop};
 use crate::workflow::quick::Quick;
 use git::{CommitInfo, Repo};
@@ -82,10 +82,6 @@ impl Spec {
         self.repeat > 1
     }
 }
-
-pub const SPEC_FILE: &str = "regress.json";
-pub const JOURNAL_FILE: &str = "regress.jsonl";
-pub const RESULT_FILE: &str = "result.json";
 
 /// A new session: the checkout, the workflow and the ends, and how to run.
 pub struct NewSession {
@@ -431,10 +427,8 @@ impl Session<'_> {
             self.runs += 1;
             // Numbered after every folder there (a run stopped before it was journaled keeps
             // its number and its log).
-            let run_dir = self
-                .dir
-                .join("runs")
-                .join(format!("{:03}", next_run_number(&self.dir.join("runs"))));
+            let layout = SessionDir::regress(&self.dir);
+            let run_dir = layout.run(next_run_number(&layout.runs()));
             let run_dir = run::folder::create(&run_dir)?;
             tested.runs.push(run_dir.clone());
             let target = Target::load(
@@ -603,7 +597,7 @@ fn next_run_number(runs: &Path) -> u32 {
 
 /// The session's journal: one line per tested (or skipped) commit.
 pub fn journal(dir: &Path) -> Journal<Tested> {
-    Journal::at(dir.join(JOURNAL_FILE))
+    Journal::at(SessionDir::regress(dir).journal())
 }
 
 /// The commits a session tested, in order (a line torn by a crash is left out).
@@ -617,22 +611,23 @@ fn resumed(
     dir: PathBuf,
     max_runs: Option<u32>,
     progress: &mut dyn FnMut(&str),
-) -> Result<(Spec, PathBuf, Vec<Tested>, crate::session_owner::Owner)> {
+) -> Result<(Spec, PathBuf, Vec<Tested>, crate::session::owner::Owner)> {
     let not_a_session = || {
         Error::usage(format!("{} is not a regress session", dir.display()))
             .hint("give the folder that vrambisect regress --output wrote")
     };
-    if !dir.join(SPEC_FILE).is_file() {
+    let layout = SessionDir::regress(&dir);
+    if !layout.spec().is_file() {
         return Err(not_a_session());
     }
     // Taken before anything is read or written: one process writes a session.
-    let owner = crate::session_owner::take(&dir)?;
-    let text = std::fs::read_to_string(dir.join(SPEC_FILE)).map_err(|_| not_a_session())?;
+    let owner = crate::session::owner::take(&dir)?;
+    let text = std::fs::read_to_string(layout.spec()).map_err(|_| not_a_session())?;
     let mut spec: Spec = serde_json::from_str(&text)
-        .map_err(|e| Error::usage(format!("{} is damaged: {e}", dir.join(SPEC_FILE).display())))?;
+        .map_err(|e| Error::usage(format!("{} is damaged: {e}", layout.spec().display())))?;
     if let Some(m) = max_runs {
         spec.max_runs = m;
-        run::folder::write_json(&dir.join(SPEC_FILE), &spec)?;
+        run::folder::write_json(&layout.spec(), &spec)?;
     }
     let (journal, torn) = journal(&dir).read_all();
     for t in torn {
@@ -649,7 +644,7 @@ fn resumed(
         progress(&format!(
             "warning: line {} of {} cannot be read (cut short by a crash?): {after} will be tested again",
             t.line,
-            dir.join(JOURNAL_FILE).display()
+            layout.journal().display()
         ));
     }
     Ok((spec, dir, journal, owner))
@@ -660,7 +655,7 @@ fn resumed(
 fn started(
     new: NewSession,
     progress: &mut dyn FnMut(&str),
-) -> Result<(Spec, PathBuf, Vec<Tested>, crate::session_owner::Owner)> {
+) -> Result<(Spec, PathBuf, Vec<Tested>, crate::session::owner::Owner)> {
     let repo = Repo::open(&new.comfyui.path)?;
     let install = crate::install::Install::open(&new.comfyui.path)?;
     crate::workflow::Workflow::load(&new.workflow)?;
@@ -704,7 +699,7 @@ fn started(
         .hint("run vrambisect from another folder, or give --output outside the checkout"));
     }
     let dir = run::folder::create(&dir)?;
-    let owner = crate::session_owner::take(&dir)?;
+    let owner = crate::session::owner::take(&dir)?;
     let spec = Spec {
         comfyui: crate::paths::canonical(&repo.dir),
         python,
@@ -724,9 +719,10 @@ fn started(
         install: new.install,
         then_bisect: new.then_bisect,
     };
-    run::folder::write_json(&dir.join(SPEC_FILE), &spec)?;
-    crate::private::create_dir_all(&dir.join("runs"))
-        .map_err(|e| crate::error::io_error("create", &dir.join("runs"), &e))?;
+    let layout = SessionDir::regress(&dir);
+    run::folder::write_json(&layout.spec(), &spec)?;
+    crate::private::create_dir_all(&layout.runs())
+        .map_err(|e| crate::error::io_error("create", &layout.runs(), &e))?;
     Ok((spec, dir, Vec::new(), owner))
 }
 
@@ -751,10 +747,11 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
         envs: Default::default(),
     };
     let result = search(&mut s, &commits);
-    let _ = std::fs::remove_dir_all(s.dir.join("trees"));
+    let layout = SessionDir::regress(&s.dir);
+    let _ = std::fs::remove_dir_all(layout.trees());
     let mut result = result?;
     // Kept before a bisect of the flags begins: the commit is the answer whatever it does.
-    run::folder::write_json(&s.dir.join(RESULT_FILE), &result)?;
+    run::folder::write_json(&layout.result(), &result)?;
     let mut code = match result.verdict.kind {
         Answer::FirstBadFound => exit::OK,
         Answer::Untestable => exit::UNTESTABLE,
@@ -765,7 +762,7 @@ pub fn run(req: Request, progress: &mut dyn FnMut(&str)) -> Result<(RegressResul
         if then::follow(&mut s, &mut result)? {
             code = exit::INTERRUPTED;
         }
-        run::folder::write_json(&s.dir.join(RESULT_FILE), &result)?;
+        run::folder::write_json(&layout.result(), &result)?;
     }
     Ok((result, code))
 }

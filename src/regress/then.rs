@@ -10,11 +10,6 @@ use crate::bisect::result::BisectResult;
 use crate::bisect::search::Strategy;
 use crate::error::Result;
 
-/// The bisect's session folder inside the regress session.
-pub const BISECT_DIR: &str = "bisect";
-/// Where the first bad commit's tree is exported while the bisect runs.
-const TREE_DIR: &str = "first-bad";
-
 /// After a first bad commit was found: bisects the flags on it and adds what it found to
 /// `result` (its statement, `then_bisect`); says so when the first bad commit is not known.
 /// True when the bisect stopped before its verdict (the session is then to be resumed).
@@ -60,7 +55,8 @@ fn bisect(
     first_bad: &CommitInfo,
     failed_log: Option<std::path::PathBuf>,
 ) -> Result<BisectResult> {
-    let tree = s.dir.join(TREE_DIR);
+    let layout = crate::session::SessionDir::regress(&s.dir);
+    let tree = layout.first_bad_tree();
     tree::prepare(&s.repo, &first_bad.commit, &s.spec.comfyui, &tree)?;
     let requirements = s.repo.show(&first_bad.commit, "requirements.txt");
     let (_, differing) = tree::held(requirements.as_deref(), &s.spec.python);
@@ -73,8 +69,9 @@ fn bisect(
             packages: used.packages,
         })
     };
-    let dir = s.dir.join(BISECT_DIR);
-    let resumed = dir.join(crate::bisect::session::SPEC_FILE).is_file();
+    let inner = layout.then_bisect();
+    let dir = inner.root().to_path_buf();
+    let resumed = inner.spec().is_file();
     let session = if resumed {
         BisectSession::Resume(dir.clone())
     } else {

@@ -143,7 +143,9 @@ pub const HELD: &[&str] = &["comfy-aimdo", "comfy-kitchen"];
 
 /// Where a commit's tree goes in a session folder.
 pub fn dir_of(session: &Path, commit: &str) -> PathBuf {
-    session.join("trees").join(super::git::abbrev(commit, 12))
+    crate::session::SessionDir::regress(session)
+        .trees()
+        .join(super::git::abbrev(commit, 12))
 }
 
 #[cfg(test)]

@@ -446,13 +446,12 @@ fn collect(src: &Source) -> Collected {
         None => warnings.push("no workflow.json was found: attach the workflow yourself".into()),
     }
     if src.kind == SourceKind::Bisect {
-        for f in [
-            crate::bisect::session::RESULT_FILE,
-            crate::bisect::session::SPEC_FILE,
-        ] {
-            if let Some(v) = inside::json(&src.dir, &src.dir.join(f)) {
+        let layout = crate::session::SessionDir::bisect(&src.dir);
+        for path in [layout.result(), layout.spec()] {
+            if let Some(v) = inside::json(&src.dir, &path) {
+                let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
                 entries.push(Entry {
-                    name: f.into(),
+                    name: name.unwrap_or_default(),
                     content: Content::Json(v),
                 });
             }

@@ -3,11 +3,12 @@
 
 use super::inside::{self, LeftOut, Skipped};
 use crate::bisect::result::BisectResult;
-use crate::bisect::session::{RESULT_FILE, SPEC_FILE, SessionSpec};
+use crate::bisect::session::SessionSpec;
 use crate::error::{Error, Result};
 use crate::outcome::Outcome;
 use crate::run::RunRecord;
 use crate::run::folder;
+use crate::session::SessionDir;
 use std::path::{Path, PathBuf};
 
 /// A run folder or a bisect session.
@@ -110,19 +111,28 @@ impl Regress {
 /// left out (and named in `skipped`), as a missing or damaged file is `None`.
 fn load_json<T: serde::de::DeserializeOwned>(
     root: &Path,
-    name: &str,
+    path: &Path,
     skipped: &mut LeftOut,
 ) -> Option<T> {
-    let path = root.join(name);
-    match inside::check(root, &path) {
-        Ok(()) => inside::json(root, &path),
+    match inside::check(root, path) {
+        Ok(()) => inside::json(root, path),
         Err(why) => {
             if why.worth_saying() {
-                skipped.push((name.to_string(), why));
+                skipped.push((relative(root, path), why));
             }
             None
         }
     }
+}
+
+/// `path` as named inside `root`, with `/` on every system (`runs/001/record.json`).
+fn relative(root: &Path, path: &Path) -> String {
+    let inside = path.strip_prefix(root).unwrap_or(path);
+    let parts: Vec<String> = inside
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    parts.join("/")
 }
 
 /// Whether a file of that name is there at all (a link counts: it is named, not followed).
@@ -171,10 +181,11 @@ impl Source {
 /// a link) is named in `skipped`, not followed.
 fn run_dirs(dir: &Path, skipped: &mut LeftOut) -> Vec<RunDir> {
     let mut runs = Vec::new();
-    let runs_dir = dir.join("runs");
+    // (The folder of a regress's runs and of a bisect's is named alike.)
+    let runs_dir = SessionDir::bisect(dir).runs();
     if !inside::is_dir(dir, &runs_dir) {
         if std::fs::symlink_metadata(&runs_dir).is_ok_and(|m| m.file_type().is_symlink()) {
-            skipped.push(("runs".into(), Skipped::Link));
+            skipped.push((relative(dir, &runs_dir), Skipped::Link));
         }
         return runs;
     }
@@ -187,11 +198,7 @@ fn run_dirs(dir: &Path, skipped: &mut LeftOut) -> Vec<RunDir> {
             match e.file_type() {
                 Ok(t) if t.is_dir() => {
                     let mut ignored = Vec::new();
-                    let record = load_json(
-                        dir,
-                        &format!("runs/{name}/{}", folder::RECORD),
-                        &mut ignored,
-                    );
+                    let record = load_json(dir, &e.path().join(folder::RECORD), &mut ignored);
                     skipped.extend(ignored);
                     runs.push(RunDir {
                         label: name,
@@ -199,7 +206,7 @@ fn run_dirs(dir: &Path, skipped: &mut LeftOut) -> Vec<RunDir> {
                         dir: e.path(),
                     });
                 }
-                Ok(t) if t.is_symlink() => skipped.push((format!("runs/{name}"), Skipped::Link)),
+                Ok(t) if t.is_symlink() => skipped.push((relative(dir, &e.path()), Skipped::Link)),
                 _ => {}
             }
         }
@@ -243,12 +250,13 @@ pub fn open(dir: &Path) -> Result<Source> {
     }
     let dir = crate::paths::canonical(dir);
     let mut skipped = Vec::new();
-    if present(&dir.join(SPEC_FILE)) {
-        let spec: Option<SessionSpec> = load_json(&dir, SPEC_FILE, &mut skipped);
+    let (bisect, regress) = (SessionDir::bisect(&dir), SessionDir::regress(&dir));
+    if present(&bisect.spec()) {
+        let spec: Option<SessionSpec> = load_json(&dir, &bisect.spec(), &mut skipped);
         if spec.is_none() && skipped.is_empty() {
             return Err(Error::usage(format!(
                 "{} is damaged",
-                dir.join(SPEC_FILE).display()
+                bisect.spec().display()
             )));
         }
         let runs = {
@@ -257,7 +265,7 @@ pub fn open(dir: &Path) -> Result<Source> {
         };
         return Ok(Source {
             kind: SourceKind::Bisect,
-            result: load_json(&dir, RESULT_FILE, &mut skipped),
+            result: load_json(&dir, &bisect.result(), &mut skipped),
             regress: None,
             spec,
             runs,
@@ -265,31 +273,32 @@ pub fn open(dir: &Path) -> Result<Source> {
             skipped,
         });
     }
-    if present(&dir.join(crate::regress::SPEC_FILE)) {
+    if present(&regress.spec()) {
         let mut runs = {
             let runs = run_dirs(&dir, &mut skipped);
             no_runs_yet(runs, &dir, "regress", &skipped)?
         };
         // `--then-bisect`: the bisect of the flags on the first bad commit, in `bisect/`.
-        let bisect = dir.join(crate::regress::BISECT_DIR);
-        if inside::is_dir(&dir, &bisect) {
+        let bisect = regress.then_bisect();
+        let name = relative(&dir, bisect.root());
+        if inside::is_dir(&dir, bisect.root()) {
             let mut inner = LeftOut::new();
-            for mut r in run_dirs(&bisect, &mut inner) {
-                r.label = format!("{}-{}", crate::regress::BISECT_DIR, r.label);
+            for mut r in run_dirs(bisect.root(), &mut inner) {
+                r.label = format!("{name}-{}", r.label);
                 runs.push(r);
             }
             skipped.extend(
                 inner
                     .into_iter()
-                    .map(|(name, why)| (format!("{}/{name}", crate::regress::BISECT_DIR), why)),
+                    .map(|(inner_name, why)| (format!("{name}/{inner_name}"), why)),
             );
         }
-        let journal_path = dir.join(crate::regress::JOURNAL_FILE);
+        let journal_path = regress.journal();
         let journal = match inside::check(&dir, &journal_path) {
             Ok(()) => crate::regress::read_journal(&journal_path),
             Err(why) => {
                 if why.worth_saying() {
-                    skipped.push((crate::regress::JOURNAL_FILE.into(), why));
+                    skipped.push((relative(&dir, &journal_path), why));
                 }
                 Vec::new()
             }
@@ -297,7 +306,7 @@ pub fn open(dir: &Path) -> Result<Source> {
         return Ok(Source {
             kind: SourceKind::Regress,
             regress: Some(Regress {
-                result: load_json(&dir, crate::regress::RESULT_FILE, &mut skipped),
+                result: load_json(&dir, &regress.result(), &mut skipped),
                 journal,
             }),
             result: None,

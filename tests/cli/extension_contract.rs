@@ -61,9 +61,11 @@ fn the_panel_titles_every_outcome_and_names_no_other() {
 #[test]
 fn the_extension_reads_the_session_files_by_the_programs_names() {
     let py = read("extension/core.py");
+    let names = vrambisect::session::file_names();
+    let bisect = |what: &str| names["bisect"][what].as_str().unwrap().to_string();
     for (constant, value) in [
-        ("SPEC_FILE", vrambisect::bisect::session::SPEC_FILE),
-        ("PROGRESS_FILE", vrambisect::bisect::command::PROGRESS_FILE),
+        ("SPEC_FILE", bisect("spec")),
+        ("PROGRESS_FILE", bisect("progress")),
     ] {
         let line = format!("{constant} = \"{value}\"");
         assert!(py.contains(&line), "extension/core.py lacks `{line}`");
@@ -71,7 +73,8 @@ fn the_extension_reads_the_session_files_by_the_programs_names() {
     // No other spelling of those names elsewhere in the extension's Python.
     for f in ["extension/core.py", "extension/routes.py"] {
         let text = read(f);
-        for value in ["session.json", "progress.json", "journal.jsonl"] {
+        for value in [bisect("spec"), bisect("progress"), bisect("journal")] {
+            let value = value.as_str();
             let uses = text.matches(&format!("\"{value}\"")).count();
             let allowed = usize::from(f.ends_with("core.py") && value != "journal.jsonl");
             assert_eq!(uses, allowed, "{f} spells {value:?} {uses} times");

@@ -179,11 +179,35 @@ fn a_failure_past_step_10_is_searched_in_full_at_once() {
 
 #[test]
 fn a_failure_at_vae_decode_reproduces_shortened() {
-    let scenario = json!({"rules": [{"when": {"state": {"dynamic_vram": true}}, "effect": "oom", "node": "VAEDecode"}]});
+    // Sampling long enough against the rest of a run that shortened runs pay.
+    let scenario = json!({"timing": {"step_time": 0.1}, "rules": [{"when": {"state": {"dynamic_vram": true}}, "effect": "oom", "node": "VAEDecode"}]});
     let install = FakeComfy::new("0.38.1", scenario);
     let (code, doc, _tmp) = bisect(&install, &[]);
     assert_eq!(code, 0, "{doc:#}");
     assert_eq!(doc["quick"]["state"], "used");
+    assert_eq!(
+        doc["verdict"]["fixing_flags"],
+        json!(["--disable-dynamic-vram"])
+    );
+}
+
+#[test]
+fn a_load_that_dwarfs_the_sampling_runs_in_full_and_says_why() {
+    // The stand-in's default time shape: a run is mostly ComfyUI starting and loading, its
+    // 20 steps a fraction of a second.
+    let scenario = json!({"rules": [{"when": {"state": {"dynamic_vram": true}}, "effect": "oom", "node": "VAEDecode"}]});
+    let install = FakeComfy::new("0.38.1", scenario);
+    let (code, doc, _tmp) = bisect(&install, &[]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["quick"]["state"], "not_used");
+    let reason = doc["quick"]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("your workflow's run (run 1) took ")
+            && reason.contains("for its 20 sampling steps: a shortened run would save about ")
+            && reason.ends_with(")"),
+        "{reason}"
+    );
+    assert!(runs(&doc).iter().all(|r| r.1 == "full"), "{:?}", runs(&doc));
     assert_eq!(
         doc["verdict"]["fixing_flags"],
         json!(["--disable-dynamic-vram"])

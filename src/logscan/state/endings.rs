@@ -316,12 +316,18 @@ impl State {
                 signatures.push(h);
             }
         }
+        let failed_step = p
+            .bar
+            .filter(|(done, total)| done < total)
+            .filter(|_| v.outcome.is_some_and(|o| o != Outcome::Pass))
+            .map(|(done, _)| done);
         self.record(PromptSummary {
             index: 0,
             start: p.start,
             ordinal: p.ordinal,
             line: p.line,
             end_line: number,
+            failed_step,
             outcome: v.outcome,
             evidence: v.evidence,
             signatures,

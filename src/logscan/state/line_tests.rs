@@ -193,6 +193,17 @@ pub(super) fn tail_lines(before: &Before<'_>) -> Vec<String> {
         .collect()
 }
 
+/// The count of the progress bar among the few lines before this point, the nearest first:
+/// (done, total).
+pub(super) fn last_bar(before: &Before<'_>) -> Option<(u64, u64)> {
+    before
+        .last(4)
+        .iter()
+        .rev()
+        .find(|l| lines::is_progress(l))
+        .and_then(|l| lines::bar_count(l))
+}
+
 /// Whether a progress bar follows the load request in the lines before this point: sampling
 /// ran, so the model was loaded even though its `prepared for dynamic VRAM` line is missing
 /// (it drops to DEBUG when it repeats, `comfy/model_management.py`).

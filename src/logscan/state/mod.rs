@@ -163,6 +163,8 @@ struct PromptState {
     /// A traceback through ComfyUI's executor (`execution.py`) showed in it: its exception
     /// line is the prompt's error even when the `!!!` line is not in the excerpt.
     executor_traceback: bool,
+    /// The last progress bar it drew: (done, total).
+    bar: Option<(u64, u64)>,
 }
 
 impl PromptState {
@@ -474,7 +476,14 @@ impl State {
                 }
             }
             Kind::Frame => self.frame(text, number, before),
-            Kind::ExceptionDuring => self.exception_during(text, number),
+            Kind::ExceptionDuring => {
+                // The sampler's bar it broke off, where it was drawing one (its redraws inside
+                // a running prompt are not decoded: read back from here).
+                if let Some(p) = self.open.as_mut() {
+                    p.bar = line_tests::last_bar(before).or(p.bar);
+                }
+                self.exception_during(text, number)
+            }
             Kind::ReportException => {
                 let msg = text
                     .split_once("Exception Message:")
@@ -811,6 +820,7 @@ impl State {
             executed_in: None,
             started_before_log: false,
             error_cut: false,
+            failed_step: None,
         });
     }
 }

@@ -34,6 +34,10 @@ pub struct PromptSummary {
     /// exception line that says with what: no outcome, yet not a prompt still running.
     #[serde(skip)]
     pub error_cut: bool,
+    /// For a failure in the middle of a progress bar (its last one stopped short of its
+    /// total): the steps it had done, as the bar counted them.
+    #[serde(skip)]
+    pub failed_step: Option<u64>,
 }
 
 /// One server start, as the report shows it.

@@ -5,14 +5,10 @@
 //! while the session still runs) is refused with the owner's pid, before it reads or writes
 //! anything: two writers would interleave one journal.
 
+use super::{LOCK, OWNER};
 use crate::error::{Error, Result, io_error};
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
-
-/// The lock file: never written, only locked.
-pub const LOCK_FILE: &str = "session.lock";
-/// The pid of the process that holds the lock, while it holds it.
-pub const OWNER_FILE: &str = "session.owner";
 
 /// The held session; given back when dropped.
 #[derive(Debug)]
@@ -30,7 +26,7 @@ impl Drop for Owner {
 
 /// Takes the session in `dir` for this process, or says who has it.
 pub fn take(dir: &Path) -> Result<Owner> {
-    let path = dir.join(LOCK_FILE);
+    let path = dir.join(LOCK);
     let file = crate::gpulock::open_lock_file(&path).map_err(|e| Error {
         io: Some(e.kind()),
         ..Error::usage(format!("cannot take the session: {e}"))
@@ -44,7 +40,7 @@ pub fn take(dir: &Path) -> Result<Owner> {
             ));
         }
     }
-    let owner = dir.join(OWNER_FILE);
+    let owner = dir.join(OWNER);
     // Made new (a link or anything planted under the name is removed, not followed).
     let _ = std::fs::remove_file(&owner);
     std::fs::OpenOptions::new()
@@ -61,7 +57,7 @@ pub fn take(dir: &Path) -> Result<Owner> {
 
 /// The refusal for a folder another process holds, naming it.
 fn in_use(dir: &Path) -> Error {
-    let pid = crate::input_file::read(&dir.join(OWNER_FILE), "session owner", 64)
+    let pid = crate::input_file::read(&dir.join(OWNER), "session owner", 64)
         .ok()
         .and_then(|t| String::from_utf8_lossy(&t).trim().parse::<u32>().ok());
     let who = match pid {
@@ -83,7 +79,7 @@ mod tests {
     fn a_second_owner_is_refused_with_the_pid_of_the_first() {
         let tmp = tempfile::tempdir().unwrap();
         let first = take(tmp.path()).unwrap();
-        let owner = std::fs::read_to_string(tmp.path().join(OWNER_FILE)).unwrap();
+        let owner = std::fs::read_to_string(tmp.path().join(OWNER)).unwrap();
         assert_eq!(owner.trim(), std::process::id().to_string());
         // A second open file description conflicts with the first, even in one process.
         let err = take(tmp.path()).unwrap_err();
@@ -94,7 +90,7 @@ mod tests {
             "{err}"
         );
         drop(first);
-        assert!(!tmp.path().join(OWNER_FILE).exists());
+        assert!(!tmp.path().join(OWNER).exists());
         let again = take(tmp.path()).unwrap();
         drop(again);
     }
