@@ -77,10 +77,6 @@ impl Posterior {
         }
     }
 
-    pub fn answers(&self) -> usize {
-        self.answers
-    }
-
     /// Multiplies in one finished run: `fixed(a)` says whether the test held answer a;
     /// `failed` whether it failed with the hunted failure.
     pub fn observe(&mut self, fixed: impl Fn(usize) -> bool, failed: bool) {
@@ -154,11 +150,6 @@ impl Posterior {
             rate_low,
             rate_high,
         }
-    }
-
-    /// The posterior mean of the failure rate, all answers together.
-    pub fn mean_rate(&self) -> f64 {
-        self.marginals().iter().map(|(p, r)| p * r).sum()
     }
 
     /// The lower end of the rate's 90% interval, all answers together.
