@@ -15,19 +15,19 @@
 
 /// The chance that a test holding the answer still fails with the hunted failure (a stray
 /// failure): small, but not zero, so that one odd run cannot rule the true answer out forever.
-pub const STRAY: f64 = 1e-3;
+pub(crate) const STRAY: f64 = 1e-3;
 
 /// How many runs a flaky search gives a failure to show before it counts as not showing (the
 /// bisect's baseline, regress's bad end): a failure that shows one run in three stays hidden
 /// through 13 runs less than 1% of the time.
-pub const TRIES_TO_SHOW: usize = 13;
+pub(crate) const TRIES_TO_SHOW: usize = 13;
 
 /// Runs that fail some other way (a start that failed, another failure) after which a
 /// configuration or commit is given up: one may be chance, two are not.
-pub const ODD_RUNS_TO_GIVE_UP: usize = 2;
+pub(crate) const ODD_RUNS_TO_GIVE_UP: usize = 2;
 
 /// The confidence a flaky search stops at unless told otherwise (`--confidence`).
-pub const DEFAULT_CONFIDENCE: f64 = 0.99;
+pub(crate) const DEFAULT_CONFIDENCE: f64 = 0.99;
 
 /// The failure rates considered: 0.10 to 0.98 in steps of 0.02, and 0.995 (all but always).
 fn grid() -> Vec<f64> {
@@ -38,7 +38,7 @@ fn grid() -> Vec<f64> {
 
 /// The posterior: one row of log weights over the rate grid per answer.
 #[derive(Debug, Clone)]
-pub struct Posterior {
+pub(crate) struct Posterior {
     rates: Vec<f64>,
     /// `answers × rates`, natural logs, unnormalised.
     log_w: Vec<f64>,
@@ -49,7 +49,7 @@ pub struct Posterior {
 
 /// What the posterior says of its best answer.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Belief {
+pub(crate) struct Belief {
     /// Index of the most probable answer.
     pub answer: usize,
     /// Its posterior probability.
@@ -62,7 +62,7 @@ pub struct Belief {
 impl Posterior {
     /// A posterior at its prior: `prior[a]` is answer a's weight (any scale; zero rules it
     /// out); the rate is flat over the grid.
-    pub fn new(prior: &[f64]) -> Posterior {
+    pub(crate) fn new(prior: &[f64]) -> Posterior {
         let rates = grid();
         let mut log_w = Vec::with_capacity(prior.len() * rates.len());
         for p in prior {
@@ -79,7 +79,7 @@ impl Posterior {
 
     /// Multiplies in one finished run: `fixed(a)` says whether the test held answer a;
     /// `failed` whether it failed with the hunted failure.
-    pub fn observe(&mut self, fixed: impl Fn(usize) -> bool, failed: bool) {
+    pub(crate) fn observe(&mut self, fixed: impl Fn(usize) -> bool, failed: bool) {
         let n = self.rates.len();
         let (fixed_fail, fixed_pass) = (STRAY.ln(), (1.0 - STRAY).ln());
         let unfixed: Vec<f64> = self
@@ -100,7 +100,7 @@ impl Posterior {
     }
 
     /// Rules answer a out (its own test cannot run here, so it can never be shown).
-    pub fn rule_out(&mut self, a: usize) {
+    pub(crate) fn rule_out(&mut self, a: usize) {
         let n = self.rates.len();
         self.log_w[a * n..(a + 1) * n].fill(f64::NEG_INFINITY);
     }
@@ -118,7 +118,7 @@ impl Posterior {
     }
 
     /// Each answer's probability and its expected failure rate.
-    pub fn marginals(&self) -> Vec<(f64, f64)> {
+    pub(crate) fn marginals(&self) -> Vec<(f64, f64)> {
         let n = self.rates.len();
         let w = self.weights();
         (0..self.answers)
@@ -136,7 +136,7 @@ impl Posterior {
     }
 
     /// The most probable answer, how probable, and the rate's 90% interval given it.
-    pub fn belief(&self) -> Belief {
+    pub(crate) fn belief(&self) -> Belief {
         let n = self.rates.len();
         let w = self.weights();
         let (answer, probability) = (0..self.answers)
@@ -153,7 +153,7 @@ impl Posterior {
     }
 
     /// The lower end of the rate's 90% interval, all answers together.
-    pub fn rate_low(&self) -> f64 {
+    pub(crate) fn rate_low(&self) -> f64 {
         let n = self.rates.len();
         let w = self.weights();
         let mut col = vec![0.0; n];
@@ -167,7 +167,10 @@ impl Posterior {
 
     /// What a test is expected to tell about the answer, in bits, and its chance of passing,
     /// from the marginals ([`Self::marginals`]) and which answers it holds.
-    pub fn information(marginals: &[(f64, f64)], fixed: impl Fn(usize) -> bool) -> (f64, f64) {
+    pub(crate) fn information(
+        marginals: &[(f64, f64)],
+        fixed: impl Fn(usize) -> bool,
+    ) -> (f64, f64) {
         let mut pass = 0.0;
         let mut conditional = 0.0;
         for (a, (p, rate)) in marginals.iter().enumerate() {
@@ -182,7 +185,7 @@ impl Posterior {
     }
 
     /// The entropy of the answer, in bits.
-    pub fn entropy(&self) -> f64 {
+    pub(crate) fn entropy(&self) -> f64 {
         self.marginals()
             .iter()
             .filter(|(p, _)| *p > 0.0)
@@ -192,7 +195,7 @@ impl Posterior {
 }
 
 /// A probability as a person reads it: 99.4%, never a rounded-up 100% short of certainty.
-pub fn percent(p: f64) -> String {
+pub(crate) fn percent(p: f64) -> String {
     let shown = (p * 1000.0).floor() / 10.0;
     format!("{shown:.1}%")
 }
@@ -234,7 +237,7 @@ fn interval(values: &[f64], weights: &[f64], mass: f64) -> (f64, f64) {
 /// How many bits one run tells at failure rate `rate` at best: the capacity of the channel
 /// "a test without the fix fails with chance rate, one with it passes" (a Z-channel whose
 /// pass leaks with chance 1 - rate).
-pub fn bits_per_run(rate: f64) -> f64 {
+pub(crate) fn bits_per_run(rate: f64) -> f64 {
     let e = (1.0 - rate).clamp(1e-9, 1.0 - 1e-9);
     (1.0 + (1.0 - e) * e.powf(e / (1.0 - e))).log2()
 }
@@ -242,7 +245,7 @@ pub fn bits_per_run(rate: f64) -> f64 {
 /// The runs a search should be given to reach `confidence` from where it is: what is left
 /// to learn (the answer's entropy, and the evidence the confidence asks for) at what a run
 /// tells at the lowest rate the runs so far allow, with half as much again for bad luck.
-pub fn runs_needed(posterior: &Posterior, confidence: f64) -> u32 {
+pub(crate) fn runs_needed(posterior: &Posterior, confidence: f64) -> u32 {
     let left = posterior.entropy() + (1.0 / (1.0 - confidence)).log2();
     let per_run = bits_per_run(posterior.rate_low()).max(0.01);
     (1.5 * left / per_run).ceil().min(100_000.0) as u32

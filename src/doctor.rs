@@ -20,14 +20,14 @@ use std::path::{Path, PathBuf};
 /// A check's result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Status {
+pub(crate) enum Status {
     Ok,
     Warn,
     Fail,
 }
 
 impl Status {
-    pub fn symbol(self) -> &'static str {
+    pub(crate) fn symbol(self) -> &'static str {
         match self {
             Status::Ok => "✓",
             Status::Warn => "!",
@@ -38,7 +38,7 @@ impl Status {
 
 /// One check.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Check {
+pub(crate) struct Check {
     /// Stable name (`nvml`, `cuda`, `gpus`, …).
     pub id: &'static str,
     /// What is checked, for people.
@@ -82,7 +82,7 @@ impl Check {
 
 /// Everything doctor found (`doctor --json`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Checkup {
+pub(crate) struct Checkup {
     /// The ComfyUI folder and the Python checked, and where each came from.
     pub defaults: Defaults,
     pub checks: Vec<Check>,
@@ -93,7 +93,7 @@ pub struct Checkup {
 
 impl Checkup {
     /// 0 when nothing failed, 1 when a check failed (warnings do not count).
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         if self.failures > 0 {
             crate::error::exit::FAILED
         } else {
@@ -104,7 +104,7 @@ impl Checkup {
 
 /// What doctor looks at.
 #[derive(Debug, Clone, Default)]
-pub struct Request {
+pub(crate) struct Request {
     pub comfyui: Option<PathBuf>,
     pub python: Option<PathBuf>,
     pub nvml_lib: Option<PathBuf>,
@@ -120,7 +120,7 @@ use crate::text::gib;
 
 /// Free bytes for an unprivileged user on the file system holding `path`.
 #[cfg(unix)]
-pub fn free_disk(path: &Path) -> Option<u64> {
+pub(crate) fn free_disk(path: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
     // SAFETY: a valid NUL-terminated path and a zeroed struct statvfs fills in.
@@ -160,7 +160,7 @@ pub fn free_disk(_: &Path) -> Option<u64> {
 /// Whether CUDA starts: libcuda loads (cudarc's `is_culib_present`, which does not panic),
 /// `cuInit` succeeds and devices are counted; guarded, since cudarc panics when the library
 /// is broken. No context is created, so no VRAM is taken.
-pub fn cuda_start() -> Result<crate::sampler::cuda::CudaStart, String> {
+pub(crate) fn cuda_start() -> Result<crate::sampler::cuda::CudaStart, String> {
     crate::sampler::cuda::start()
 }
 
@@ -794,7 +794,7 @@ fn memory_checks() -> Vec<Check> {
 }
 
 /// Runs every check.
-pub fn run(req: &Request) -> Checkup {
+pub(crate) fn run(req: &Request) -> Checkup {
     let lib = crate::nvidia::nvml_lib(req.nvml_lib.as_deref());
     let now = environment::nvml_now(lib.as_deref());
     let mut checks = match crate::nvidia::NOT_ON_THIS_OS {

@@ -4,22 +4,22 @@ use std::fmt;
 
 /// Exit codes of every command (the table in README.md). `run` follows `git bisect run`
 /// (0 / 1 / 125).
-pub mod exit {
+pub(crate) mod exit {
     /// Success: the command did what was asked (`run`: the workflow passed; `bisect`: a fix
     /// or a cause was found; `doctor`: no check failed; `logscan`: the log shows no failure).
-    pub const OK: i32 = 0;
+    pub(crate) const OK: i32 = 0;
     /// The question got a negative answer: `run` saw the workflow fail; `bisect` found no fix
     /// or could not reproduce the failure; `explain` predicts that ComfyUI refuses the flags;
     /// `doctor` has a failing check; `logscan` found a failure.
-    pub const FAILED: i32 = 1;
+    pub(crate) const FAILED: i32 = 1;
     /// Bad command line or bad input the user can fix (a missing file, a malformed workflow).
-    pub const USAGE: i32 = 2;
+    pub(crate) const USAGE: i32 = 2;
     /// The environment is unusable: the ComfyUI install or its Python cannot be run.
-    pub const ENVIRONMENT: i32 = 3;
+    pub(crate) const ENVIRONMENT: i32 = 3;
     /// `run`/`bisect`: the workflow could not be tested (invalid workflow, ComfyUI would not start).
-    pub const UNTESTABLE: i32 = 125;
+    pub(crate) const UNTESTABLE: i32 = 125;
     /// Interrupted by Ctrl-C; everything finished so far was kept.
-    pub const INTERRUPTED: i32 = 130;
+    pub(crate) const INTERRUPTED: i32 = 130;
 }
 
 /// What kind of failure an [`Error`] is; decides the exit code.
@@ -102,10 +102,10 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Shortens a path-bearing I/O error to one line: "cannot read FILE: reason".
-pub fn io_error(action: &str, path: &std::path::Path, err: &std::io::Error) -> Error {
+pub(crate) fn io_error(action: &str, path: &std::path::Path, err: &std::io::Error) -> Error {
     let reason = match err.kind() {
         std::io::ErrorKind::NotFound => "no such file or folder".to_string(),
         std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),

@@ -15,11 +15,11 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 /// What the user asked to explain: the command line's arguments as they are.
-pub use crate::cli::ExplainArgs as Request;
+pub(crate) use crate::cli::ExplainArgs as Request;
 
 /// Where the flag list came from.
 #[derive(Debug, Clone, Serialize)]
-pub struct FlagsSource {
+pub(crate) struct FlagsSource {
     /// `install` (asked with `main.py --help`) or `builtin`.
     pub kind: &'static str,
     pub detail: String,
@@ -27,7 +27,7 @@ pub struct FlagsSource {
 
 /// Two flags that may not be given together.
 #[derive(Debug, Clone, Serialize)]
-pub struct ConflictOut {
+pub(crate) struct ConflictOut {
     pub flags: [String; 2],
     pub group: String,
     pub message: String,
@@ -35,14 +35,14 @@ pub struct ConflictOut {
 
 /// A flag this install does not know, and what to do about it.
 #[derive(Debug, Clone, Serialize)]
-pub struct UnknownFlag {
+pub(crate) struct UnknownFlag {
     pub flag: String,
     pub hint: String,
 }
 
 /// An environment variable ComfyUI reads.
 #[derive(Debug, Clone, Serialize)]
-pub struct EnvVar {
+pub(crate) struct EnvVar {
     pub name: String,
     pub value: String,
     pub source: String,
@@ -50,7 +50,7 @@ pub struct EnvVar {
 
 /// The launcher that was read.
 #[derive(Debug, Clone, Serialize)]
-pub struct LauncherOut {
+pub(crate) struct LauncherOut {
     pub path: PathBuf,
     pub line: Option<usize>,
     pub python: Option<String>,
@@ -60,7 +60,7 @@ pub struct LauncherOut {
 
 /// The whole answer of `explain`, as printed and as `--json`.
 #[derive(Debug, Clone, Serialize)]
-pub struct Explanation {
+pub(crate) struct Explanation {
     /// The ComfyUI folder and the Python whose flags were read, and where each came from
     /// (empty when the built-in flag list was used).
     pub defaults: crate::locate::Defaults,
@@ -90,7 +90,7 @@ pub struct Explanation {
 }
 
 /// Reads the launcher and the install, then explains.
-pub fn explain(req: &Request) -> Result<Explanation> {
+pub(crate) fn explain(req: &Request) -> Result<Explanation> {
     let launch = match &req.launcher {
         Some(path) => launcher::read_file(path, &req.args)?,
         None => Launch::from_command_line(&req.args),
@@ -201,7 +201,7 @@ fn environment(launch: &Launch, req: &Request, platform: Platform) -> Vec<EnvVar
 
 /// The pure part: flags in, explanation out.
 #[allow(clippy::too_many_arguments)]
-pub fn analyse(
+pub(crate) fn analyse(
     flags: &FlagSet,
     version: Option<Version>,
     flags_source: FlagsSource,

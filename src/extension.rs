@@ -11,10 +11,10 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// The pack's name in the registry, and its folder under `custom_nodes`.
-pub const PACK: &str = "comfyui-vrambisect";
+pub(crate) const PACK: &str = "comfyui-vrambisect";
 
 /// The pack's files, relative to its folder, as this program carries them.
-pub const FILES: &[(&str, &str)] = &[
+pub(crate) const FILES: &[(&str, &str)] = &[
     ("__init__.py", include_str!("../extension/__init__.py")),
     ("core.py", include_str!("../extension/core.py")),
     ("routes.py", include_str!("../extension/routes.py")),
@@ -35,7 +35,7 @@ pub const FILES: &[(&str, &str)] = &[
 
 /// What `install` or `remove` did (`--json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Done {
+pub(crate) struct Done {
     /// `installed`, `updated`, `removed` or `not_installed`.
     pub action: &'static str,
     /// The pack's folder.
@@ -77,7 +77,7 @@ fn toml_string(line: &str, key: &str) -> Option<String> {
 }
 
 /// This program's copy of the pack's version (its `pyproject.toml`).
-pub fn version() -> String {
+pub(crate) fn version() -> String {
     FILES
         .iter()
         .find(|(name, _)| *name == "pyproject.toml")
@@ -118,7 +118,7 @@ fn custom_nodes(comfyui: &Path) -> Result<PathBuf> {
 
 /// Writes the pack into `COMFYUI/custom_nodes/comfyui-vrambisect` (replacing an older copy of
 /// it), through a temporary folder so that a failed write leaves the old copy whole.
-pub fn install(comfyui: &Path) -> Result<Done> {
+pub(crate) fn install(comfyui: &Path) -> Result<Done> {
     let nodes = custom_nodes(comfyui)?;
     let target = nodes.join(PACK);
     if let Some(other) = other_copies(&nodes).first() {
@@ -188,7 +188,7 @@ pub fn install(comfyui: &Path) -> Result<Done> {
 }
 
 /// Removes the pack's folder; the extension's results under `user/vrambisect` stay.
-pub fn remove(comfyui: &Path) -> Result<Done> {
+pub(crate) fn remove(comfyui: &Path) -> Result<Done> {
     let nodes = custom_nodes(comfyui)?;
     let target = nodes.join(PACK);
     let results = comfyui.join("user").join("vrambisect");

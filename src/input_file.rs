@@ -10,12 +10,12 @@ use std::path::Path;
 
 /// The largest workflow read (an API workflow is kilobytes; one with images inlined a few
 /// MiB).
-pub const MAX_WORKFLOW: u64 = 64 << 20;
+pub(crate) const MAX_WORKFLOW: u64 = 64 << 20;
 /// The largest launcher script read.
-pub const MAX_SCRIPT: u64 = 1 << 20;
+pub(crate) const MAX_SCRIPT: u64 = 1 << 20;
 
 /// Reads the file `path`, a `what` ("workflow", "launcher"), of at most `max` bytes.
-pub fn read(path: &Path, what: &str, max: u64) -> Result<Vec<u8>> {
+pub(crate) fn read(path: &Path, what: &str, max: u64) -> Result<Vec<u8>> {
     let file = open(path, what, max)?;
     let mut bytes = Vec::new();
     file.take(max + 1)
@@ -28,7 +28,7 @@ pub fn read(path: &Path, what: &str, max: u64) -> Result<Vec<u8>> {
 }
 
 /// The first `n` bytes of a plain file (fewer when it is shorter), to tell what it is.
-pub fn head(path: &Path, what: &str, n: usize) -> Result<Vec<u8>> {
+pub(crate) fn head(path: &Path, what: &str, n: usize) -> Result<Vec<u8>> {
     let file = open(path, what, u64::MAX)?;
     let mut out = Vec::with_capacity(n);
     file.take(n as u64)
@@ -108,7 +108,7 @@ fn kind_of(t: &std::fs::FileType) -> Option<&'static str> {
 /// Text as Windows editors save it: UTF-8 with or without a byte-order mark (Notepad), or
 /// UTF-16 (PowerShell's `>` redirection writes UTF-16LE with a BOM). Invalid sequences become
 /// U+FFFD, as for any file read here.
-pub fn decode(bytes: &[u8]) -> Cow<'_, str> {
+pub(crate) fn decode(bytes: &[u8]) -> Cow<'_, str> {
     if let Some(rest) = bytes.strip_prefix(&[0xEF, 0xBB, 0xBF]) {
         return String::from_utf8_lossy(rest);
     }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The interpreter chosen for an install, and where it came from.
-pub use crate::locate::Chosen as Python;
+pub(crate) use crate::locate::Chosen as Python;
 
 /// A ComfyUI folder (the one holding `main.py`).
 #[derive(Debug, Clone, Serialize)]
@@ -162,7 +162,7 @@ fn copy_tree(from: &Path, to: &Path, top: bool) -> std::io::Result<()> {
 }
 
 /// What to do about a Python that fails before ComfyUI could even print its help.
-pub fn startup_hint(stderr: &str) -> String {
+pub(crate) fn startup_hint(stderr: &str) -> String {
     if stderr.contains("No module named 'comfy_aimdo") {
         "comfy-aimdo is missing or too old: run 'pip install -r requirements.txt' with ComfyUI's Python".into()
     } else if stderr.contains("ModuleNotFoundError") {

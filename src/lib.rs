@@ -5,6 +5,7 @@
 
 // No function outside tests over 150 lines of code (the threshold is in clippy.toml).
 #![cfg_attr(not(test), warn(clippy::too_many_lines))]
+#![warn(unreachable_pub)]
 
 pub mod app;
 mod bayes;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// The variable through which `python -m vrambisect` tells the binary which interpreter ran
 /// it (`python/vrambisect/__main__.py` sets it).
-pub const PYTHON_ENV: &str = "VRAMBISECT_PYTHON";
+pub(crate) const PYTHON_ENV: &str = "VRAMBISECT_PYTHON";
 
 /// The words for a Python that ran `python -m vrambisect`.
 const STARTED_BY: &str = "the Python that ran python -m vrambisect";
@@ -21,7 +21,7 @@ const INSTALLED_IN: &str = "the Python vrambisect is installed in";
 
 /// The Python vrambisect was started from, and how it is known.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Interpreter {
+pub(crate) struct Interpreter {
     /// Absolute, links not resolved (a venv's `bin/python` is the venv, not the Python it
     /// links to).
     pub path: PathBuf,
@@ -31,7 +31,7 @@ pub struct Interpreter {
 
 impl Interpreter {
     /// The interpreter of `python -m vrambisect`.
-    pub fn started_by(path: impl Into<PathBuf>) -> Interpreter {
+    pub(crate) fn started_by(path: impl Into<PathBuf>) -> Interpreter {
         Interpreter {
             path: path.into(),
             how: STARTED_BY,
@@ -41,7 +41,7 @@ impl Interpreter {
     /// The Python whose scripts folder holds `exe` (the program pip installed): a venv's
     /// `bin/` or `Scripts\` beside `pyvenv.cfg`, or the portable build's
     /// `python_embeded\Scripts\` below `python.exe`.
-    pub fn installed_in(exe: &Path) -> Option<Interpreter> {
+    pub(crate) fn installed_in(exe: &Path) -> Option<Interpreter> {
         let scripts = exe.parent()?;
         let name = scripts.file_name()?.to_str()?;
         let top = scripts.parent()?;
@@ -63,7 +63,7 @@ impl Interpreter {
 
 /// How vrambisect was started: what the defaults are found from.
 #[derive(Debug, Clone, Default)]
-pub struct Origin {
+pub(crate) struct Origin {
     /// The interpreter of `python -m vrambisect`, else the Python whose scripts folder holds
     /// the program.
     pub interpreter: Option<Interpreter>,
@@ -75,7 +75,7 @@ pub struct Origin {
 
 impl Origin {
     /// This process's origin, read from its environment once.
-    pub fn current() -> &'static Origin {
+    pub(crate) fn current() -> &'static Origin {
         static ORIGIN: std::sync::OnceLock<Origin> = std::sync::OnceLock::new();
         ORIGIN.get_or_init(Origin::from_env)
     }
@@ -83,7 +83,7 @@ impl Origin {
     /// The words that start this vrambisect again, for the commands it shows: the interpreter
     /// and `-m vrambisect` after `python -m vrambisect` (a user of the portable build has no
     /// `vrambisect` on PATH), else `vrambisect`.
-    pub fn program(&self) -> Vec<String> {
+    pub(crate) fn program(&self) -> Vec<String> {
         match &self.interpreter {
             Some(i) if i.how == STARTED_BY => vec![
                 i.path.display().to_string(),
@@ -95,14 +95,14 @@ impl Origin {
     }
 
     /// [`Origin::program`] as a command line, followed by `args`.
-    pub fn command_line(&self, args: &[String]) -> String {
+    pub(crate) fn command_line(&self, args: &[String]) -> String {
         let mut argv = self.program();
         argv.extend(args.iter().cloned());
         crate::text::command_line(&argv)
     }
 
     /// This process's origin, from its environment.
-    pub fn from_env() -> Origin {
+    pub(crate) fn from_env() -> Origin {
         let cwd = std::env::current_dir().unwrap_or_default();
         let interpreter = std::env::var_os(PYTHON_ENV)
             .filter(|v| !v.is_empty())
@@ -123,7 +123,7 @@ impl Origin {
 /// the folder holding `.venv`, `models`, `user`, ...) and the app's own ComfyUI folder (the
 /// `main.py` it runs), which is not in the base folder.
 #[derive(Debug, Clone, Default)]
-pub struct DesktopPlaces {
+pub(crate) struct DesktopPlaces {
     pub configs: Vec<PathBuf>,
     pub apps: Vec<PathBuf>,
 }
@@ -133,7 +133,7 @@ impl DesktopPlaces {
     /// `%LOCALAPPDATA%\Programs`), macOS (`~/Library/Application Support/ComfyUI`,
     /// `ComfyUI.app`), Linux (`~/.config/ComfyUI`; Desktop ships no Linux app, so only its
     /// settings are known).
-    pub fn here(var: impl Fn(&str) -> Option<OsString>) -> DesktopPlaces {
+    pub(crate) fn here(var: impl Fn(&str) -> Option<OsString>) -> DesktopPlaces {
         let path = |k: &str| var(k).filter(|v| !v.is_empty()).map(PathBuf::from);
         let mut places = DesktopPlaces::default();
         if cfg!(windows) {
@@ -231,7 +231,7 @@ impl Defaults {
 /// The ComfyUI folder: `explicit` (`--comfyui`), else the one found from `python` (`--python`,
 /// else the interpreter of `python -m vrambisect`) and from the current folder. `Ok(None)`
 /// when nothing was found; an error when two different folders could be meant.
-pub fn comfyui_dir(
+pub(crate) fn comfyui_dir(
     explicit: Option<&Path>,
     python: Option<&Path>,
     origin: &Origin,
@@ -303,7 +303,7 @@ pub fn comfyui_dir(
 
 /// [`comfyui_dir`] where a command cannot go on without one: the error says what was looked
 /// at.
-pub fn require_comfyui_dir(
+pub(crate) fn require_comfyui_dir(
     explicit: Option<&Path>,
     python: Option<&Path>,
     origin: &Origin,
@@ -389,7 +389,7 @@ fn from_interpreter(
 /// venv inside it, the portable build's `python_embeded` beside it, Desktop's venv in its base
 /// folder); the interpreter of `python -m vrambisect` when the install has none of its own;
 /// else `python3` (`python` on Windows) on PATH.
-pub fn python_for(dir: &Path, explicit: Option<&Path>, origin: &Origin) -> Chosen {
+pub(crate) fn python_for(dir: &Path, explicit: Option<&Path>, origin: &Origin) -> Chosen {
     if let Some(p) = explicit {
         // A relative path with a folder in it means "from here", not from ComfyUI's folder;
         // a bare name is looked up on PATH.

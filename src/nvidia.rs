@@ -11,7 +11,7 @@ pub const NVML_LIB_ENV: &str = "VRAMBISECT_NVML_LIB";
 
 /// Where NVIDIA's libraries cannot exist (macOS: ComfyUI runs on Apple's MPS there), why, in
 /// one line; every GPU probe says this instead of "not found".
-pub const NOT_ON_THIS_OS: Option<&str> = if cfg!(target_os = "macos") {
+pub(crate) const NOT_ON_THIS_OS: Option<&str> = if cfg!(target_os = "macos") {
     Some(
         "NVIDIA GPUs do not apply on macOS (ComfyUI runs on Apple's MPS there): GPU memory is not recorded, RAM is",
     )
@@ -26,7 +26,7 @@ const NVML_VERSION_MISMATCH: &str = "Driver/library version mismatch";
 
 /// The library to load: the one given, else `$VRAMBISECT_NVML_LIB`, else the system's
 /// (`None`: the loader's search; on Windows the NVSMI folder where older drivers put it).
-pub fn nvml_lib(explicit: Option<&Path>) -> Option<PathBuf> {
+pub(crate) fn nvml_lib(explicit: Option<&Path>) -> Option<PathBuf> {
     explicit
         .map(Path::to_path_buf)
         .or_else(|| {
@@ -48,7 +48,7 @@ pub fn nvml_lib(explicit: Option<&Path>) -> Option<PathBuf> {
 
 /// Where Windows keeps `nvml.dll`: System32 since driver 418 (found by the loader: `None`),
 /// `NVIDIA Corporation\NVSMI` under Program Files before.
-pub fn windows_nvml(
+pub(crate) fn windows_nvml(
     system_root: Option<&std::ffi::OsStr>,
     program_files: Option<&std::ffi::OsStr>,
     exists: &dyn Fn(&Path) -> bool,
@@ -68,7 +68,7 @@ pub fn windows_nvml(
 
 /// Why NVML could not be opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NvmlOpenError {
+pub(crate) enum NvmlOpenError {
     /// This operating system has no NVIDIA GPUs (macOS).
     NotOnThisOs(&'static str),
     /// No library where the system keeps it: no NVIDIA driver here.
@@ -89,7 +89,7 @@ pub enum NvmlOpenError {
 
 impl NvmlOpenError {
     /// Nothing NVIDIA on this machine (as opposed to a driver that is there and fails).
-    pub fn no_nvidia_here(&self) -> bool {
+    pub(crate) fn no_nvidia_here(&self) -> bool {
         matches!(
             self,
             NvmlOpenError::NotOnThisOs(_) | NvmlOpenError::NotInstalled
@@ -140,7 +140,7 @@ impl fmt::Display for NvmlOpenError {
 }
 
 /// Opens NVML: `lib`, else the system's (see [`nvml_lib`] for which `lib` to give).
-pub fn open_nvml(lib: Option<&Path>) -> Result<Nvml, NvmlOpenError> {
+pub(crate) fn open_nvml(lib: Option<&Path>) -> Result<Nvml, NvmlOpenError> {
     if let (None, Some(why)) = (lib, NOT_ON_THIS_OS) {
         return Err(NvmlOpenError::NotOnThisOs(why));
     }
@@ -152,7 +152,7 @@ pub fn open_nvml(lib: Option<&Path>) -> Result<Nvml, NvmlOpenError> {
 }
 
 /// Each GPU NVML sees: its index and UUID (where NVML gives one).
-pub fn gpu_ids(lib: Option<&Path>) -> Result<Vec<(u32, Option<String>)>, NvmlOpenError> {
+pub(crate) fn gpu_ids(lib: Option<&Path>) -> Result<Vec<(u32, Option<String>)>, NvmlOpenError> {
     let nvml = open_nvml(lib)?;
     let count = nvml
         .device_count()
@@ -163,7 +163,7 @@ pub fn gpu_ids(lib: Option<&Path>) -> Result<Vec<(u32, Option<String>)>, NvmlOpe
 }
 
 /// `13000` → `13.0`, as `nvidia-smi` prints it.
-pub fn cuda_version_string(v: i32) -> String {
+pub(crate) fn cuda_version_string(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 

@@ -6,19 +6,19 @@ use std::path::{Path, PathBuf};
 
 /// The canonical form of `p` (links resolved), in the plain form; `None` when it does not
 /// exist.
-pub fn canonical_opt(p: &Path) -> Option<PathBuf> {
+pub(crate) fn canonical_opt(p: &Path) -> Option<PathBuf> {
     std::fs::canonicalize(p).ok().map(|c| plain(&c))
 }
 
 /// [`canonical_opt`], or `p` itself when it cannot be resolved.
-pub fn canonical(p: &Path) -> PathBuf {
+pub(crate) fn canonical(p: &Path) -> PathBuf {
     canonical_opt(p).unwrap_or_else(|| p.to_path_buf())
 }
 
 /// `\\?\C:\dir` → `C:\dir` and `\\?\UNC\server\share` → `\\server\share`, when the plain
 /// form means the same path (no part longer than Windows' limit, no reserved name, no
 /// trailing dot or space); anything else unchanged.
-pub fn plain(p: &Path) -> PathBuf {
+pub(crate) fn plain(p: &Path) -> PathBuf {
     let Some(s) = p.to_str() else {
         return p.to_path_buf();
     };

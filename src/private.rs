@@ -11,7 +11,7 @@ use std::path::Path;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 
 /// `create_dir_all`, with every folder it creates private.
-pub fn create_dir_all(path: &Path) -> io::Result<()> {
+pub(crate) fn create_dir_all(path: &Path) -> io::Result<()> {
     let mut b = DirBuilder::new();
     b.recursive(true);
     #[cfg(unix)]
@@ -20,7 +20,7 @@ pub fn create_dir_all(path: &Path) -> io::Result<()> {
 }
 
 /// Open options whose new files are private.
-pub fn options() -> OpenOptions {
+pub(crate) fn options() -> OpenOptions {
     #[allow(unused_mut)]
     let mut o = OpenOptions::new();
     #[cfg(unix)]
@@ -29,12 +29,12 @@ pub fn options() -> OpenOptions {
 }
 
 /// Creates (or truncates) a private file.
-pub fn create(path: &Path) -> io::Result<File> {
+pub(crate) fn create(path: &Path) -> io::Result<File> {
     options().write(true).create(true).truncate(true).open(path)
 }
 
 /// `fs::write` into a private file.
-pub fn write(path: &Path, contents: impl AsRef<[u8]>) -> io::Result<()> {
+pub(crate) fn write(path: &Path, contents: impl AsRef<[u8]>) -> io::Result<()> {
     create(path)?.write_all(contents.as_ref())
 }
 

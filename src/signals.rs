@@ -20,7 +20,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
 
 /// Installs the handlers (idempotent).
 #[cfg(unix)]
-pub fn install() {
+pub(crate) fn install() {
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = on_signal as *const () as usize;
@@ -72,7 +72,7 @@ pub enum Stop {
 }
 
 /// What the signals received so far ask for.
-pub fn requested() -> Stop {
+pub(crate) fn requested() -> Stop {
     let ints = INTERRUPTS.load(Ordering::SeqCst);
     if ints >= 2 {
         Stop::Now
@@ -85,7 +85,7 @@ pub fn requested() -> Stop {
 
 /// What asked to stop, in words: `Ctrl-C`, or the polite request of another program or of
 /// Windows (SIGTERM; closing the console, logging off).
-pub fn cause() -> &'static str {
+pub(crate) fn cause() -> &'static str {
     if INTERRUPTS.load(Ordering::SeqCst) > 0 {
         "Ctrl-C"
     } else if cfg!(windows) {
@@ -96,6 +96,6 @@ pub fn cause() -> &'static str {
 }
 
 /// Whether every grace period must end now (a second Ctrl-C).
-pub fn kill_now() -> bool {
+pub(crate) fn kill_now() -> bool {
     requested() == Stop::Now
 }

@@ -2,7 +2,7 @@
 //! shell takes them back, byte sizes as a person reads them.
 
 /// The last `n` non-empty lines of `lines`.
-pub fn last_lines(lines: &[String], n: usize) -> Vec<String> {
+pub(crate) fn last_lines(lines: &[String], n: usize) -> Vec<String> {
     let non_empty: Vec<&String> = lines.iter().filter(|l| !l.trim().is_empty()).collect();
     non_empty[non_empty.len().saturating_sub(n)..]
         .iter()
@@ -12,7 +12,7 @@ pub fn last_lines(lines: &[String], n: usize) -> Vec<String> {
 
 /// A command line as a POSIX shell takes it back: words with spaces, quotes or other shell
 /// characters in single quotes.
-pub fn shell_words(argv: &[String]) -> String {
+pub(crate) fn shell_words(argv: &[String]) -> String {
     join_quoted(argv, "-_./=:,+@%", |a| {
         format!("'{}'", a.replace('\'', "'\\''"))
     })
@@ -21,7 +21,7 @@ pub fn shell_words(argv: &[String]) -> String {
 /// A command line a person can paste into `cmd.exe` as well as into a POSIX shell (for
 /// the plain words and paths with spaces that ComfyUI's command lines hold): words with
 /// spaces or shell characters in double quotes; backslashes of Windows paths stay as they are.
-pub fn command_line(argv: &[String]) -> String {
+pub(crate) fn command_line(argv: &[String]) -> String {
     join_quoted(argv, "-_=./:,@%+\\", |a| {
         format!("\"{}\"", a.replace('"', "\\\""))
     })
@@ -49,7 +49,7 @@ const GIB: f64 = KIB * KIB * KIB;
 /// `1 run`, `3 runs`: a count with its noun (plural by `s`).
 /// `text` as part of a file name: ASCII letters, digits and `keep` as they are, anything
 /// else `_`.
-pub fn file_safe(text: &str, keep: char) -> String {
+pub(crate) fn file_safe(text: &str, keep: char) -> String {
     text.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == keep {
@@ -61,7 +61,7 @@ pub fn file_safe(text: &str, keep: char) -> String {
         .collect()
 }
 
-pub fn plural(n: usize, noun: &str) -> String {
+pub(crate) fn plural(n: usize, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")
     } else {
@@ -70,24 +70,24 @@ pub fn plural(n: usize, noun: &str) -> String {
 }
 
 /// `23.6 GiB`: one decimal, for sizes of machines and disks.
-pub fn gib(bytes: u64) -> String {
+pub(crate) fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / GIB)
 }
 
 /// `0.02 GiB`, or `-` when nothing was measured: two decimals, for the peaks of a run.
-pub fn gib_or_dash(bytes: Option<u64>) -> String {
+pub(crate) fn gib_or_dash(bytes: Option<u64>) -> String {
     bytes
         .map(|b| format!("{:.2} GiB", b as f64 / GIB))
         .unwrap_or_else(|| "-".into())
 }
 
 /// `379 MiB`, rounded down.
-pub fn mib(bytes: u64) -> String {
+pub(crate) fn mib(bytes: u64) -> String {
     format!("{} MiB", bytes >> 20)
 }
 
 /// Bytes in the unit a person would pick: `9.00 GiB`, `379 MiB`, `12 KiB`, `-1.50 GiB`.
-pub fn bytes(v: i64) -> String {
+pub(crate) fn bytes(v: i64) -> String {
     let sign = if v < 0 { "-" } else { "" };
     let b = v.unsigned_abs() as f64;
     if b >= GIB {
@@ -103,7 +103,7 @@ pub fn bytes(v: i64) -> String {
 
 /// The number of a `/proc` line's value in KiB (`VmRSS:   1234 kB`, `MemTotal: 24 kB`), in
 /// bytes.
-pub fn proc_kib(value: &str) -> Option<u64> {
+pub(crate) fn proc_kib(value: &str) -> Option<u64> {
     value
         .split_ascii_whitespace()
         .next()?
@@ -115,7 +115,7 @@ pub fn proc_kib(value: &str) -> Option<u64> {
 /// `text` with its control characters (a newline, an escape sequence that could clear or
 /// recolour the terminal) shown as escapes (`\n`, `\u{1b}`): a path or value the user typed
 /// stays on one line and does nothing to the terminal it is printed on.
-pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.chars().any(char::is_control) {
         return std::borrow::Cow::Borrowed(text);
     }

@@ -93,12 +93,12 @@ impl From<Version> for String {
 }
 
 /// The first release with Dynamic VRAM on by default (PR #12658, 2026-02-26).
-pub fn dynamic_vram_release() -> Version {
+pub(crate) fn dynamic_vram_release() -> Version {
     Version::lit("0.15.0")
 }
 
 /// Reads `__version__` from the text of a `comfyui_version.py`.
-pub fn from_version_py(text: &str) -> Option<Version> {
+pub(crate) fn from_version_py(text: &str) -> Option<Version> {
     text.lines().find_map(|line| {
         let rest = line.trim().strip_prefix("__version__")?;
         let rest = rest.trim_start().strip_prefix('=')?.trim();

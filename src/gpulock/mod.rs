@@ -31,17 +31,17 @@ mod windows;
 #[cfg(windows)]
 use windows as sys;
 
-pub use sys::lock_dir;
+pub(crate) use sys::lock_dir;
 use sys::{holder, open_error, open_lock, private_dir};
 
 /// Opens (or makes) a lock file as the GPU locks are: never through a link, never a FIFO or
 /// a device planted under its name.
-pub fn open_lock_file(path: &Path) -> std::io::Result<File> {
+pub(crate) fn open_lock_file(path: &Path) -> std::io::Result<File> {
     open_lock(path).map_err(|e| open_error(path, e))
 }
 
 /// The held GPU locks; released when dropped.
-pub struct GpuLock {
+pub(crate) struct GpuLock {
     _files: Vec<File>,
     /// How long it took to get them.
     pub waited: Duration,
@@ -49,7 +49,7 @@ pub struct GpuLock {
 
 /// Where the locks are, and what to tell the user about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockDir {
+pub(crate) struct LockDir {
     pub path: PathBuf,
     /// Why the shared folder was not used, when it was not.
     pub note: Option<String>,
@@ -63,7 +63,7 @@ fn lock_name(key: &str) -> String {
 /// The GPUs NVML sees, as lock keys (UUIDs, or indexes where a UUID is missing). No NVIDIA
 /// library: no GPU to share, no key. A library that is there but fails (a driver mismatch,
 /// no permission): the GPUs are unknown, so one key for the whole machine, and why.
-pub fn gpu_keys(nvml_lib: Option<&Path>) -> (Vec<String>, Option<String>) {
+pub(crate) fn gpu_keys(nvml_lib: Option<&Path>) -> (Vec<String>, Option<String>) {
     let lib = crate::nvidia::nvml_lib(nvml_lib);
     let gpus = match crate::nvidia::gpu_ids(lib.as_deref()) {
         Ok(gpus) => gpus,
@@ -89,7 +89,7 @@ pub fn gpu_keys(nvml_lib: Option<&Path>) -> (Vec<String>, Option<String>) {
 /// Takes the locks of the GPUs `keys` in `dir` (an empty list takes none). When another
 /// session holds one, `waiting` is told who, once, then this waits; `stop` is polled so
 /// Ctrl-C still works while waiting (then `None`).
-pub fn acquire_in(
+pub(crate) fn acquire_in(
     dir: &Path,
     keys: &[String],
     waiting: &mut dyn FnMut(&str),
@@ -140,7 +140,7 @@ pub fn acquire_in(
 
 /// Takes the locks of every GPU NVML sees, in the lock folder (see [`acquire_in`]); `note`
 /// is told when the locks are private to this user.
-pub fn acquire(
+pub(crate) fn acquire(
     nvml_lib: Option<&Path>,
     note: &mut dyn FnMut(&str),
     waiting: &mut dyn FnMut(&str),

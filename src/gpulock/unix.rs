@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use super::LockDir;
 
 /// The lock folder is shared between users (with this user's own as the fallback).
-pub const SHARED: bool = true;
+pub(super) const SHARED: bool = true;
 
 /// The folder for the locks (see the module's documentation).
-pub fn lock_dir() -> std::io::Result<LockDir> {
+pub(crate) fn lock_dir() -> std::io::Result<LockDir> {
     if let Some(dir) = std::env::var_os("VRAMBISECT_LOCK_DIR") {
         let path = PathBuf::from(dir);
         std::fs::create_dir_all(&path)?;

@@ -7,7 +7,7 @@ use super::*;
 
 /// A checkout's commit and branch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GitInfo {
+pub(crate) struct GitInfo {
     pub commit: String,
     /// `None` for a detached HEAD.
     pub branch: Option<String>,
@@ -15,7 +15,7 @@ pub struct GitInfo {
 
 /// Reads `.git/HEAD` and the ref it names (loose or in `packed-refs`), without a git binary.
 /// Handles `.git` files (`gitdir: …`, worktrees and submodules) and their `commondir`.
-pub fn git_info(dir: &Path) -> Result<GitInfo, String> {
+pub(crate) fn git_info(dir: &Path) -> Result<GitInfo, String> {
     let dot = dir.join(".git");
     let gitdir = if dot.is_file() {
         let text = std::fs::read_to_string(&dot).map_err(|e| format!("cannot read .git: {e}"))?;
@@ -79,7 +79,7 @@ fn is_sha(s: &str) -> bool {
 }
 
 /// The commit of `refname` in a `packed-refs` file.
-pub fn packed_ref(text: &str, refname: &str) -> Option<String> {
+pub(crate) fn packed_ref(text: &str, refname: &str) -> Option<String> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.starts_with('^'))
         .filter_map(|l| l.split_once(' '))
@@ -89,7 +89,7 @@ pub fn packed_ref(text: &str, refname: &str) -> Option<String> {
 }
 
 /// The entries of `custom_nodes/`: folder (or file) names, and each folder's git commit.
-pub fn custom_nodes(dir: &Path) -> Result<Vec<Value>, String> {
+pub(crate) fn custom_nodes(dir: &Path) -> Result<Vec<Value>, String> {
     let nodes = dir.join("custom_nodes");
     let entries = std::fs::read_dir(&nodes).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => "the install has no custom_nodes folder".to_string(),

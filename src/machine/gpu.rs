@@ -8,7 +8,7 @@ use crate::nvidia::NvmlOpenError;
 
 /// A process holding GPU memory.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GpuProcess {
+pub(crate) struct GpuProcess {
     pub gpu: u32,
     pub pid: u32,
     /// `/proc/PID/comm`, when readable.
@@ -18,7 +18,7 @@ pub struct GpuProcess {
 
 /// One GPU as NVML sees it now.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GpuNow {
+pub(crate) struct GpuNow {
     pub index: u32,
     pub name: Option<String>,
     /// NVML's UUID (`GPU-3f2c…`), stable across reboots and device orders.
@@ -32,7 +32,7 @@ pub struct GpuNow {
 
 /// What NVML says now.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct NvmlNow {
+pub(crate) struct NvmlNow {
     pub driver: Option<String>,
     pub cuda_driver: Option<String>,
     pub gpus: Vec<GpuNow>,
@@ -41,7 +41,7 @@ pub struct NvmlNow {
 }
 
 /// Loads NVML and reads every GPU once.
-pub fn nvml_now(lib: Option<&Path>) -> Result<NvmlNow, NvmlOpenError> {
+pub(crate) fn nvml_now(lib: Option<&Path>) -> Result<NvmlNow, NvmlOpenError> {
     use nvml_wrapper::enums::device::UsedGpuMemory;
     use nvml_wrapper::error::NvmlError;
     let nvml = crate::nvidia::open_nvml(lib)?;

@@ -6,7 +6,7 @@ use super::*;
 // The machine
 
 /// `PRETTY_NAME` (else `NAME VERSION`) from `/etc/os-release`.
-pub fn parse_os_release(text: &str) -> Option<String> {
+pub(super) fn parse_os_release(text: &str) -> Option<String> {
     let mut fields: BTreeMap<&str, String> = BTreeMap::new();
     for line in text.lines() {
         if let Some((k, v)) = line.split_once('=') {
@@ -28,7 +28,7 @@ pub fn parse_os_release(text: &str) -> Option<String> {
 }
 
 /// `model name` and the number of `processor` entries in `/proc/cpuinfo`.
-pub fn parse_cpuinfo(text: &str) -> Option<String> {
+pub(super) fn parse_cpuinfo(text: &str) -> Option<String> {
     let mut model = None;
     let mut count = 0;
     for line in text.lines() {

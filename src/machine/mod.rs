@@ -44,7 +44,7 @@ pub fn env_allowed(name: &str) -> bool {
 }
 
 /// The `format` field of `environment.json`.
-pub const FORMAT: &str = "vrambisect environment v1";
+pub(crate) const FORMAT: &str = "vrambisect environment v1";
 
 /// One fact: its value and where it came from, or why it is missing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -160,7 +160,7 @@ pub struct Environment {
 
 /// What a run recorded about the machine it ran on.
 #[derive(Debug, Clone)]
-pub struct RunFacts {
+pub(crate) struct RunFacts {
     /// `run 001`
     pub label: String,
     pub record: RunRecord,
@@ -172,7 +172,7 @@ pub struct RunFacts {
 
 /// What a capture starts from.
 #[derive(Debug, Clone, Default)]
-pub struct Inputs {
+pub(crate) struct Inputs {
     /// The ComfyUI folder and how it was found.
     pub comfyui: Option<(PathBuf, String)>,
     /// Why the ComfyUI folder is not known, when it is not.
@@ -190,14 +190,14 @@ pub struct Inputs {
     pub ask_python: bool,
 }
 
-pub mod comfyui;
+pub(crate) mod comfyui;
 mod gpu;
 mod host;
 mod python;
 
-pub use comfyui::*;
-pub use gpu::*;
-pub use python::*;
+pub(crate) use comfyui::*;
+pub(crate) use gpu::*;
+pub(crate) use python::*;
 
 // ---------------------------------------------------------------------------------------
 // The whole capture
@@ -233,12 +233,12 @@ fn log_value(log: &str, prefix: &str) -> Option<String> {
 }
 
 /// Captures the environment.
-pub fn capture(inp: &Inputs) -> Environment {
+pub(crate) fn capture(inp: &Inputs) -> Environment {
     merge(inp, probe(inp))
 }
 
 /// What the probes find on this machine now: the I/O half of a capture.
-pub struct Probes {
+pub(crate) struct Probes {
     /// OS, kernel, CPU, RAM and swap.
     pub host: [Item; 5],
     pub nvml: Result<NvmlNow, crate::nvidia::NvmlOpenError>,
@@ -263,7 +263,7 @@ fn unknown_install(inp: &Inputs) -> String {
 }
 
 /// Runs every probe: the machine, NVML, the install's folder and its Python, the environment.
-pub fn probe(inp: &Inputs) -> Probes {
+pub(crate) fn probe(inp: &Inputs) -> Probes {
     let install = inp
         .comfyui
         .as_ref()
@@ -303,7 +303,7 @@ pub fn probe(inp: &Inputs) -> Probes {
 
 /// The variable in which the ComfyUI extension passes what ComfyUI's own process changed in
 /// its environment (a JSON object, `{NAME: value or null}`) to the `report` it starts.
-pub const SET_ENV_VAR: &str = "VRAMBISECT_COMFYUI_SET_ENV";
+pub(crate) const SET_ENV_VAR: &str = "VRAMBISECT_COMFYUI_SET_ENV";
 
 /// `{NAME: value or null}` as (name, value) pairs; anything else is None.
 fn parse_set_env(text: &str) -> Option<Vec<(String, Option<String>)>> {
@@ -341,7 +341,7 @@ fn set_env_item(set: Option<Vec<(String, Option<String>)>>) -> Option<Item> {
 /// Merges what the run recorded with what the probes found (no I/O): a run's own record
 /// wins, so the bundle describes the machine the runs happened on. Each kind of fact has its
 /// own part below.
-pub fn merge(inp: &Inputs, probes: Probes) -> Environment {
+pub(crate) fn merge(inp: &Inputs, probes: Probes) -> Environment {
     let Probes {
         host,
         nvml: now,
@@ -804,7 +804,7 @@ fn launch_facts(rec: &Recorded, inp: &Inputs, process_env: Vec<(String, String)>
     }
 }
 
-pub use crate::text::shell_words;
+pub(crate) use crate::text::shell_words;
 
 #[cfg(test)]
 mod tests;

@@ -10,7 +10,7 @@ use super::*;
 /// torch's CUDA build from `torch/version.py` (found with `find_spec`, which does not run
 /// torch's `__init__`), and comfy-aimdo's modules with `pkgutil` (also without importing).
 /// Importing torch would take seconds and, on a CUDA build, touch the driver.
-pub const PYTHON_PROBE: &str = r#"
+pub(crate) const PYTHON_PROBE: &str = r#"
 import sys, os, json, platform, re
 out = {"python": platform.python_version(), "implementation": platform.python_implementation(),
        "executable": sys.executable, "packages": {}}
@@ -45,7 +45,7 @@ print(json.dumps(out))
 
 /// What the install's Python said.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PyFacts {
+pub(crate) struct PyFacts {
     pub python: String,
     #[serde(default)]
     pub implementation: Option<String>,
@@ -65,13 +65,13 @@ pub struct PyFacts {
 }
 
 impl PyFacts {
-    pub fn package(&self, name: &str) -> Option<&str> {
+    pub(crate) fn package(&self, name: &str) -> Option<&str> {
         self.packages.get(name).and_then(|v| v.as_deref())
     }
 }
 
 /// Parses the probe's output (its last line that is a JSON object).
-pub fn parse_probe(stdout: &str) -> Result<PyFacts, String> {
+pub(crate) fn parse_probe(stdout: &str) -> Result<PyFacts, String> {
     let line = stdout
         .lines()
         .rev()
@@ -81,7 +81,7 @@ pub fn parse_probe(stdout: &str) -> Result<PyFacts, String> {
 }
 
 /// Runs [`PYTHON_PROBE`] with the install's Python in its folder (20 s at most).
-pub fn ask_python(python: &Python, dir: &Path) -> Result<PyFacts, String> {
+pub(crate) fn ask_python(python: &Python, dir: &Path) -> Result<PyFacts, String> {
     const TIMEOUT: Duration = Duration::from_secs(20);
     let expr = duct::cmd(python.path.as_os_str().to_owned(), ["-c", PYTHON_PROBE])
         .dir(dir)
@@ -117,7 +117,7 @@ pub fn ask_python(python: &Python, dir: &Path) -> Result<PyFacts, String> {
 
 /// What a torch build runs on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TorchBuild {
+pub(crate) enum TorchBuild {
     /// CUDA, at this version (`12.8`).
     Cuda(String),
     /// ROCm, at this version.
@@ -137,7 +137,7 @@ impl std::fmt::Display for TorchBuild {
 }
 
 /// The build in a torch version string: `2.10.0+cu130` → CUDA 13.0.
-pub fn torch_build_from_version(v: &str) -> Option<TorchBuild> {
+pub(crate) fn torch_build_from_version(v: &str) -> Option<TorchBuild> {
     let (_, local) = v.split_once('+')?;
     if let Some(digits) = local.strip_prefix("cu")
         && digits.len() >= 3

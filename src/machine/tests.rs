@@ -1,7 +1,7 @@
 //! Machine facts: the parsers, the probes on this machine, a capture.
 
-use super::*;
 use super::host::{parse_cpuinfo, parse_os_release};
+use super::*;
 
 #[test]
 fn os_release_and_cpuinfo() {

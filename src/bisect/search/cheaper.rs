@@ -11,7 +11,7 @@ use crate::bisect::space::Dim;
 
 /// Seconds per step within this fraction of each other are taken as equal: the spread of one
 /// run against the next (the measured spread where a configuration ran more than once).
-pub const NOISE: f64 = 0.10;
+pub(super) const NOISE: f64 = 0.10;
 
 /// What a fix that passed cost, from its passing runs of one kind (full runs where there are
 /// any, shortened ones otherwise).
