@@ -132,7 +132,7 @@ pub(crate) fn free_disk(path: &Path) -> Option<u64> {
 }
 
 #[cfg(windows)]
-pub fn free_disk(path: &Path) -> Option<u64> {
+pub(crate) fn free_disk(path: &Path) -> Option<u64> {
     use std::os::windows::ffi::OsStrExt;
     let wide: Vec<u16> = path
         .as_os_str()

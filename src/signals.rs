@@ -52,7 +52,7 @@ unsafe extern "system" fn on_console(kind: u32) -> windows_sys::core::BOOL {
 
 /// Installs the handler (idempotent).
 #[cfg(windows)]
-pub fn install() {
+pub(crate) fn install() {
     use std::sync::Once;
     static ONCE: Once = Once::new();
     ONCE.call_once(|| unsafe {

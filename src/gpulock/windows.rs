@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use super::LockDir;
 
 /// The lock folder is this user's own already: there is nothing to fall back to.
-pub const SHARED: bool = false;
+pub(super) const SHARED: bool = false;
 
 /// The folder for the locks: `$VRAMBISECT_LOCK_DIR`, else this user's own.
-pub fn lock_dir() -> std::io::Result<LockDir> {
+pub(crate) fn lock_dir() -> std::io::Result<LockDir> {
     let path = match std::env::var_os("VRAMBISECT_LOCK_DIR") {
         Some(dir) => PathBuf::from(dir),
         None => private_dir()?,
