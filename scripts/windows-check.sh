@@ -6,17 +6,8 @@
 # packages, the MinGW-w64 linker and wine: `apt-get install gcc-mingw-w64-x86-64 wine64`.
 # Not part of `.ci/run`: installing those takes minutes and CI has them not.
 set -euo pipefail
-# winepath, tried again: it fails now and then while a wineserver shuts down.
-winpath() {
-    local i
-    for i in 1 2 3; do
-        winepath -w "$1" 2>/dev/null && return 0
-        sleep "$i"
-    done
-    echo "winepath -w $1 failed three times" >&2
-    return 1
-}
 cd "$(dirname "$0")/.."
+. scripts/wine-tools.sh
 target=x86_64-pc-windows-gnu
 rustup target list --installed | grep -qx "$target" || rustup target add "$target"
 cargo clippy --target "$target" --lib --bins --locked -- -D warnings

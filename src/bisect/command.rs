@@ -404,13 +404,24 @@ fn start(new: &NewSession, req: &Request, err: &mut dyn std::io::Write) -> Resul
 
 /// The failure `--failed-log` shows: its last prompt that failed as the bisect can hunt it
 /// (not a start that failed, a workflow ComfyUI refused or an interrupted prompt), said in
-/// one line. A log that shows none is said too, and the search starts as without it.
+/// one line. A log that shows none, or that is no ComfyUI log, is said too, and the search
+/// starts as without it; a file that cannot be opened is refused.
 fn failure_on_record(log: &Path, err: &mut dyn Write) -> Result<Option<Recorded>> {
-    let report = crate::logscan::scan(
-        crate::logscan::input::open(log)?,
-        crate::logscan::Mode::Prefilter,
-    )?;
+    let input = crate::logscan::input::open(log)?;
     let shown = log.display();
+    // A file that opens but is no ComfyUI log the scan can read loses nothing: the search
+    // starts as without it, and says why.
+    let report = match crate::logscan::scan(input, crate::logscan::Mode::Prefilter) {
+        Ok(report) => report,
+        Err(e) => {
+            let _ = writeln!(
+                err,
+                "--failed-log {shown}: not read ({}); the search starts from a full run of your flags",
+                e.message
+            );
+            return Ok(None);
+        }
+    };
     let hunted = |o: &Outcome| {
         !matches!(
             o,

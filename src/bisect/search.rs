@@ -1050,24 +1050,14 @@ impl<'a> Search<'a> {
                     self.run_kind(&base, RunKind::Quick)?;
                     continue;
                 }
-                // The flaky search runs the baseline again only when that tells it more than
-                // any other run would.
-                let flaky_search = repeat > 1
-                    && self.settings.strategy == Strategy::Adaptive
-                    && self.space.dims.len() <= hypotheses::MAX_DIMS;
-                if self.evidence_of(&base).runs() >= repeat || flaky_search {
-                    self.refresh_flaky();
+                if self.baseline_is_enough(&base, repeat) {
                     return Ok(None);
                 }
             } else if self.recorded_stands_in() {
                 // The failure on record, and a shortened run of these flags that failed as
                 // it did: the search goes on without a full run of them.
                 self.target = self.recorded.as_ref().map(|r| r.outcome);
-                let flaky_search = repeat > 1
-                    && self.settings.strategy == Strategy::Adaptive
-                    && self.space.dims.len() <= hypotheses::MAX_DIMS;
-                if self.evidence_of(&base).runs() >= repeat || flaky_search {
-                    self.refresh_flaky();
+                if self.baseline_is_enough(&base, repeat) {
                     return Ok(None);
                 }
             } else if let Some(outcome) = self.recorded.as_ref().map(|r| r.outcome)
@@ -1101,6 +1091,20 @@ impl<'a> Search<'a> {
             }
             self.run_once(&base)?;
         }
+    }
+
+    /// Whether the failing baseline has run enough for the search to begin: `--repeat`
+    /// times, or once for the flaky search, which runs it again only when that tells it more
+    /// than any other run would.
+    fn baseline_is_enough(&mut self, base: &Config, repeat: usize) -> bool {
+        let flaky_search = repeat > 1
+            && self.settings.strategy == Strategy::Adaptive
+            && self.space.dims.len() <= hypotheses::MAX_DIMS;
+        let enough = self.evidence_of(base).runs() >= repeat || flaky_search;
+        if enough {
+            self.refresh_flaky();
+        }
+        enough
     }
 
     /// A no-fix verdict, why as data and in words.

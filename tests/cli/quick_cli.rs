@@ -448,6 +448,30 @@ fn a_failed_log_that_shows_no_failure_is_said_and_a_missing_one_refused() {
     );
     assert_eq!(runs(&doc)[0], (1, "full".into(), "oom".into()));
     assert!(doc["verdict"].get("failure_on_record").is_none());
+    // A file that is no ComfyUI log: said, and the search starts as without it.
+    let not_a_log = tmp.path().join("notes.txt");
+    std::fs::write(&not_a_log, "remember to buy milk\n").unwrap();
+    let out3 = support::out_dir(tmp.path(), "s3");
+    let (code, doc, output) = support::json(&[
+        "bisect",
+        "--comfyui",
+        install.path_str(),
+        "--workflow",
+        wf.to_str().unwrap(),
+        "--output",
+        &out3,
+        "--first-fix",
+        "--failed-log",
+        not_a_log.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{doc:#}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("notes.txt: not read (")
+            && stderr.contains("the search starts from a full run of your flags"),
+        "{stderr}"
+    );
+    assert_eq!(runs(&doc)[0], (1, "full".into(), "oom".into()));
     // A file that is not there: one line, exit 2, no session folder.
     let out2 = support::out_dir(tmp.path(), "s2");
     let out = support::vrambisect()
