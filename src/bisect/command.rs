@@ -375,7 +375,7 @@ fn start(new: &NewSession, req: &Request, err: &mut dyn std::io::Write) -> Resul
     }
     spec.value_ceiling = value_ceiling(req.nvml_lib.as_deref());
     if let Some(log) = &new.failed_log {
-        spec.failure_on_record = failure_on_record(log, err)?;
+        spec.failure_on_record = failure_on_record(log, spec.quick, err)?;
     }
     let (space, toggles, toggle_set) = space_of(&spec, &target)?;
     say_value_searches(&space, err);
@@ -406,19 +406,35 @@ fn start(new: &NewSession, req: &Request, err: &mut dyn std::io::Write) -> Resul
 /// (not a start that failed, a workflow ComfyUI refused or an interrupted prompt), said in
 /// one line. A log that shows none, or that is no ComfyUI log, is said too, and the search
 /// starts as without it; a file that cannot be opened is refused.
-fn failure_on_record(log: &Path, err: &mut dyn Write) -> Result<Option<Recorded>> {
+fn failure_on_record(
+    log: &Path,
+    quick: crate::workflow::quick::Quick,
+    err: &mut dyn Write,
+) -> Result<Option<Recorded>> {
+    // (Read before the first run: standard input would hold the session up unseen.)
+    if log == Path::new("-") {
+        return Err(
+            Error::usage("--failed-log takes a file, not standard input")
+                .hint("save the log to a file and give its path"),
+        );
+    }
     let input = crate::logscan::input::open(log)?;
+    let log = canonical(log);
     let shown = log.display();
+    let full = "the search starts from a full run of your flags";
+    if quick == crate::workflow::quick::Quick::Off {
+        let _ = writeln!(
+            err,
+            "--failed-log {shown}: not used with --quick off; {full}"
+        );
+        return Ok(None);
+    }
     // A file that opens but is no ComfyUI log the scan can read loses nothing: the search
     // starts as without it, and says why.
     let report = match crate::logscan::scan(input, crate::logscan::Mode::Prefilter) {
         Ok(report) => report,
         Err(e) => {
-            let _ = writeln!(
-                err,
-                "--failed-log {shown}: not read ({}); the search starts from a full run of your flags",
-                e.message
-            );
+            let _ = writeln!(err, "--failed-log: {}; {full}", e.message);
             return Ok(None);
         }
     };
@@ -440,8 +456,7 @@ fn failure_on_record(log: &Path, err: &mut dyn Write) -> Result<Option<Recorded>
     let Some(prompt) = failed else {
         let _ = writeln!(
             err,
-            "--failed-log {shown}: it shows no failed prompt ({}); the search starts from a full run of your flags",
-            report.summary.trim_end_matches('.')
+            "--failed-log {shown}: it shows no failed prompt; {full}"
         );
         return Ok(None);
     };
@@ -453,12 +468,24 @@ fn failure_on_record(log: &Path, err: &mut dyn Write) -> Result<Option<Recorded>
         line: prompt.line,
         failed_step: prompt.failed_step,
     };
-    let _ = writeln!(
-        err,
-        "failure on record: {} in {shown} (line {}): the search starts from a shortened run of your flags, and runs them in full only if that does not fail so",
-        outcome.describe(),
-        prompt.line
-    );
+    let past = match (prompt.failed_step, quick.steps()) {
+        (Some(step), Some(q)) if step > 2 * u64::from(q) + 1 => Some(step),
+        _ => None,
+    };
+    let _ = match past {
+        Some(step) => writeln!(
+            err,
+            "failure on record: {} in {shown} (the prompt at line {}), after step {step} of its sampling, past what a shortened run keeps: {full}",
+            outcome.describe(),
+            prompt.line
+        ),
+        None => writeln!(
+            err,
+            "failure on record: {} in {shown} (the prompt at line {}): where a shortened run of your flags fails the same way, it stands in for the full run of them",
+            outcome.describe(),
+            prompt.line
+        ),
+    };
     Ok(Some(recorded))
 }
 

@@ -166,9 +166,12 @@ pub struct Recorded {
 }
 
 impl Recorded {
-    /// "the log you gave (comfyui.log, line 26)".
+    /// "the log you gave (comfyui.log, the prompt at line 26)".
     pub fn source(&self) -> String {
-        format!("the log you gave ({}, line {})", self.file, self.line)
+        format!(
+            "the log you gave ({}, the prompt at line {})",
+            self.file, self.line
+        )
     }
 }
 

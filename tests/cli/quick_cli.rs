@@ -397,7 +397,7 @@ fn a_failure_on_record_starts_from_the_shortened_check() {
     let statement = doc["verdict"]["statement"].as_str().unwrap();
     assert!(
         statement.starts_with(&format!(
-            "Failed with your flags (CUDA out of memory) in the log you gave ({log_arg}, line "
+            "Failed with your flags (CUDA out of memory) in the log you gave ({log_arg}, the prompt at line "
         )),
         "{statement}"
     );
@@ -467,7 +467,7 @@ fn a_failed_log_that_shows_no_failure_is_said_and_a_missing_one_refused() {
     assert_eq!(code, 0, "{doc:#}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("notes.txt: not read (")
+        stderr.contains("notes.txt does not look like a ComfyUI log")
             && stderr.contains("the search starts from a full run of your flags"),
         "{stderr}"
     );
@@ -500,6 +500,26 @@ fn a_failed_log_that_shows_no_failure_is_said_and_a_missing_one_refused() {
             .count(),
         1,
         "{stderr}"
+    );
+    assert!(!std::path::Path::new(&out2).exists());
+    // Standard input is not read for it: refused before anything runs.
+    let (code, _, output) = support::json(&[
+        "bisect",
+        "--comfyui",
+        install.path_str(),
+        "--workflow",
+        wf.to_str().unwrap(),
+        "--output",
+        &out2,
+        "--failed-log",
+        "-",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("--failed-log takes a file, not standard input"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
     );
     assert!(!std::path::Path::new(&out2).exists());
     install.assert_nothing_left();
