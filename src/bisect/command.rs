@@ -469,7 +469,7 @@ fn failure_on_record(
         failed_step: prompt.failed_step,
     };
     let past = match (prompt.failed_step, quick.steps()) {
-        (Some(step), Some(q)) if step > 2 * u64::from(q) + 1 => Some(step),
+        (Some(step), Some(q)) if super::search::past_shortening(step, q) => Some(step),
         _ => None,
     };
     let _ = match past {

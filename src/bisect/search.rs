@@ -222,6 +222,12 @@ pub enum Stopped {
     Failed(crate::error::Error),
 }
 
+/// Whether a failure after sampling step `step` lies well past the `quick` steps a shortened
+/// run keeps, so that a shortened run could not show it.
+pub fn past_shortening(step: u64, quick: u32) -> bool {
+    step > 2 * u64::from(quick) + 1
+}
+
 /// VRAM other processes held as the baseline failed from which the room left for them is
 /// tried first (ComfyUI's answer to such OOMs: "try `--vram-headroom 1`", #14396).
 const OTHERS_VRAM_PRIOR: u64 = 1 << 30;
@@ -579,7 +585,7 @@ impl<'a> Search<'a> {
     /// log's progress bar stopped there): a shortened check could not show it.
     fn recorded_past_shortening(&self) -> bool {
         let step = self.recorded.as_ref().and_then(|r| r.failed_step);
-        matches!((step, self.oracle.quick_steps()), (Some(s), Some(q)) if s > 2 * u64::from(q) + 1)
+        matches!((step, self.oracle.quick_steps()), (Some(s), Some(q)) if past_shortening(s, q))
     }
 
     /// Whether the failure on record stands in for the full baseline: a shortened run of the
@@ -790,7 +796,7 @@ impl<'a> Search<'a> {
         if checks.is_empty()
             && let Some(r) = reference
             && let (Some(step), Some(q)) = (r.failed_step, self.oracle.quick_steps())
-            && step > 2 * u64::from(q) + 1
+            && past_shortening(step, q)
         {
             self.quick = QuickState::Off(Some(format!(
                 "your workflow failed after step {step} of its sampling (run {}), past the {q} steps of a shortened run",

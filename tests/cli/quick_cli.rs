@@ -425,20 +425,23 @@ fn a_failed_log_that_shows_no_failure_is_said_and_a_missing_one_refused() {
     let install = FakeComfy::new("0.38.1", dynamic_vram_oom(json!({"at_step": 1})));
     let passed = support::fixture("logs/format-level-ansi.log");
     let tmp = tempfile::tempdir().unwrap();
-    let out = support::out_dir(tmp.path(), "s");
     let wf = support::fixture(TWENTY);
-    let (code, doc, output) = support::json(&[
-        "bisect",
-        "--comfyui",
-        install.path_str(),
-        "--workflow",
-        wf.to_str().unwrap(),
-        "--output",
-        &out,
-        "--first-fix",
-        "--failed-log",
-        passed.to_str().unwrap(),
-    ]);
+    // A bisect of the stand-in given `log`, its session in `<temp>/OUT`.
+    let with_log = |out: &str, log: &std::path::Path| {
+        support::json(&[
+            "bisect",
+            "--comfyui",
+            install.path_str(),
+            "--workflow",
+            wf.to_str().unwrap(),
+            "--output",
+            &support::out_dir(tmp.path(), out),
+            "--first-fix",
+            "--failed-log",
+            log.to_str().unwrap(),
+        ])
+    };
+    let (code, doc, output) = with_log("s", &passed);
     assert_eq!(code, 0, "{doc:#}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -451,19 +454,7 @@ fn a_failed_log_that_shows_no_failure_is_said_and_a_missing_one_refused() {
     // A file that is no ComfyUI log: said, and the search starts as without it.
     let not_a_log = tmp.path().join("notes.txt");
     std::fs::write(&not_a_log, "remember to buy milk\n").unwrap();
-    let out3 = support::out_dir(tmp.path(), "s3");
-    let (code, doc, output) = support::json(&[
-        "bisect",
-        "--comfyui",
-        install.path_str(),
-        "--workflow",
-        wf.to_str().unwrap(),
-        "--output",
-        &out3,
-        "--first-fix",
-        "--failed-log",
-        not_a_log.to_str().unwrap(),
-    ]);
+    let (code, doc, output) = with_log("s3", &not_a_log);
     assert_eq!(code, 0, "{doc:#}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -503,17 +494,7 @@ fn a_failed_log_that_shows_no_failure_is_said_and_a_missing_one_refused() {
     );
     assert!(!std::path::Path::new(&out2).exists());
     // Standard input is not read for it: refused before anything runs.
-    let (code, _, output) = support::json(&[
-        "bisect",
-        "--comfyui",
-        install.path_str(),
-        "--workflow",
-        wf.to_str().unwrap(),
-        "--output",
-        &out2,
-        "--failed-log",
-        "-",
-    ]);
+    let (code, _, output) = with_log("s2", std::path::Path::new("-"));
     assert_eq!(code, 2);
     assert!(
         String::from_utf8_lossy(&output.stderr)
