@@ -13,6 +13,15 @@
 //! for. This module only computes: what is run, and when, is its callers' (`bisect::search`,
 //! `regress::search`).
 
+/// The next number in [0, 1) of a seeded generator (xorshift64*: small, good enough for a
+/// simulation; the scripted oracle and the scripted flaky history share it).
+pub(crate) fn unit(state: &mut u64) -> f64 {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// The chance that a test holding the answer still fails with the hunted failure (a stray
 /// failure): small, but not zero, so that one odd run cannot rule the true answer out forever.
 pub(crate) const STRAY: f64 = 1e-3;

@@ -1,7 +1,7 @@
 //! `vrambisect bisect` from its request: a new or resumed session, run to a verdict.
 
 use super::result::{self, BisectResult};
-use super::search::{Recorded, RunKind, Search, Strategy, VerdictKind, matrix_size};
+use super::search::{RunKind, Search, Strategy, VerdictKind, matrix_size};
 use super::session::{self, LiveOracle, SessionEvent, SessionReporter, SessionSpec};
 use super::space::{DEFAULT_TOGGLES, Space};
 use crate::error::{Error, Result, exit};
@@ -12,6 +12,7 @@ use crate::outcome::Outcome;
 use crate::output::StatusLine;
 use crate::run::{self, Limits, Reporter, RunEvent, RunOptions, Target};
 use crate::session::SessionDir;
+use crate::session::quick::{self as shortening, Recorded};
 use crate::signals::{self, Stop};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -225,7 +226,7 @@ pub fn run(
             }
         }),
         quick: o.spec.quick,
-        unshortenable: session::known_shortening(
+        unshortenable: shortening::known_shortening(
             &target_workflow,
             o.spec.quick,
             o.entries.iter().filter_map(|e| e.trial.run_dir.as_deref()),

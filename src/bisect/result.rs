@@ -1,11 +1,13 @@
 //! The result of a bisect: the contract's JSON, the statement a person can paste, the table.
 
 use super::search::{
-    Cheaper, Fix, Found, NoFix, Prior, QuickState, RunKind, Strategy, Tally, Trial, VerdictKind,
+    Cheaper, Fix, Found, NoFix, Prior, RunKind, Strategy, Tally, Trial, VerdictKind,
 };
 use super::space::{Skipped, Space};
 use crate::outcome::Outcome;
 use crate::output::{Answer, Style};
+use crate::session::failure::FailureRate;
+use crate::session::quick::{QuickSummary, Recorded, RunSummary, summarize_quick};
 use comfy_table::Cell;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Write};
@@ -62,14 +64,7 @@ pub struct Verdict {
     /// The failure `--failed-log` showed, where it stood in for a full run of the user's
     /// flags (a shortened run of them failed the same way).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure_on_record: Option<super::search::Recorded>,
-}
-
-/// A failure rate's interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct FailureRate {
-    pub low: f64,
-    pub high: f64,
+    pub failure_on_record: Option<Recorded>,
 }
 
 impl Verdict {
@@ -166,43 +161,6 @@ pub struct ConfigResult {
     /// Every run of it, in order: its number, `quick` or `full`, outcome and time.
     #[serde(default)]
     pub each_run: Vec<RunSummary>,
-}
-
-/// One run of a configuration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunSummary {
-    pub n: u32,
-    pub kind: RunKind,
-    pub outcome: Outcome,
-    pub duration_ms: u64,
-}
-
-/// What shortened runs did for the search (`--quick`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct QuickSummary {
-    /// `--quick` as given: `auto`, `off` or a number of steps.
-    pub asked: String,
-    /// `used` (the search ran shortened), `set_aside` (it did, then went on in full),
-    /// `not_used` (every run was full).
-    pub state: String,
-    /// The sampling steps of a shortened run.
-    pub steps: Option<u64>,
-    /// The shortened run of your flags that failed as your workflow does, and that full run.
-    pub reproduced_by_run: Option<u32>,
-    pub reference_run: Option<u32>,
-    /// The full run the verdict was confirmed by.
-    pub confirmed_by_run: Option<u32>,
-    /// Why shortened runs were not used, or were set aside.
-    pub reason: Option<String>,
-    pub runs_quick: usize,
-    pub runs_full: usize,
-    /// ComfyUI time of every run.
-    pub time_spent_ms: u64,
-    /// What the same runs would have cost in full (each shortened run priced at the mean
-    /// full run that ended the same way); null when no such full run was measured.
-    pub full_runs_estimate_ms: Option<u64>,
-    /// The sentence for people: what was shortened and which runs were full.
-    pub statement: String,
 }
 
 /// The whole result (`bisect --json`, `result.json` in the session folder).
@@ -457,106 +415,6 @@ fn everything_failed_before_sampling(tallies: &[Tally]) -> Option<u32> {
         .filter(|r| r.before_sampling())
         .map(|r| r.n)
         .max()
-}
-
-/// What shortened runs did, from the search's state and every run (a bisect's or a
-/// regress's): the counts, the time, and the sentence.
-pub fn summarize_quick(
-    state: &QuickState,
-    runs: &[RunSummary],
-    asked: crate::workflow::quick::Quick,
-    steps: Option<u64>,
-    confirmed_by_run: Option<u32>,
-    recorded: Option<&super::search::Recorded>,
-) -> QuickSummary {
-    let runs_quick = runs.iter().filter(|t| t.kind == RunKind::Quick).count();
-    let time_spent_ms = runs.iter().map(|t| t.duration_ms).sum();
-    let steps = steps.or(asked.steps().map(u64::from));
-    let mean_full = |ended: &dyn Fn(Outcome) -> bool| {
-        let times: Vec<u64> = runs
-            .iter()
-            .filter(|t| t.kind == RunKind::Full && ended(t.outcome))
-            .map(|t| t.duration_ms)
-            .collect();
-        (!times.is_empty()).then(|| times.iter().sum::<u64>() / times.len() as u64)
-    };
-    let full_runs_estimate_ms = runs.iter().try_fold(0u64, |sum, t| {
-        let cost = match t.kind {
-            RunKind::Full => Some(t.duration_ms),
-            RunKind::Quick if t.outcome == Outcome::Pass => mean_full(&|o| o == Outcome::Pass),
-            RunKind::Quick => mean_full(&|o| o == t.outcome),
-        };
-        cost.map(|c| sum + c)
-    });
-    let mut out = QuickSummary {
-        asked: asked.to_string(),
-        runs_quick,
-        runs_full: runs.len() - runs_quick,
-        time_spent_ms,
-        full_runs_estimate_ms,
-        ..QuickSummary::default()
-    };
-    let secs = |ms: u64| crate::duration::format_duration(std::time::Duration::from_millis(ms));
-    let cost = match full_runs_estimate_ms {
-        Some(full) if runs_quick > 0 => format!(
-            " ComfyUI time {}; in full about {}.",
-            secs(time_spent_ms),
-            secs(full)
-        ),
-        _ => String::new(),
-    };
-    match state {
-        QuickState::Reproduces { reference, check } => {
-            out.state = "used".into();
-            out.steps = steps;
-            out.reproduced_by_run = Some(*check);
-            // (0: the failure on record, no run of this session.)
-            out.reference_run = (*reference > 0).then_some(*reference);
-            out.confirmed_by_run = confirmed_by_run;
-            let steps = steps
-                .map(|s| format!("{s}-step"))
-                .unwrap_or("shortened".into());
-            let why = if let (0, Some(_)) = (*reference, recorded) {
-                format!("which fail as your workflow did in the log you gave (run {check})")
-            } else if check == reference {
-                format!(
-                    "your workflow failed before its first sampling step (run {check}), where a shortened copy is the same run"
-                )
-            } else {
-                format!("which fail as your workflow does (run {check})")
-            };
-            let shortened = |n: u32| runs.iter().any(|t| t.n == n && t.kind == RunKind::Quick);
-            out.statement = match confirmed_by_run {
-                Some(c) if shortened(c) => format!(
-                    "Searched on {steps} runs, {why}; confirmed on your workflow (run {c}, which failed before sampling: the same run in full)."
-                ),
-                Some(c) => format!(
-                    "Searched on {steps} runs, {why}; confirmed on your workflow (run {c})."
-                ),
-                None => {
-                    format!("Searched on {steps} runs, {why}; not confirmed on your workflow yet.")
-                }
-            } + &cost;
-        }
-        QuickState::SetAside(why) => {
-            out.state = "set_aside".into();
-            out.steps = steps;
-            out.reason = Some(why.clone());
-            out.confirmed_by_run = confirmed_by_run;
-            out.statement = format!(
-                "Shortened runs were set aside ({why}): the search went on with your workflow in full."
-            ) + &cost;
-        }
-        QuickState::Off(why) => {
-            out.state = "not_used".into();
-            out.reason = why.clone();
-            if let Some(why) = why {
-                out.statement = format!("All runs were full: {why}.");
-            }
-        }
-        QuickState::Untried => out.state = "not_used".into(),
-    }
-    out
 }
 
 /// "hits/runs" of the full runs of a configuration, and of its shortened ones when it has

@@ -1,9 +1,10 @@
 //! A scripted oracle: decides outcomes from the configuration's flags, without ComfyUI.
 //! Used by the strategy tests and by the bisect benchmark.
 
-use super::search::{FailedAt, Oracle, RunKind, Stopped, Trial};
+use super::search::{Oracle, RunKind, Stopped, Trial};
 use super::space::Config;
 use crate::outcome::Outcome;
+use crate::session::failure::FailedAt;
 use std::collections::BTreeSet;
 
 /// Memory switches of the v0.38 line that combine freely (no value, no group clash): the
@@ -59,17 +60,8 @@ impl Scripted {
     }
 
     fn next(&mut self) -> f64 {
-        unit(&mut self.rng)
+        crate::bayes::unit(&mut self.rng)
     }
-}
-
-/// The next number in [0, 1) of a seeded generator (xorshift64*: small, good enough for a
-/// simulation; the scripted oracle and the scripted flaky history share it).
-pub fn unit(state: &mut u64) -> f64 {
-    *state ^= *state >> 12;
-    *state ^= *state << 25;
-    *state ^= *state >> 27;
-    (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// The flags of a configuration as a set of `--flag` / `--flag=value` words.

@@ -11,6 +11,8 @@ mod flaky;
 use super::space::{Choice, Config, Space};
 use crate::outcome::Outcome;
 pub use crate::run::record::RunKind;
+use crate::session::failure::{FailedAt, failed_with};
+use crate::session::quick::{QuickState, Recorded};
 use cheaper::Confirmed;
 pub use cheaper::{Cheaper, Fix, FixCost};
 pub use flaky::BestAnswer;
@@ -138,43 +140,6 @@ pub fn allocation_bytes(line: &str) -> Option<u64> {
     (bytes.is_finite() && bytes > 0.0).then_some(bytes as u64)
 }
 
-/// Where a run failed: which prompt of its iterations, in which node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FailedAt {
-    pub iteration: u32,
-    pub node: Option<String>,
-}
-
-/// The workflow's failure as it is on record from before the session (`--failed-log`: a log
-/// of ComfyUI in which it failed with these flags). Once a shortened run of the user's flags
-/// fails the same way, it stands in for the full run of them: the search starts from the
-/// shortened check, and spends the full baseline only where that check does not fail so.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Recorded {
-    /// How the prompt ended there (`oom`).
-    pub outcome: Outcome,
-    /// The known failures it matched (`cuda_oom_native`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub signatures: Vec<String>,
-    /// The log, as given.
-    pub file: String,
-    /// The line where the failed prompt began there.
-    pub line: u64,
-    /// The sampling step it failed after, where the log's progress bar stopped short.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failed_step: Option<u64>,
-}
-
-impl Recorded {
-    /// "the log you gave (comfyui.log, the prompt at line 26)".
-    pub fn source(&self) -> String {
-        format!(
-            "the log you gave ({}, the prompt at line {})",
-            self.file, self.line
-        )
-    }
-}
-
 impl Trial {
     pub fn of(outcome: Outcome) -> Trial {
         Trial {
@@ -261,26 +226,6 @@ pub trait Oracle {
     /// The steps of a shortened run, for what the verdict says.
     fn quick_steps(&self) -> Option<u32> {
         None
-    }
-}
-
-/// Whether the search runs shortened copies of the workflow, and why (or why not).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum QuickState {
-    /// Full runs only: `--quick off`, or the workflow cannot be shortened (why).
-    Off(Option<String>),
-    /// Not tried yet: the baseline has not failed in full, or its shortened run is next.
-    Untried,
-    /// The shortened run of the baseline (run `check`) failed as the full one did (run
-    /// `reference`): the search runs shortened.
-    Reproduces { reference: u32, check: u32 },
-    /// Shortened runs were set aside (why); the search goes on in full.
-    SetAside(String),
-}
-
-impl Default for QuickState {
-    fn default() -> Self {
-        QuickState::Off(None)
     }
 }
 
@@ -1826,21 +1771,6 @@ fn ending(t: &Trial) -> String {
         return "passed".into();
     }
     failed_with(t.outcome, t.failed_at.as_ref())
-}
-
-/// A failure in words: "failed with oom in node 3 on prompt 2" (a bisect's run, a regress's
-/// commit).
-pub(crate) fn failed_with(outcome: Outcome, at: Option<&FailedAt>) -> String {
-    let mut out = format!("failed with {outcome}");
-    if let Some(at) = at {
-        if let Some(node) = &at.node {
-            out.push_str(&format!(" in node {node}"));
-        }
-        if at.iteration > 1 {
-            out.push_str(&format!(" on prompt {}", at.iteration));
-        }
-    }
-    out
 }
 
 /// The dimensions of a mask, in order.

@@ -2,15 +2,15 @@
 //! folder per run, and the result. `--resume` continues from the journal without repeating a
 //! finished run; a run cut short by Ctrl-C is not journaled, so it is the one redone.
 
-use super::search::{
-    FailedAt, Oracle, Recorded, RunKind, Settings, Stopped, Strategy, Tally, Trial,
-};
+use super::search::{Oracle, RunKind, Settings, Stopped, Strategy, Tally, Trial};
 use super::space::Config;
 use crate::error::{Error, Result, io_error};
 use crate::journal::Journal;
 use crate::outcome::Outcome;
 use crate::run::{self, Reporter, RunOptions};
 use crate::session::SessionDir;
+use crate::session::failure::FailedAt;
+use crate::session::quick::{Recorded, kept_prompt, unshortenable};
 use crate::signals::{self, Stop};
 use crate::workflow::quick::Quick;
 use serde::{Deserialize, Serialize};
@@ -185,33 +185,6 @@ pub struct LiveOracle<'a> {
     pub unshortenable: Option<Option<String>>,
 }
 
-/// Whether `prompt` can be shortened as `quick` asks: `None` when it can, else why not.
-pub fn unshortenable(
-    prompt: &serde_json::Map<String, serde_json::Value>,
-    quick: Quick,
-) -> Option<String> {
-    crate::workflow::quick::for_mode(prompt, quick).err()
-}
-
-/// What is known of the workflow's shortening before a run: from the API prompt given, or
-/// from the prompt a finished run converted and kept.
-pub fn known_shortening<'a>(
-    workflow: &crate::workflow::Workflow,
-    quick: Quick,
-    run_dirs: impl IntoIterator<Item = &'a Path>,
-) -> Option<Option<String>> {
-    if quick == Quick::Off {
-        return Some(None);
-    }
-    if workflow.ui.is_none() {
-        return Some(unshortenable(&workflow.prompt, quick));
-    }
-    run_dirs
-        .into_iter()
-        .find_map(kept_prompt)
-        .map(|p| unshortenable(&p, quick))
-}
-
 /// For a failure inside a node whose steps a shortened run cuts: the last sampling step the
 /// progress events reported before it.
 fn failed_step(
@@ -226,12 +199,6 @@ fn failed_step(
         return None;
     }
     it.last_step
-}
-
-/// The API prompt a run folder kept (`workflow.json`).
-fn kept_prompt(dir: &Path) -> Option<serde_json::Map<String, serde_json::Value>> {
-    let text = std::fs::read_to_string(dir.join(run::folder::WORKFLOW)).ok()?;
-    serde_json::from_str(&text).ok()
 }
 
 impl Oracle for LiveOracle<'_> {

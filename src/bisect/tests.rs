@@ -772,13 +772,12 @@ fn a_rare_flaky_failure_gets_the_budget_its_rate_needs() {
 /// every verdict is confirmed on the workflow as it is.
 mod quick {
     use super::super::scripted::{Scripted, flag_set};
-    use super::super::search::{
-        FailedAt, Oracle, QuickState, Recorded, RunKind, Search, Settings, Stopped, Trial,
-        VerdictKind,
-    };
+    use super::super::search::{Oracle, RunKind, Search, Settings, Stopped, Trial, VerdictKind};
     use super::super::space::Config;
     use super::{SWITCHES, first_fix, has, space};
     use crate::outcome::Outcome;
+    use crate::session::failure::FailedAt;
+    use crate::session::quick::{QuickState, Recorded};
 
     fn kinds(search: &Search) -> (usize, usize) {
         let all = || search.tallies.iter().flat_map(|t| &t.trials);

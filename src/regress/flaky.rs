@@ -121,7 +121,7 @@ pub fn bisect(
                 confidence: Some(belief.probability),
                 failure_rate: Some((belief.rate_low, belief.rate_high)),
                 best_so_far: None,
-                quick: crate::bisect::search::QuickState::Off(Some(
+                quick: crate::session::quick::QuickState::Off(Some(
                     "regress's flaky search (--repeat 2 or more) runs every commit in full".into(),
                 )),
                 confirmed_by: Vec::new(),

@@ -17,12 +17,14 @@ pub mod search;
 mod then;
 pub mod tree;
 
-use crate::bisect::search::{FailedAt, RunKind};
 use crate::error::{Error, ErrorKind, Result, exit};
 use crate::journal::Journal;
 use crate::outcome::Outcome;
+use crate::run::record::RunKind;
 use crate::run::{self, Limits, RunOptions, Target};
 use crate::session::SessionDir;
+use crate::session::failure::{FailedAt, FailureRate};
+use crate::session::quick::{QuickState, QuickSummary, RunSummary, summarize_quick};
 use crate::signals::{self, Stop};
 use crate::workflow::quick::Quick;
 use git::{CommitInfo, Repo};
@@ -197,7 +199,7 @@ pub struct RegressResult {
     pub defaults: crate::locate::Defaults,
     /// Shortened runs: whether the search used them, which runs were full, the time.
     #[serde(default)]
-    pub quick: crate::bisect::result::QuickSummary,
+    pub quick: QuickSummary,
     /// The exact pins that differ between the last good and the first bad commit.
     #[serde(default)]
     pub pin_changes: Vec<PinChange>,
@@ -265,7 +267,7 @@ pub struct Verdict {
     pub confidence: Option<f64>,
     /// With `--repeat` 2 or more: how often bad commits failed (90% interval).
     #[serde(default)]
-    pub failure_rate: Option<crate::bisect::result::FailureRate>,
+    pub failure_rate: Option<FailureRate>,
 }
 
 /// The session in progress.
@@ -802,7 +804,7 @@ impl search::CommitTester for Session<'_> {
             .iter()
             .flat_map(|t| &t.runs)
             .map(PathBuf::as_path);
-        match crate::bisect::session::known_shortening(&workflow, self.spec.quick, runs) {
+        match crate::session::quick::known_shortening(&workflow, self.spec.quick, runs) {
             Some(None) => Ok(()),
             Some(Some(why)) => Err(Some(why)),
             None => Err(Some("the converted workflow was not kept".into())),
@@ -913,8 +915,7 @@ fn finish(
             regress: kind,
             statement,
             confidence: confidence.filter(|_| answer == Answer::FirstBadFound),
-            failure_rate: failure_rate
-                .map(|(low, high)| crate::bisect::result::FailureRate { low, high }),
+            failure_rate: failure_rate.map(|(low, high)| FailureRate { low, high }),
         },
         url: url
             .zip(first_bad.as_ref())
@@ -1055,12 +1056,7 @@ fn continue_line(s: &Session<'_>, origin: &crate::locate::Origin) -> String {
 }
 
 /// What shortened runs did for a regress session, from its journal and run records.
-fn quick_summary(
-    s: &Session<'_>,
-    state: &crate::bisect::search::QuickState,
-    confirmed_by: &[String],
-) -> crate::bisect::result::QuickSummary {
-    use crate::bisect::result::{RunSummary, summarize_quick};
+fn quick_summary(s: &Session<'_>, state: &QuickState, confirmed_by: &[String]) -> QuickSummary {
     let mut runs: Vec<RunSummary> = Vec::new();
     let mut steps = None;
     for t in &s.journal {

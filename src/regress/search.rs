@@ -6,9 +6,10 @@
 //! scripted history tests it without a repository.
 
 use super::{Mark, Tested};
-use crate::bisect::search::{QuickState, RunKind};
 use crate::error::Error;
 use crate::outcome::Outcome;
+use crate::run::record::RunKind;
+use crate::session::quick::QuickState;
 
 /// What a session's search can tell (`verdict.kind` in JSON).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -225,7 +226,7 @@ fn last_run(t: &Tested) -> u32 {
 fn ending(t: &Tested) -> String {
     match (t.mark.clone(), t.outcome) {
         (Mark::Good, _) => "passed".into(),
-        (_, Some(o)) => crate::bisect::search::failed_with(o, t.failed_at.as_ref()),
+        (_, Some(o)) => crate::session::failure::failed_with(o, t.failed_at.as_ref()),
         (_, None) => "could not be tested".into(),
     }
 }
@@ -320,7 +321,7 @@ impl FlakyHistory {
         }
     }
     fn next(&mut self) -> f64 {
-        crate::bisect::scripted::unit(&mut self.rng)
+        crate::bayes::unit(&mut self.rng)
     }
 }
 

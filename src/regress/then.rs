@@ -42,7 +42,7 @@ fn failed_log(result: &RegressResult, first_bad: &CommitInfo) -> Option<std::pat
         .tested
         .iter()
         .filter(|t| t.commit == first_bad.commit && t.mark == super::Mark::Bad)
-        .filter(|t| t.kind == crate::bisect::search::RunKind::Full)
+        .filter(|t| t.kind == crate::run::record::RunKind::Full)
         .filter_map(|t| t.runs.last())
         .map(|dir| dir.join(crate::run::folder::COMFYUI_LOG))
         .find(|log| log.is_file())

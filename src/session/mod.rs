@@ -1,9 +1,15 @@
-//! A session folder, a bisect's or a regress's, and the files it holds: the one place that
-//! names them. Code asks a [`SessionDir`] for a file rather than joining a name onto a bare
-//! path, and [`file_names`] lists the names for the extension, which reads some of them
-//! (its contract test holds the two together).
+//! A session folder, a bisect's or a regress's, and what both searches share.
+//!
+//! [`SessionDir`] is the one place that names a session's files: code asks it for a file
+//! rather than joining a name onto a bare path, and [`file_names`] lists the names for the
+//! extension, which reads some of them (its contract test holds the two together).
+//! [`owner`] keeps one process per session, [`failure`] says where and how a run failed, and
+//! [`quick`] holds what shortened runs are to both searches. regress reaches `bisect` only to
+//! run one (`--then-bisect`).
 
+pub mod failure;
 pub mod owner;
+pub mod quick;
 
 use std::path::{Path, PathBuf};
 
