@@ -23,7 +23,6 @@ pub mod flags;
 mod gpulock;
 mod input_file;
 mod install;
-mod journal;
 pub mod launcher;
 mod locate;
 pub mod logscan;

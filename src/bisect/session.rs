@@ -5,11 +5,11 @@
 use super::search::{Oracle, RunKind, Settings, Stopped, Strategy, Tally, Trial};
 use super::space::Config;
 use crate::error::{Error, Result, io_error};
-use crate::journal::Journal;
 use crate::outcome::Outcome;
 use crate::run::{self, Reporter, RunOptions};
 use crate::session::SessionDir;
 use crate::session::failure::FailedAt;
+use crate::session::journal::Journal;
 use crate::session::quick::{Recorded, kept_prompt, unshortenable};
 use crate::signals::{self, Stop};
 use crate::workflow::quick::Quick;

@@ -18,12 +18,12 @@ mod then;
 pub mod tree;
 
 use crate::error::{Error, ErrorKind, Result, exit};
-use crate::journal::Journal;
 use crate::outcome::Outcome;
 use crate::run::record::RunKind;
 use crate::run::{self, Limits, RunOptions, Target};
 use crate::session::SessionDir;
 use crate::session::failure::{FailedAt, FailureRate};
+use crate::session::journal::Journal;
 use crate::session::quick::{QuickState, QuickSummary, RunSummary, summarize_quick};
 use crate::signals::{self, Stop};
 use crate::workflow::quick::Quick;

@@ -3,11 +3,12 @@
 //! [`SessionDir`] is the one place that names a session's files: code asks it for a file
 //! rather than joining a name onto a bare path, and [`file_names`] lists the names for the
 //! extension, which reads some of them (its contract test holds the two together).
-//! [`owner`] keeps one process per session, [`failure`] says where and how a run failed, and
-//! [`quick`] holds what shortened runs are to both searches. regress reaches `bisect` only to
-//! run one (`--then-bisect`).
+//! [`journal`] keeps a line per finished run, [`owner`] keeps one process per session,
+//! [`failure`] says where and how a run failed, and [`quick`] holds what shortened runs are
+//! to both searches. regress reaches `bisect` only to run one (`--then-bisect`).
 
 pub mod failure;
+pub(crate) mod journal;
 pub mod owner;
 pub mod quick;
 
