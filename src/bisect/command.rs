@@ -652,7 +652,7 @@ fn user_custom_nodes(comfyui: &Path) -> usize {
         .map(|nodes| {
             nodes
                 .iter()
-                .filter(|n| n["name"] != "websocket_image_save.py")
+                .filter(|n| n.name != "websocket_image_save.py")
                 .count()
         })
         .unwrap_or(0)

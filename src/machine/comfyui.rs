@@ -6,11 +6,11 @@ use super::*;
 // ComfyUI's folder: git, custom nodes
 
 /// A checkout's commit and branch.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct GitInfo {
-    pub commit: String,
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GitInfo {
     /// `None` for a detached HEAD.
     pub branch: Option<String>,
+    pub commit: String,
 }
 
 /// Reads `.git/HEAD` and the ref it names (loose or in `packed-refs`), without a git binary.
@@ -89,32 +89,35 @@ pub(crate) fn packed_ref(text: &str, refname: &str) -> Option<String> {
 }
 
 /// The entries of `custom_nodes/`: folder (or file) names, and each folder's git commit.
-pub(crate) fn custom_nodes(dir: &Path) -> Result<Vec<Value>, String> {
+pub(crate) fn custom_nodes(dir: &Path) -> Result<Vec<CustomNode>, String> {
     let nodes = dir.join("custom_nodes");
     let entries = std::fs::read_dir(&nodes).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => "the install has no custom_nodes folder".to_string(),
         _ => format!("cannot list custom_nodes: {e}"),
     })?;
-    let mut out: Vec<(String, Value)> = Vec::new();
+    let mut out: Vec<(String, CustomNode)> = Vec::new();
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let path = e.path();
         if name.starts_with('.') || name == "__pycache__" || name.ends_with(".example") {
             continue;
         }
-        let v = if path.is_dir() {
-            match git_info(&path) {
-                Ok(g) => {
-                    json!({"name": name, "commit": crate::text::abbrev(&g.commit, 12)})
-                }
-                Err(_) => json!({"name": name, "commit": null}),
-            }
+        let commit = if path.is_dir() {
+            git_info(&path)
+                .ok()
+                .map(|g| crate::text::abbrev(&g.commit, 12).to_string())
         } else if name.ends_with(".py") {
-            json!({"name": name, "commit": null})
+            None
         } else {
             continue;
         };
-        out.push((name, v));
+        out.push((
+            name.clone(),
+            CustomNode {
+                commit,
+                name: name.clone(),
+            },
+        ));
     }
     out.sort_by_key(|a| a.0.to_lowercase());
     Ok(out.into_iter().map(|(_, v)| v).collect())

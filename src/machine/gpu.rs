@@ -7,12 +7,12 @@ use crate::nvidia::NvmlOpenError;
 // GPUs through NVML
 
 /// A process holding GPU memory.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct GpuProcess {
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuProcess {
     pub gpu: u32,
-    pub pid: u32,
     /// `/proc/PID/comm`, when readable.
     pub name: Option<String>,
+    pub pid: u32,
     pub used_bytes: Option<u64>,
 }
 

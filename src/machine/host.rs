@@ -78,8 +78,18 @@ fn uname() -> Option<String> {
     None
 }
 
+/// OS, kernel, CPU, RAM and swap of a machine.
+#[derive(Debug, Clone)]
+pub(crate) struct Host {
+    pub os: Item<String>,
+    pub kernel: Item<String>,
+    pub cpu: Item<String>,
+    pub ram_bytes: Item<u64>,
+    pub swap_bytes: Item<u64>,
+}
+
 /// OS, kernel, CPU, RAM and swap of this machine.
-pub(super) fn machine() -> [Item; 5] {
+pub(super) fn machine() -> Host {
     let os = Item::first([
         opt(
             std::fs::read_to_string("/etc/os-release")
@@ -134,10 +144,16 @@ pub(super) fn machine() -> [Item; 5] {
             ),
         },
     };
-    [os, kernel, cpu, ram, swap]
+    Host {
+        os,
+        kernel,
+        cpu,
+        ram_bytes: ram,
+        swap_bytes: swap,
+    }
 }
 
-fn sysinfo_cpu() -> Item {
+fn sysinfo_cpu() -> Item<String> {
     match sysinfo::System::new() {
         Ok(mut s) => {
             s.refresh_cpu_all();

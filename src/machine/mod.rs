@@ -14,7 +14,7 @@ use crate::install::{Install, Python};
 use crate::nvidia::NvmlOpenError;
 use crate::run::RunRecord;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -49,42 +49,34 @@ pub(crate) const FORMAT: &str = "vrambisect environment v1";
 /// One fact: its value and where it came from, or why it is missing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum Item {
-    Found { value: Value, source: String },
+pub enum Item<T> {
+    Found { value: T, source: String },
     Missing { missing: String },
 }
 
-impl Item {
-    pub fn found(value: impl Into<Value>, source: impl Into<String>) -> Item {
+impl<T> Item<T> {
+    pub fn found(value: impl Into<T>, source: impl Into<String>) -> Item<T> {
         Item::Found {
             value: value.into(),
             source: source.into(),
         }
     }
 
-    pub fn missing(reason: impl Into<String>) -> Item {
+    pub fn missing(reason: impl Into<String>) -> Item<T> {
         Item::Missing {
             missing: reason.into(),
         }
     }
 
-    pub fn value(&self) -> Option<&Value> {
+    pub fn value(&self) -> Option<&T> {
         match self {
             Item::Found { value, .. } => Some(value),
             Item::Missing { .. } => None,
         }
     }
 
-    /// The value as text (strings as they are, other JSON compactly).
-    pub fn text(&self) -> Option<String> {
-        self.value().map(|v| match v {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        })
-    }
-
     /// The first item found among candidates, else one missing item naming every reason.
-    pub fn first(candidates: impl IntoIterator<Item = Item>) -> Item {
+    pub fn first(candidates: impl IntoIterator<Item = Item<T>>) -> Item<T> {
         let mut reasons: Vec<String> = Vec::new();
         for c in candidates {
             match c {
@@ -104,13 +96,49 @@ impl Item {
     }
 }
 
+impl<T: std::fmt::Display> Item<T> {
+    /// The value as text.
+    pub fn text(&self) -> Option<String> {
+        self.value().map(T::to_string)
+    }
+}
+
 /// Turns an `Option` into an item with this source, or missing with this reason.
-fn opt(v: Option<impl Into<Value>>, source: &str, reason: &str) -> Item {
+fn opt<T>(v: Option<impl Into<T>>, source: &str, reason: &str) -> Item<T> {
     match v {
         Some(v) => Item::found(v, source),
         None => Item::missing(reason),
     }
 }
+
+/// One GPU as the sampler saw it during the run, as NVML sees it now, or as ComfyUI's own
+/// device list names it (CUDA's view: no PCIe link, no reserved or free memory).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gpu {
+    pub index: Option<u32>,
+    pub name: Option<String>,
+    /// NVML's reading of the link now (absent in ComfyUI's device list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_link: Option<Item<String>>,
+    /// NVML now only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vram_free_bytes: Option<u64>,
+    /// What the driver keeps for itself (NVML).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vram_reserved_bytes: Option<u64>,
+    pub vram_total_bytes: Option<u64>,
+}
+
+/// A custom node pack in the install's `custom_nodes`, with its checkout's commit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CustomNode {
+    /// Abbreviated to 12 digits; null for a single file or a folder that is no checkout.
+    pub commit: Option<String>,
+    pub name: String,
+}
+
+/// Environment variables by name (only allowlisted values are shown).
+pub(crate) type Variables = BTreeMap<String, String>;
 
 /// Everything `environment.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -118,44 +146,42 @@ pub struct Environment {
     pub format: String,
     pub vrambisect_version: String,
     pub captured_at: String,
-    pub os: Item,
-    pub kernel: Item,
-    pub cpu: Item,
-    pub ram_bytes: Item,
-    pub swap_bytes: Item,
-    /// `[{index, name, vram_total_bytes, vram_reserved_bytes, vram_free_bytes, pcie_link}]`
-    pub gpus: Item,
-    pub nvidia_driver: Item,
+    pub os: Item<String>,
+    pub kernel: Item<String>,
+    pub cpu: Item<String>,
+    pub ram_bytes: Item<u64>,
+    pub swap_bytes: Item<u64>,
+    pub gpus: Item<Vec<Gpu>>,
+    pub nvidia_driver: Item<String>,
     /// The newest CUDA version the driver supports (`nvidia-smi`'s "CUDA Version").
-    pub cuda_driver: Item,
+    pub cuda_driver: Item<String>,
     /// The most VRAM other processes held while the workflow ran (NVML, per process).
-    pub other_processes_vram_bytes: Item,
-    /// `[{gpu, pid, name, used_bytes}]` when the report was made.
-    pub gpu_processes_now: Item,
-    pub comfyui_folder: Item,
-    pub comfyui_version: Item,
-    /// `{commit, branch}`
-    pub comfyui_git: Item,
-    pub python: Item,
-    pub python_executable: Item,
-    pub torch: Item,
+    pub other_processes_vram_bytes: Item<u64>,
+    /// The processes holding VRAM when the report was made.
+    pub gpu_processes_now: Item<Vec<GpuProcess>>,
+    pub comfyui_folder: Item<String>,
+    pub comfyui_version: Item<String>,
+    pub comfyui_git: Item<GitInfo>,
+    pub python: Item<String>,
+    pub python_executable: Item<String>,
+    pub torch: Item<String>,
     /// The CUDA (or ROCm) version torch was built for.
-    pub torch_cuda: Item,
-    pub comfy_aimdo: Item,
-    pub comfy_kitchen: Item,
-    pub comfyui_frontend: Item,
-    /// `[{name, commit}]`
-    pub custom_nodes: Item,
-    pub launcher: Item,
+    pub torch_cuda: Item<String>,
+    pub comfy_aimdo: Item<String>,
+    pub comfy_kitchen: Item<String>,
+    pub comfyui_frontend: Item<String>,
+    pub custom_nodes: Item<Vec<CustomNode>>,
+    pub launcher: Item<String>,
     /// How ComfyUI was started (from the run's record).
-    pub command: Item,
-    /// `{NAME: value}` for the allowlisted variables that are set.
-    pub env: Item,
-    /// `{NAME: value or null}` for what ComfyUI's own process changed in its environment after
-    /// it started (its cuda_malloc step sets `PYTORCH_CUDA_ALLOC_CONF`; a node pack may set
-    /// others), as the extension saw it; absent where nobody said (the command line).
+    pub command: Item<String>,
+    /// The allowlisted variables that are set.
+    pub env: Item<Variables>,
+    /// What ComfyUI's own process changed in its environment after it started (its
+    /// cuda_malloc step sets `PYTORCH_CUDA_ALLOC_CONF`; a node pack may set others), as the
+    /// extension saw it: the value, or null where it removed one; absent where nobody said
+    /// (the command line).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub env_set_by_comfyui: Option<Item>,
+    pub env_set_by_comfyui: Option<Item<BTreeMap<String, Option<String>>>>,
 }
 
 /// What a run recorded about the machine it ran on.
@@ -192,10 +218,12 @@ pub(crate) struct Inputs {
 
 pub(crate) mod comfyui;
 mod gpu;
-mod host;
+pub(crate) mod host;
 mod python;
 
+pub(crate) use comfyui::GitInfo;
 pub(crate) use comfyui::*;
+pub(crate) use gpu::GpuProcess;
 pub(crate) use gpu::*;
 pub(crate) use python::*;
 
@@ -240,13 +268,13 @@ pub(crate) fn capture(inp: &Inputs) -> Environment {
 /// What the probes find on this machine now: the I/O half of a capture.
 pub(crate) struct Probes {
     /// OS, kernel, CPU, RAM and swap.
-    pub host: [Item; 5],
+    pub host: host::Host,
     pub nvml: Result<NvmlNow, crate::nvidia::NvmlOpenError>,
     /// The install and how its folder was found.
     pub install: Option<(Install, String)>,
     /// Its git commit and branch (meaningful with an install).
     pub git: Result<GitInfo, String>,
-    pub custom_nodes: Result<Vec<Value>, String>,
+    pub custom_nodes: Result<Vec<CustomNode>, String>,
     /// What its Python said, and which Python that was.
     pub python: Result<(PyFacts, String), String>,
     /// The allowlisted variables set in this process's environment.
@@ -318,21 +346,23 @@ fn parse_set_env(text: &str) -> Option<Vec<(String, Option<String>)>> {
 }
 
 /// What ComfyUI's process set itself: allowlisted values shown, other names only.
-fn set_env_item(set: Option<Vec<(String, Option<String>)>>) -> Option<Item> {
+fn set_env_item(
+    set: Option<Vec<(String, Option<String>)>>,
+) -> Option<Item<BTreeMap<String, Option<String>>>> {
     let set = set?;
-    let map: serde_json::Map<String, Value> = set
+    let map = set
         .into_iter()
         .map(|(k, v)| {
             let shown = match v {
-                Some(v) if env_allowed(&k) => Value::String(v),
-                Some(_) => Value::String("(set; not on the allowlist)".into()),
-                None => Value::Null,
+                Some(v) if env_allowed(&k) => Some(v),
+                Some(_) => Some("(set; not on the allowlist)".to_string()),
+                None => None,
             };
             (k, shown)
         })
-        .collect();
+        .collect::<BTreeMap<_, _>>();
     Some(Item::found(
-        Value::Object(map),
+        map,
         "changed by ComfyUI's own process after it started (not the user's; null: removed); \
          each run's ComfyUI makes these changes itself",
     ))
@@ -353,7 +383,13 @@ pub(crate) fn merge(inp: &Inputs, probes: Probes) -> Environment {
         comfyui_set_env,
     } = probes;
     let rec = Recorded::of(inp);
-    let [os, kernel, cpu, ram_now, swap_bytes] = host;
+    let host::Host {
+        os,
+        kernel,
+        cpu,
+        ram_bytes: ram_now,
+        swap_bytes,
+    } = host;
     let ram_bytes = Item::first([
         opt(
             rec.record
@@ -438,61 +474,58 @@ impl<'a> Recorded<'a> {
 
 /// The GPUs, the driver and who else held VRAM.
 struct GpuFacts {
-    gpus: Item,
-    nvidia_driver: Item,
-    cuda_driver: Item,
-    other_processes_vram_bytes: Item,
-    gpu_processes_now: Item,
+    gpus: Item<Vec<Gpu>>,
+    nvidia_driver: Item<String>,
+    cuda_driver: Item<String>,
+    other_processes_vram_bytes: Item<u64>,
+    gpu_processes_now: Item<Vec<GpuProcess>>,
 }
 
 /// What the sampler saw during the run, completed with NVML now; without either, ComfyUI's
 /// own device list (CUDA's view).
 fn gpu_facts(rec: &Recorded, now: &Result<NvmlNow, NvmlOpenError>) -> GpuFacts {
-    let link_of = |index: u32| -> Value {
-        match now {
+    let link_of = |index: u32| -> Option<Item<String>> {
+        Some(match now {
             Ok(n) => match n.gpus.iter().find(|g| g.index == index) {
                 Some(g) => match &g.pcie_link {
-                    Ok(l) => json!({"value": l, "source": "NVML now"}),
-                    Err(e) => json!({"missing": e.to_string()}),
+                    Ok(l) => Item::found(l.as_str(), "NVML now"),
+                    Err(e) => Item::missing(e.as_str()),
                 },
-                None => json!({"missing": "NVML does not see this GPU now"}),
+                None => Item::missing("NVML does not see this GPU now"),
             },
-            Err(e) => json!({"missing": e.to_string()}),
-        }
+            Err(e) => Item::missing(e.to_string()),
+        })
     };
     let sampled = rec
         .summary
         .map(|s| s.devices.as_slice())
         .unwrap_or_default();
     let gpus = if !sampled.is_empty() {
-        let list: Vec<Value> = sampled
+        let list: Vec<Gpu> = sampled
             .iter()
-            .map(|d| {
-                json!({
-                    "index": d.index,
-                    "name": d.name,
-                    "vram_total_bytes": d.total_bytes,
-                    "vram_reserved_bytes": d.reserved_bytes,
-                    "pcie_link": link_of(d.index),
-                })
+            .map(|d| Gpu {
+                index: Some(d.index),
+                name: d.name.clone(),
+                vram_total_bytes: d.total_bytes,
+                vram_reserved_bytes: d.reserved_bytes,
+                vram_free_bytes: None,
+                pcie_link: link_of(d.index),
             })
             .collect();
         Item::found(list, &rec.src_sampled)
     } else if let Ok(n) = now
         && !n.gpus.is_empty()
     {
-        let list: Vec<Value> = n
+        let list: Vec<Gpu> = n
             .gpus
             .iter()
-            .map(|g| {
-                json!({
-                    "index": g.index,
-                    "name": g.name,
-                    "vram_total_bytes": g.total_bytes,
-                    "vram_reserved_bytes": g.reserved_bytes,
-                    "vram_free_bytes": g.free_bytes,
-                    "pcie_link": link_of(g.index),
-                })
+            .map(|g| Gpu {
+                index: Some(g.index),
+                name: g.name.clone(),
+                vram_total_bytes: g.total_bytes,
+                vram_reserved_bytes: g.reserved_bytes,
+                vram_free_bytes: g.free_bytes,
+                pcie_link: link_of(g.index),
             })
             .collect();
         Item::found(list, "NVML now")
@@ -532,10 +565,7 @@ fn gpu_facts(rec: &Recorded, now: &Result<NvmlNow, NvmlOpenError>) -> GpuFacts {
     );
     let gpu_processes_now = match now {
         Ok(n) => match &n.processes {
-            Some(p) => Item::found(
-                serde_json::to_value(p).unwrap_or_default(),
-                "NVML now (when the report was made)",
-            ),
+            Some(p) => Item::found(p.clone(), "NVML now (when the report was made)"),
             None => Item::missing("the driver does not list GPU processes (WDDM?)"),
         },
         Err(e) => Item::missing(e.to_string()),
@@ -550,8 +580,8 @@ fn gpu_facts(rec: &Recorded, now: &Result<NvmlNow, NvmlOpenError>) -> GpuFacts {
 }
 
 /// ComfyUI's own device list from `/system_stats` (CUDA's view; no GPU in CPU mode).
-fn comfyui_devices(rec: &Recorded, now: &Result<NvmlNow, NvmlOpenError>) -> Item {
-    let devices: Vec<Value> = rec
+fn comfyui_devices(rec: &Recorded, now: &Result<NvmlNow, NvmlOpenError>) -> Item<Vec<Gpu>> {
+    let devices: Vec<Gpu> = rec
         .record
         .and_then(|r| r.system_stats.as_ref())
         .and_then(|s| s.get("devices"))
@@ -559,9 +589,16 @@ fn comfyui_devices(rec: &Recorded, now: &Result<NvmlNow, NvmlOpenError>) -> Item
         .map(|d| {
             d.iter()
                 .filter(|d| d.get("type").and_then(Value::as_str) != Some("cpu"))
-                .map(|d| {
-                    json!({"index": d.get("index"), "name": d.get("name"),
-                           "vram_total_bytes": d.get("vram_total")})
+                .map(|d| Gpu {
+                    index: d
+                        .get("index")
+                        .and_then(Value::as_u64)
+                        .and_then(|i| u32::try_from(i).ok()),
+                    name: d.get("name").and_then(Value::as_str).map(str::to_string),
+                    vram_total_bytes: d.get("vram_total").and_then(Value::as_u64),
+                    vram_reserved_bytes: None,
+                    vram_free_bytes: None,
+                    pcie_link: None,
                 })
                 .collect()
         })
@@ -577,10 +614,10 @@ fn comfyui_devices(rec: &Recorded, now: &Result<NvmlNow, NvmlOpenError>) -> Item
 
 /// The ComfyUI install: its folder, version, git state and custom nodes.
 struct ComfyFacts {
-    folder: Item,
-    version: Item,
-    git: Item,
-    custom_nodes: Item,
+    folder: Item<String>,
+    version: Item<String>,
+    git: Item<GitInfo>,
+    custom_nodes: Item<Vec<CustomNode>>,
 }
 
 fn comfyui_facts(
@@ -588,7 +625,7 @@ fn comfyui_facts(
     inp: &Inputs,
     install: Option<&(Install, String)>,
     git: Result<GitInfo, String>,
-    custom_nodes: Result<Vec<Value>, String>,
+    custom_nodes: Result<Vec<CustomNode>, String>,
 ) -> ComfyFacts {
     let unknown = unknown_install(inp);
     let folder = match (install, &inp.comfyui) {
@@ -629,10 +666,7 @@ fn comfyui_facts(
         ),
     ]);
     let git = match git {
-        Ok(g) => Item::found(
-            json!({"commit": g.commit, "branch": g.branch}),
-            format!("{}", i.dir.join(".git").display()),
-        ),
+        Ok(g) => Item::found(g, format!("{}", i.dir.join(".git").display())),
         Err(e) => Item::missing(e),
     };
     let custom_nodes = match custom_nodes {
@@ -649,13 +683,13 @@ fn comfyui_facts(
 
 /// The install's Python and the packages that decide memory.
 struct PythonFacts {
-    python: Item,
-    executable: Item,
-    torch: Item,
-    torch_cuda: Item,
-    comfy_aimdo: Item,
-    comfy_kitchen: Item,
-    comfyui_frontend: Item,
+    python: Item<String>,
+    executable: Item<String>,
+    torch: Item<String>,
+    torch_cuda: Item<String>,
+    comfy_aimdo: Item<String>,
+    comfy_kitchen: Item<String>,
+    comfyui_frontend: Item<String>,
 }
 
 /// `/system_stats` first, then the startup log, then what the install's Python says now.
@@ -751,9 +785,9 @@ fn python_facts(rec: &Recorded, py: &Result<(PyFacts, String), String>) -> Pytho
 
 /// How ComfyUI was started: the launcher, the command line, the allowlisted environment.
 struct LaunchFacts {
-    launcher: Item,
-    command: Item,
-    env: Item,
+    launcher: Item<String>,
+    command: Item<String>,
+    env: Item<Variables>,
 }
 
 fn launch_facts(rec: &Recorded, inp: &Inputs, process_env: Vec<(String, String)>) -> LaunchFacts {
@@ -771,7 +805,7 @@ fn launch_facts(rec: &Recorded, inp: &Inputs, process_env: Vec<(String, String)>
         None => Item::missing("no run was recorded"),
     };
     // Allowlisted variables only: the launcher's, then this process's.
-    let mut env = serde_json::Map::new();
+    let mut env = Variables::new();
     let mut sources = Vec::new();
     let launcher_env = inp
         .launcher_env
@@ -782,15 +816,15 @@ fn launch_facts(rec: &Recorded, inp: &Inputs, process_env: Vec<(String, String)>
         .into_iter()
         .map(|(k, v)| (k, v, "environment when the report was made"));
     for (k, v, source) in launcher_env.chain(process) {
-        if !env.contains_key(&k) {
-            env.insert(k, Value::String(v));
+        if let std::collections::btree_map::Entry::Vacant(e) = env.entry(k) {
+            e.insert(v);
             if !sources.contains(&source) {
                 sources.push(source);
             }
         }
     }
     let env = Item::found(
-        Value::Object(env),
+        env,
         if sources.is_empty() {
             "none of the allowlisted variables is set".to_string()
         } else {

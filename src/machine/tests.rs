@@ -2,6 +2,7 @@
 
 use super::host::{parse_cpuinfo, parse_os_release};
 use super::*;
+use serde_json::json;
 
 #[test]
 fn os_release_and_cpuinfo() {
@@ -106,7 +107,7 @@ fn custom_nodes_with_commits() {
     std::fs::write(nodes.join("example_node.py.example"), "").unwrap();
     let list = custom_nodes(tmp.path()).unwrap();
     assert_eq!(
-        Value::Array(list),
+        serde_json::to_value(list).unwrap(),
         json!([
             {"name": "ComfyUI-Manager", "commit": "0123456789ab"},
             {"name": "plain", "commit": null},
@@ -153,12 +154,13 @@ fn the_probe_runs_on_this_python_without_torch() {
 
 #[test]
 fn items_say_where_or_why() {
-    let it = Item::first([Item::missing("a"), Item::found("x", "here")]);
+    let it: Item<String> = Item::first([Item::missing("a"), Item::found("x", "here")]);
     assert_eq!(
         serde_json::to_value(&it).unwrap(),
         json!({"value": "x", "source": "here"})
     );
-    let it = Item::first([Item::missing("a"), Item::missing("b"), Item::missing("a")]);
+    let it: Item<String> =
+        Item::first([Item::missing("a"), Item::missing("b"), Item::missing("a")]);
     assert_eq!(
         serde_json::to_value(&it).unwrap(),
         json!({"missing": "a; b"})
@@ -187,13 +189,13 @@ fn capture_without_a_run_or_nvml() {
 /// Probes as a machine without NVML, ComfyUI or Python would give them.
 fn bare_probes(process_env: &[(&str, &str)]) -> Probes {
     Probes {
-        host: [
-            Item::found("Debian GNU/Linux 12", "/etc/os-release"),
-            Item::found("6.1.0", "uname"),
-            Item::found("AMD Ryzen 9 7950X", "/proc/cpuinfo"),
-            Item::found(34_359_738_368u64, "sysinfo now"),
-            Item::found(0u64, "sysinfo now"),
-        ],
+        host: crate::machine::host::Host {
+            os: Item::found("Debian GNU/Linux 12", "/etc/os-release"),
+            kernel: Item::found("6.1.0", "uname"),
+            cpu: Item::found("AMD Ryzen 9 7950X", "/proc/cpuinfo"),
+            ram_bytes: Item::found(34_359_738_368u64, "sysinfo now"),
+            swap_bytes: Item::found(0u64, "sysinfo now"),
+        },
         nvml: Err(crate::nvidia::NvmlOpenError::Other(
             "cannot load libnvidia-ml.so.1".into(),
         )),
@@ -251,8 +253,8 @@ fn the_merge_prefers_what_the_run_recorded_to_the_machine_now() {
         json!({"value": "0.38.1", "source": "startup log of run 001"})
     );
     assert_eq!(
-        env.env.value().unwrap(),
-        &json!({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "CUDA_VISIBLE_DEVICES": "0"})
+        serde_json::to_value(env.env.value().unwrap()).unwrap(),
+        json!({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "CUDA_VISIBLE_DEVICES": "0"})
     );
     assert_eq!(env.os.text().as_deref(), Some("Debian GNU/Linux 12"));
     assert!(matches!(env.gpus, Item::Missing { .. }));
@@ -303,11 +305,11 @@ fn the_samplers_summary_is_read_typed_and_wins_over_nvml_now() {
     );
     assert_eq!(env.cuda_driver.text().as_deref(), Some("13.0"));
     let gpus = env.gpus.value().unwrap();
-    assert_eq!(gpus[0]["name"], "NVIDIA GeForce RTX 4090");
-    assert_eq!(gpus[0]["vram_total_bytes"], 25_757_220_864u64);
+    assert_eq!(gpus[0].name.as_deref(), Some("NVIDIA GeForce RTX 4090"));
+    assert_eq!(gpus[0].vram_total_bytes, Some(25_757_220_864));
     assert_eq!(
-        gpus[0]["pcie_link"]["missing"],
-        "cannot load libnvidia-ml.so.1"
+        gpus[0].pcie_link,
+        Some(Item::missing("cannot load libnvidia-ml.so.1"))
     );
     // The kitchen version comes from the record's startup facts, not from grepping the log.
     assert_eq!(
@@ -326,13 +328,13 @@ fn what_comfyui_set_itself_is_told_apart_from_the_users_environment() {
     );
     let env = merge(&inp, probes);
     assert_eq!(
-        env.env.value().unwrap(),
-        &json!({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+        serde_json::to_value(env.env.value().unwrap()).unwrap(),
+        json!({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
     );
     let set = env.env_set_by_comfyui.expect("told");
     assert_eq!(
-        set.value().unwrap(),
-        &json!({
+        serde_json::to_value(set.value().unwrap()).unwrap(),
+        json!({
             "CUDA_VISIBLE_DEVICES": null,
             "HF_HUB_TOKEN": "(set; not on the allowlist)",
             "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,backend:cudaMallocAsync",

@@ -516,13 +516,7 @@ fn custom_node_testing(o: &mut String, ctx: &Ctx) {
         let _ = writeln!(o, "{}{run}\n", c.statement);
         return;
     }
-    let nodes = ctx
-        .inp
-        .env
-        .custom_nodes
-        .value()
-        .and_then(Value::as_array)
-        .map(|l| l.len());
+    let nodes = ctx.inp.env.custom_nodes.value().map(Vec::len);
     let disabled = ctx
         .failing
         .is_some_and(|r| r.argv.iter().any(|a| a == "--disable-all-custom-nodes"));

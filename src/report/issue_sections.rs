@@ -118,13 +118,13 @@ fn environment(custom_nodes: usize) -> crate::machine::Environment {
     let mut env = merge(
         &Inputs::default(),
         Probes {
-            host: [
-                Item::found("Ubuntu 24.04", "/etc/os-release"),
-                Item::found("6.8.0", "uname"),
-                Item::found("AMD Ryzen 9 7950X", "/proc/cpuinfo"),
-                Item::found(68_719_476_736u64, "sysinfo now"),
-                Item::found(0u64, "sysinfo now"),
-            ],
+            host: crate::machine::host::Host {
+                os: Item::found("Ubuntu 24.04", "/etc/os-release"),
+                kernel: Item::found("6.8.0", "uname"),
+                cpu: Item::found("AMD Ryzen 9 7950X", "/proc/cpuinfo"),
+                ram_bytes: Item::found(68_719_476_736u64, "sysinfo now"),
+                swap_bytes: Item::found(0u64, "sysinfo now"),
+            },
             nvml: Err(crate::nvidia::NvmlOpenError::Other(
                 "no NVIDIA driver here".into(),
             )),
@@ -136,8 +136,11 @@ fn environment(custom_nodes: usize) -> crate::machine::Environment {
             comfyui_set_env: None,
         },
     );
-    let nodes: Vec<Value> = (0..custom_nodes)
-        .map(|i| json!({"name": format!("node-{i}"), "commit": null}))
+    let nodes: Vec<crate::machine::CustomNode> = (0..custom_nodes)
+        .map(|i| crate::machine::CustomNode {
+            commit: None,
+            name: format!("node-{i}"),
+        })
         .collect();
     env.custom_nodes = Item::found(nodes, "/c/custom_nodes");
     env.captured_at = "2026-12-01T10:05:00Z".into();
