@@ -25,36 +25,12 @@ import time
 # pack are released together with one version number).
 VERSION = "0.1.0"
 
-# Launch flags that say how the server is reached or where it keeps its user files, not what
-# it does with memory: a diagnosis starts its own ComfyUI on loopback with the install's own
-# user folder (its runs must not write into this server's settings and database), so these are
-# left out of the flags it tests. The value is
-# how many values the flag takes: 0, 1, or "?" (argparse's optional value).
-NETWORK_FLAGS = {
-    "--listen": "?",
-    "--port": 1,
-    "--tls-keyfile": 1,
-    "--tls-certfile": 1,
-    "--enable-cors-header": "?",
-    "--auto-launch": 0,
-    "--disable-auto-launch": 0,
-    "--front-end-version": 1,
-    "--front-end-root": 1,
-    "--multi-user": 0,
-    "--user-directory": 1,
-}
-
 # A prompt id as ComfyUI makes them (a uuid4) or as API clients send them: letters, digits,
 # dashes and underscores only, so that it can never name a file.
 PROMPT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # The names of the bundles this pack writes: the time, then 128 random bits, so that a name
 # cannot be guessed. Only the bundles this server wrote are served.
 REPORT_NAME = re.compile(r"^vrambisect-report-[0-9]{8}-[0-9]{6}(-failure)?-[0-9a-f]{32}\.zip$")
-
-# The files of a bisect's session folder this pack reads (the program's own names for them:
-# src/session/mod.rs; a test of the program holds the two together).
-SPEC_FILE = "session.json"
-PROGRESS_FILE = "progress.json"
 
 # Set in the environment of the bisect a diagnosis starts (so in the ComfyUI of each of its
 # runs, which loads this pack too where it is installed in the install diagnosed): its session
@@ -80,34 +56,6 @@ class Refused(Exception):
         self.status = status
         self.message = message
         self.kind = kind
-
-
-def split_flags(argv):
-    """This server's launch flags (``sys.argv[1:]``) as (the flags a diagnosis tests, the
-    networking ones it leaves out), each in the order given."""
-    kept, network = [], []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        name = arg.split("=", 1)[0]
-        takes = NETWORK_FLAGS.get(name)
-        if takes is None:
-            kept.append(arg)
-            i += 1
-            continue
-        network.append(arg)
-        i += 1
-        if "=" in arg:
-            continue
-        if (takes == 1 and i < len(argv)) or (takes == "?" and i < len(argv) and not argv[i].startswith("-")):
-            network.append(argv[i])
-            i += 1
-    return kept, network
-
-
-def server_flags(argv):
-    """The launch flags of this server (``sys.argv[1:]``) without the networking ones."""
-    return split_flags(argv)[0]
 
 
 def start_environment(proc_environ="/proc/self/environ"):
@@ -199,42 +147,6 @@ def listens_on_loopback_only(argv):
     return bool(names) and all(is_loopback_name(n) for n in names)
 
 
-def install_kind(python, comfyui_dir, argv):
-    """Which kind of install this is, for the launch line the verdict gives: the portable
-    build (``python_embeded``), ComfyUI Desktop, or a plain Python."""
-    low = python.replace("\\", "/").lower()
-    if "/python_embeded/" in low:
-        return "portable"
-    if any(a.startswith("--base-directory") for a in argv) and (
-        "comfyui desktop" in low or "/programs/comfyui/" in low or "/comfyui.app/" in low
-        or "/resources/comfyui" in comfyui_dir.replace("\\", "/").lower()
-    ):
-        return "desktop"
-    return "python"
-
-
-def launch_line(kind, python, comfyui_dir, flags):
-    """Where to put flags for this install and the exact line, as a dict {where, line}."""
-    if kind == "portable":
-        # The portable .bat line carries it already.
-        flags = [f for f in flags if f != "--windows-standalone-build"]
-    quoted = " ".join(_quote(f) for f in flags)
-    if kind == "portable":
-        line = r".\python_embeded\python.exe -s ComfyUI\main.py --windows-standalone-build"
-        if quoted:
-            line += " " + quoted
-        return {"where": "run_nvidia_gpu.bat in your ComfyUI_windows_portable folder: edit its python line to read",
-                "line": line}
-    if kind == "desktop":
-        return {"where": "ComfyUI Desktop: Settings > Server-Config, set these launch flags (or add them to its extra arguments)",
-                "line": quoted}
-    main_py = os.path.join(comfyui_dir, "main.py")
-    line = _quote(python) + " " + _quote(main_py)
-    if quoted:
-        line += " " + quoted
-    return {"where": "start ComfyUI with", "line": line}
-
-
 def _quote(arg):
     if arg and re.fullmatch(r"[A-Za-z0-9_@%+=:,./\\-]+", arg):
         return arg
@@ -255,6 +167,7 @@ class Tool:
         self.clock = clock
         self._state = None
         self._checked = None
+        self._facts = {}
         # What the programs it starts get: the environment the user started ComfyUI with, not
         # what ComfyUI's process made of it; and what was changed in between, for the bundle.
         if start_env is None:
@@ -327,6 +240,29 @@ class Tool:
         if own:
             env["VRAMBISECT_COMFYUI_SET_ENV"] = json.dumps(own, sort_keys=True)
         return env
+
+    def facts(self, comfyui_dir, argv):
+        """What the program knows of this server (``vrambisect extension facts``): the
+        install's kind, its flags as a diagnosis tests them and those left out, the line that
+        starts it with ``argv``, the outcome names and the session folder's file names. Asked
+        once per command line; raises Refused when the program is missing or fails."""
+        key = (comfyui_dir, tuple(argv))
+        known = self._facts.get(key)
+        if known is not None:
+            return known
+        argv = self.command("extension", "facts", "--json", "--comfyui", comfyui_dir, "--python", self.python,
+                            "--", *argv)
+        try:
+            done = subprocess.run(argv, capture_output=True, timeout=60, env=self.child_env(),
+                                  cwd=comfyui_dir or None)
+            facts = json.loads(done.stdout.decode("utf-8", "replace"))
+        except (OSError, subprocess.SubprocessError, ValueError):
+            facts = None
+        if not isinstance(facts, dict):
+            raise Refused(500, "vrambisect extension facts failed: reinstall it with: " + self.install_hint(),
+                          "tool_failed")
+        self._facts[key] = facts
+        return facts
 
     def command(self, *args):
         program = self.program()
@@ -491,8 +427,41 @@ class Extension:
     def _state_file(self):
         return os.path.join(self.root, "last-diagnosis.json")
 
+    def facts(self, argv=None):
+        """The program's facts for this server's command line, or for ``argv`` given."""
+        return self.tool.facts(self.host.comfyui_dir, list(self.host.argv if argv is None else argv))
+
     def flags(self):
-        return server_flags(list(self.host.argv))
+        """This server's flags as a diagnosis tests them (the networking and user-folder ones
+        left out: its runs start their own ComfyUI on loopback)."""
+        return self.facts()["flags"]["tested"]
+
+    def session_file(self, name, session):
+        """A file of a bisect's session folder by the program's own name for it (``spec``,
+        ``progress``), or None where the program cannot be asked."""
+        try:
+            return os.path.join(session, self.facts()["session_files"]["bisect"][name])
+        except Refused:
+            return None
+
+    def outcomes(self):
+        """{name: {title, flags_may_fix}} for the panel, or None where the program cannot be
+        asked."""
+        try:
+            return {o["name"]: {"title": o["title"], "flags_may_fix": o["flags_may_fix"]}
+                    for o in self.facts()["outcomes"]}
+        except Refused:
+            return None
+
+    def _resumable(self, path):
+        """A diagnosis folder whose session can still be resumed: it got as far as its spec
+        and did not end with a verdict."""
+        spec = self.session_file("spec", os.path.join(path, "session"))
+        if spec is None or not os.path.isfile(spec):
+            return False
+        result = _read_result(path)
+        verdict = result.get("verdict") if result else None
+        return verdict is None or verdict.get("kind") == "incomplete"
 
     def _clean(self, kind, keep=None, room=0):
         """Keeps the newest KEEP[kind] of a kind (less room for one about to be added), and
@@ -514,12 +483,17 @@ class Extension:
         if current is None:
             last = self._read_last()
             running = bool(last and last.get("state") in ("orphaned", "stopping"))
+        try:
+            flags = self.flags()
+        except Refused:
+            flags = None
         return {
             "version": VERSION,
             "tool": self.tool.state(),
             "running": running,
             "diagnosis": public_diagnosis(current or last),
-            "flags": self.flags(),
+            "flags": flags,
+            "outcomes": self.outcomes(),
             "holds_prompts": self.guard_installed,
             "removed": self.removed,
         }
@@ -608,6 +582,8 @@ class Extension:
         state = self.tool.state()
         if not state["ok"]:
             raise Refused(409, state["message"], "tool_missing")
+        # The flags its runs test, as the program reads this server's command line.
+        flags = self.flags()
         # Checked and reserved under the lock; the slow part (/free, the start) outside it, so
         # that the prompt guard on ComfyUI's event loop never waits for it.
         with self.lock:
@@ -631,7 +607,7 @@ class Extension:
             stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(self.clock()))
             self._dir("diagnoses")
             # One place for the new one; a diagnosis that can still be resumed is kept.
-            self._clean("diagnoses", keep=_resumable, room=1)
+            self._clean("diagnoses", keep=self._resumable, room=1)
             folder = self._dir("diagnoses", stamp)
             workflow = os.path.join(folder, "prompt.json")
             with open(workflow, "w", encoding="utf-8") as f:
@@ -651,7 +627,6 @@ class Extension:
             self.starting = True
         try:
             held = self.host.free()
-            flags = self.flags()
             session = os.path.join(folder, "session")
             argv = self.tool.command(
                 "bisect", "--json", "--comfyui", self.host.comfyui_dir, "--python", self.host.python,
@@ -867,16 +842,6 @@ def _keep_newest(folder, n, keep=None):
         except OSError:
             pass
     return removed
-
-
-def _resumable(path):
-    """A diagnosis folder whose session can still be resumed: it got as far as its spec and
-    did not end with a verdict."""
-    if not os.path.isfile(os.path.join(path, "session", SPEC_FILE)):
-        return False
-    result = _read_result(path)
-    verdict = result.get("verdict") if result else None
-    return verdict is None or verdict.get("kind") == "incomplete"
 
 
 def _read_result(folder):
@@ -1098,11 +1063,11 @@ class Diagnosis:
 
     def progress(self):
         """Runs done and planned, the configuration under way and its phase, the time left:
-        the bisect's own ``progress.json`` in its session folder."""
+        the progress file the bisect keeps in its session folder."""
         try:
-            with open(os.path.join(self.session, PROGRESS_FILE), "r", encoding="utf-8") as f:
+            with open(self.ext.session_file("progress", self.session), "r", encoding="utf-8") as f:
                 p = json.load(f)
-        except (OSError, ValueError):
+        except (OSError, ValueError, TypeError):
             p = {}
         if not isinstance(p, dict):
             p = {}
@@ -1164,7 +1129,8 @@ class Diagnosis:
 
 def _resume_line(ext, session):
     """The line that goes on with a session, once it got as far as its spec (else None)."""
-    if not isinstance(session, str) or not os.path.isfile(os.path.join(session, SPEC_FILE)):
+    spec = ext.session_file("spec", session) if isinstance(session, str) else None
+    if spec is None or not os.path.isfile(spec):
         return None
     return "%s -m vrambisect bisect --resume %s" % (_quote(ext.host.python), _quote(session))
 
@@ -1203,9 +1169,10 @@ def summarize_verdict(result, ext):
     }
     flags = verdict.get("flags")
     if kind in ("fixed_by", "caused_by") and isinstance(flags, list):
-        argv = list(ext.host.argv)
-        kind_of_install = install_kind(ext.host.python, ext.host.comfyui_dir, argv)
-        network = split_flags(argv)[1]
-        out["launch"] = launch_line(kind_of_install, ext.host.python, ext.host.comfyui_dir,
-                                    network + [str(f) for f in flags])
+        # Where this install takes its flags and the line, as the program says.
+        try:
+            left_out = ext.facts()["flags"]["left_out"]
+            out["launch"] = ext.facts(left_out + [str(f) for f in flags])["launch"]
+        except Refused:
+            out["launch"] = None
     return out

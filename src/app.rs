@@ -373,6 +373,17 @@ fn run_extension(args: crate::cli::ExtensionArgs, c: &mut Console) -> Result<i32
     let done = match &args.action {
         crate::cli::ExtensionAction::Install(_) => crate::extension::install(&comfyui.path)?,
         crate::cli::ExtensionAction::Remove(_) => crate::extension::remove(&comfyui.path)?,
+        crate::cli::ExtensionAction::Facts(f) => {
+            let origin = crate::locate::Origin::current();
+            let python = crate::locate::python_for(&comfyui.path, target.python.as_deref(), origin);
+            let facts = crate::extension::facts::facts(
+                &comfyui.path,
+                &python.path.display().to_string(),
+                &f.args,
+                &origin.desktop,
+            );
+            return c.answer(&facts, crate::error::exit::OK);
+        }
     };
     c.answer(&done, crate::error::exit::OK)
 }

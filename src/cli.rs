@@ -137,14 +137,29 @@ pub enum ExtensionAction {
     Install(ExtensionTarget),
     /// Take the extension out of ComfyUI's custom_nodes.
     Remove(ExtensionTarget),
+    /// What the extension asks of this program for a server: the install's kind, the
+    /// server's flags as a diagnosis tests them (networking and user-folder flags left out),
+    /// the line that starts the install with the flags given, and the names of outcomes and
+    /// session files (--json).
+    Facts(FactsArgs),
 }
 
 impl ExtensionAction {
     pub fn target(&self) -> &ExtensionTarget {
         match self {
             ExtensionAction::Install(t) | ExtensionAction::Remove(t) => t,
+            ExtensionAction::Facts(f) => &f.target,
         }
     }
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct FactsArgs {
+    #[command(flatten)]
+    pub target: ExtensionTarget,
+    /// The server's launch flags (its sys.argv[1:]).
+    #[arg(last = true, value_name = "COMFYUI_ARGS", allow_hyphen_values = true)]
+    pub args: Vec<String>,
 }
 
 /// Which ComfyUI: found as for run when left out (the folder of the Python that ran

@@ -22,6 +22,65 @@ pub const RELEVANT_ENV: &[&str] = &[
     "CUDA_DEVICE_ORDER",
 ];
 
+/// Where to put launch flags on an install, and the line to put there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct StartLine {
+    /// For a person: the file or setting, and what to do there.
+    #[serde(rename = "where")]
+    pub place: String,
+    /// The line (for Desktop, the flags alone).
+    pub line: String,
+}
+
+/// How to start an install of `kind` (its `python` and ComfyUI folder `comfyui`) with
+/// `flags`: the portable build's `.bat` line, Desktop's setting, or the Python and `main.py`.
+pub(crate) fn start_line(
+    kind: crate::locate::InstallKind,
+    python: &str,
+    comfyui: &Path,
+    flags: &[String],
+) -> StartLine {
+    use crate::locate::InstallKind;
+    use crate::text::command_line;
+    match kind {
+        InstallKind::Portable => {
+            // The .bat's line carries --windows-standalone-build already.
+            let flags: Vec<String> = flags
+                .iter()
+                .filter(|f| *f != "--windows-standalone-build")
+                .cloned()
+                .collect();
+            let mut line = PORTABLE_LINE.to_string();
+            if !flags.is_empty() {
+                line = format!("{line} {}", command_line(&flags));
+            }
+            StartLine {
+                place: "run_nvidia_gpu.bat in your ComfyUI_windows_portable folder: edit its python line to read".into(),
+                line,
+            }
+        }
+        InstallKind::Desktop => StartLine {
+            place: "ComfyUI Desktop: Settings > Server-Config, set these launch flags (or add them to its extra arguments)".into(),
+            line: command_line(flags),
+        },
+        InstallKind::Python => {
+            let mut argv = vec![
+                python.to_string(),
+                comfyui.join("main.py").display().to_string(),
+            ];
+            argv.extend(flags.iter().cloned());
+            StartLine {
+                place: "start ComfyUI with".into(),
+                line: command_line(&argv),
+            }
+        }
+    }
+}
+
+/// The portable build's `main.py` call in `run_nvidia_gpu.bat`.
+pub(crate) const PORTABLE_LINE: &str =
+    r".\python_embeded\python.exe -s ComfyUI\main.py --windows-standalone-build";
+
 /// A `main.py` call and what surrounds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Launch {

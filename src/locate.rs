@@ -206,6 +206,54 @@ pub struct Chosen {
     pub source: String,
 }
 
+/// Which kind of install a ComfyUI is, for where its launch flags go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum InstallKind {
+    /// The Windows portable build: `run_nvidia_gpu.bat` starts `python_embeded\python.exe`.
+    Portable,
+    /// ComfyUI Desktop: its settings hold the launch flags.
+    Desktop,
+    /// A plain Python or a venv, started by hand or by a script.
+    Python,
+}
+
+/// The kind of the install whose `python` runs `comfyui` with `argv`: the portable build by
+/// its `python_embeded`; Desktop where the folder is the app's own ComfyUI, the Python is the
+/// venv in Desktop's base folder, or the server was started as Desktop starts it (with
+/// `--base-directory`, from the app's folders); else a plain Python. The paths are taken as
+/// written, in either separator, so a Windows path reads the same everywhere.
+pub(crate) fn install_kind(
+    python: &str,
+    comfyui: &str,
+    argv: &[String],
+    desktop: &DesktopPlaces,
+) -> InstallKind {
+    let plain = |p: &str| p.replace('\\', "/").to_lowercase();
+    let (py, dir) = (plain(python), plain(comfyui));
+    if py.contains("/python_embeded/") {
+        return InstallKind::Portable;
+    }
+    let app = crate::paths::canonical(Path::new(comfyui));
+    let desktops_app = desktop
+        .apps
+        .iter()
+        .any(|a| crate::paths::canonical(a) == app);
+    let desktops_venv = venv_root(Path::new(python))
+        .and_then(|v| v.parent().map(Path::to_path_buf))
+        .is_some_and(|holder| is_desktop_base(&holder, desktop));
+    let started_as_desktop = argv.iter().any(|a| a.starts_with("--base-directory"))
+        && (py.contains("comfyui desktop")
+            || py.contains("/programs/comfyui/")
+            || py.contains("/comfyui.app/")
+            || dir.contains("/resources/comfyui"));
+    if desktops_app || desktops_venv || started_as_desktop {
+        InstallKind::Desktop
+    } else {
+        InstallKind::Python
+    }
+}
+
 /// The ComfyUI folder and the Python a command uses, each with where it came from (the
 /// `defaults` of `--json`, the first lines of `run` and `bisect`, `doctor`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -102,6 +102,36 @@ impl Outcome {
         }
     }
 
+    /// The headline of a failed prompt for the extension's panel ("Out of system RAM").
+    pub fn title(self) -> &'static str {
+        match self {
+            Outcome::Pass => "The log shows no failure",
+            Outcome::Oom => "Out of GPU memory (PyTorch's allocator)",
+            Outcome::AcceleratorOom => {
+                "Out of GPU memory (a CUDA allocation outside PyTorch's allocator)"
+            }
+            Outcome::HostOom => "Out of system RAM",
+            Outcome::Vbar => "Dynamic VRAM could not reserve GPU address space (VBAR)",
+            Outcome::AimdoFault => "A CUDA error of Dynamic VRAM's allocator (comfy-aimdo)",
+            Outcome::TensorrtAllocator => "TensorRT's own CUDA allocator failed",
+            Outcome::Hang => "The prompt stopped making progress (hang)",
+            Outcome::Crash => "ComfyUI crashed",
+            Outcome::Timeout => "The prompt ran out of time",
+            Outcome::FlagRejected => "ComfyUI refused a launch flag",
+            Outcome::StartupFailed => "ComfyUI did not start",
+            Outcome::InvalidWorkflow => "The workflow was refused",
+            Outcome::Interrupted => "The prompt was interrupted",
+            Outcome::NodeError => "A node failed (not a memory error)",
+        }
+    }
+
+    /// Whether launch flags may fix a failure of this kind, so that the extension offers to
+    /// diagnose it: a memory failure, or a hang, crash or timeout (which memory pressure
+    /// causes often enough); not a node's own error or an interrupt.
+    pub fn flags_may_fix(self) -> bool {
+        self.is_memory() || matches!(self, Outcome::Hang | Outcome::Crash | Outcome::Timeout)
+    }
+
     /// Whether the workflow was tested and failed (`run` exits 1).
     pub fn is_failure(self) -> bool {
         !matches!(self, Outcome::Pass) && !self.is_untestable()
@@ -120,7 +150,6 @@ impl Outcome {
         )
     }
 
-    /// A memory failure of the kind vrambisect exists for.
     /// Whether ComfyUI is still running after a prompt with this outcome (it caught the
     /// error, or nothing went wrong), so its memory after the prompt means something.
     pub fn server_survives(self) -> bool {
@@ -137,6 +166,7 @@ impl Outcome {
         )
     }
 
+    /// A memory failure of the kind vrambisect exists for.
     pub fn is_memory(self) -> bool {
         matches!(
             self,

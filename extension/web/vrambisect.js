@@ -10,27 +10,6 @@ const SHOW = "VRAMBisect.ShowOnFailure";
 const STALL = "VRAMBisect.StallMinutes";
 const SEEN = "vrambisect.seen-diagnosis";
 
-// The failures launch flags can change: the panel opens for these (and for a stall) only.
-const MEMORY = new Set(["oom", "accelerator_oom", "host_oom", "vbar", "aimdo_fault", "tensorrt_allocator", "hang", "crash", "timeout"]);
-
-const KINDS = {
-  node_error: "A node failed (not a memory error)",
-  oom: "Out of GPU memory (PyTorch's allocator)",
-  accelerator_oom: "Out of GPU memory (a CUDA allocation outside PyTorch's allocator)",
-  host_oom: "Out of system RAM",
-  vbar: "Dynamic VRAM could not reserve GPU address space (VBAR)",
-  aimdo_fault: "A CUDA error of Dynamic VRAM's allocator (comfy-aimdo)",
-  tensorrt_allocator: "TensorRT's own CUDA allocator failed",
-  hang: "The prompt stopped making progress (hang)",
-  crash: "ComfyUI crashed",
-  timeout: "The prompt ran out of time",
-  interrupted: "The prompt was interrupted",
-  startup_failed: "ComfyUI did not start",
-  flag_rejected: "ComfyUI refused a launch flag",
-  invalid_workflow: "The workflow was refused",
-  pass: "The log shows no failure",
-};
-
 function setting(id, fallback) {
   try {
     const store = app.extensionManager && app.extensionManager.setting;
@@ -177,7 +156,7 @@ class Panel {
     }
     // An error launch flags cannot fix (a node's own, the user's interrupt) opens nothing.
     const outcome = scan && scan.reading ? scan.reading.outcome : null;
-    if (scan && kind !== "stalled" && !MEMORY.has(outcome)) return;
+    if (scan && kind !== "stalled" && !this.flagsMayFix(outcome)) return;
     Object.assign(this, { failure, scan, message, report: null });
     this.show();
   }
@@ -186,7 +165,24 @@ class Panel {
     if (!this.failure) return false;
     if (this.failure.kind === "stalled") return true;
     const outcome = this.scan && this.scan.reading ? this.scan.reading.outcome : null;
-    return MEMORY.has(outcome);
+    return this.flagsMayFix(outcome);
+  }
+
+  // The outcomes as the program names them (vrambisect extension facts, through /status):
+  // each one's headline and whether launch flags may fix it.
+  outcome(name) {
+    const known = this.status && this.status.outcomes;
+    return (known && name && known[name]) || null;
+  }
+
+  flagsMayFix(name) {
+    const o = this.outcome(name);
+    return !!(o && o.flags_may_fix);
+  }
+
+  title(name, fallback) {
+    const o = this.outcome(name);
+    return o ? o.title : fallback;
   }
 
   async diagnose() {
@@ -276,9 +272,9 @@ class Panel {
     const out = el("section", { class: "vb-failure" });
     const reading = this.scan && this.scan.reading;
     const outcome = reading ? reading.outcome : null;
-    const title = outcome && outcome !== "pass" ? (KINDS[outcome] || outcome)
-      : kind === "stalled" ? KINDS.hang
-      : kind === "interrupted" ? KINDS.interrupted : "The prompt failed";
+    const title = outcome && outcome !== "pass" ? this.title(outcome, outcome)
+      : kind === "stalled" ? this.title("hang", "The prompt failed")
+      : kind === "interrupted" ? this.title("interrupted", "The prompt failed") : "The prompt failed";
     out.append(el("h3", {}, title));
     if (detail && detail.exception_message) {
       out.append(el("div", {}, el("span", { class: "vb-label" }, `${detail.node_type || "node"} #${detail.node_id}: `),

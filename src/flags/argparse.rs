@@ -25,6 +25,9 @@ pub struct Given {
     pub flag: String,
     /// The values it consumed.
     pub values: Vec<String>,
+    /// The arguments it took, as positions in the command line read.
+    #[serde(skip)]
+    pub args: std::ops::Range<usize>,
 }
 
 impl Given {
@@ -150,6 +153,7 @@ pub fn parse(set: &FlagSet, args: &[impl AsRef<str>], version: Option<&Version>)
     while i < args.len() {
         match &classes[i] {
             Class::Opt(spec, explicit) => {
+                let start = i;
                 let typed = args[i].to_string();
                 let flag = spec.name().to_string();
                 let mut values = Vec::new();
@@ -190,6 +194,7 @@ pub fn parse(set: &FlagSet, args: &[impl AsRef<str>], version: Option<&Version>)
                     typed,
                     flag,
                     values,
+                    args: start..i,
                 });
             }
             Class::Unknown | Class::Ambiguous(_) => {

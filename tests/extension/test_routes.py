@@ -563,8 +563,6 @@ class RoutesTest(unittest.TestCase):
         line = v["launch"]["line"]
         self.assertTrue(line.endswith("main.py --listen 0.0.0.0 --port 8189 --disable-auto-launch --disable-dynamic-vram"),
                         line)
-        self.assertEqual(core.split_flags(["--listen", "--port=1", "--cpu", "--enable-cors-header", "*"]),
-                         (["--cpu"], ["--listen", "--port=1", "--enable-cors-header", "*"]))
 
     def test_old_results_are_removed_with_a_word_and_resumable_ones_kept(self):
         root = os.path.join(self.user, "vrambisect", "diagnoses")
@@ -752,12 +750,6 @@ class RoutesTest(unittest.TestCase):
 
 
 class PureTest(unittest.TestCase):
-    def test_server_flags_drop_networking_only(self):
-        argv = ["--listen", "--port", "8000", "--highvram", "--enable-cors-header", "--tls-keyfile", "k",
-                "--listen=0.0.0.0", "--front-end-root", "/x", "--reserve-vram", "2", "--disable-auto-launch"]
-        self.assertEqual(core.server_flags(argv), ["--highvram", "--reserve-vram", "2"])
-        self.assertEqual(core.server_flags(["--listen", "0.0.0.0", "--cpu"]), ["--cpu"])
-
     def test_listen(self):
         self.assertTrue(core.listens_on_loopback_only([]))
         self.assertTrue(core.listens_on_loopback_only(["--listen", "127.0.0.1"]))
@@ -790,23 +782,6 @@ class PureTest(unittest.TestCase):
         env, known = core.start_environment(proc_environ="/nonexistent/environ")
         self.assertFalse(known)
         self.assertEqual(env, dict(os.environ))
-
-    def test_launch_lines(self):
-        py = r"C:\AI\ComfyUI_windows_portable\python_embeded\python.exe"
-        kind = core.install_kind(py, r"C:\AI\ComfyUI_windows_portable\ComfyUI", ["--windows-standalone-build"])
-        self.assertEqual(kind, "portable")
-        line = core.launch_line(kind, py, "", ["--disable-dynamic-vram"])
-        self.assertIn("run_nvidia_gpu.bat", line["where"])
-        self.assertEqual(line["line"], r".\python_embeded\python.exe -s ComfyUI\main.py --windows-standalone-build "
-                                       "--disable-dynamic-vram")
-        self.assertEqual(core.install_kind("/home/u/ComfyUI/venv/bin/python", "/home/u/ComfyUI", []), "python")
-        line = core.launch_line("python", "/home/u/My ComfyUI/venv/bin/python", "/home/u/My ComfyUI", ["--cpu"])
-        self.assertEqual(line["line"], '"/home/u/My ComfyUI/venv/bin/python" "/home/u/My ComfyUI/main.py" --cpu')
-        desk = core.install_kind(r"C:\Users\u\Documents\ComfyUI\.venv\Scripts\python.exe",
-                                 r"C:\Users\u\AppData\Local\Programs\ComfyUI\resources\ComfyUI",
-                                 ["--base-directory", r"C:\Users\u\Documents\ComfyUI"])
-        self.assertEqual(desk, "desktop")
-        self.assertIn("Server-Config", core.launch_line(desk, "", "", ["--cpu"])["where"])
 
     def test_log_capture_follows_comfyuis_deque(self):
         import collections

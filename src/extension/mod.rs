@@ -1,10 +1,13 @@
 //! `vrambisect extension install|remove`: puts the ComfyUI extension (the node pack in
 //! `extension/`, carried inside this program) into an install's `custom_nodes`, or takes it out.
+//! `vrambisect extension facts` ([`facts`]) answers what the pack asks of this program.
 //!
 //! The pack is the one ComfyUI-Manager installs from the registry; this is the path for a
 //! ComfyUI that Manager does not serve. Only a folder that holds this pack is ever replaced or
 //! removed, and a second copy (one Manager put under another name) is refused: ComfyUI would
 //! load both and the second would fail on routes already registered.
+
+pub(crate) mod facts;
 
 use crate::error::{Error, Result};
 use serde::Serialize;
@@ -15,22 +18,22 @@ pub(crate) const PACK: &str = "comfyui-vrambisect";
 
 /// The pack's files, relative to its folder, as this program carries them.
 pub(crate) const FILES: &[(&str, &str)] = &[
-    ("__init__.py", include_str!("../extension/__init__.py")),
-    ("core.py", include_str!("../extension/core.py")),
-    ("routes.py", include_str!("../extension/routes.py")),
+    ("__init__.py", include_str!("../../extension/__init__.py")),
+    ("core.py", include_str!("../../extension/core.py")),
+    ("routes.py", include_str!("../../extension/routes.py")),
     (
         "web/vrambisect.js",
-        include_str!("../extension/web/vrambisect.js"),
+        include_str!("../../extension/web/vrambisect.js"),
     ),
     (
         "pyproject.toml",
-        include_str!("../extension/pyproject.toml"),
+        include_str!("../../extension/pyproject.toml"),
     ),
     (
         "requirements.txt",
-        include_str!("../extension/requirements.txt"),
+        include_str!("../../extension/requirements.txt"),
     ),
-    ("README.md", include_str!("../extension/README.md")),
+    ("README.md", include_str!("../../extension/README.md")),
 ];
 
 /// What `install` or `remove` did (`--json`).
