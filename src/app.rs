@@ -127,7 +127,7 @@ fn comfyui_folder(
     python: Option<&std::path::Path>,
 ) -> Result<crate::locate::Chosen, Failure> {
     let origin = crate::locate::Origin::current();
-    Ok(crate::locate::require_comfyui_dir(comfyui, python, origin)?)
+    Ok(crate::locate::require_comfyui_dir(comfyui, python, origin).map_err(Error::from)?)
 }
 
 /// ComfyUI's flags and environment: read from a launcher (the flags given filling its

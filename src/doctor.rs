@@ -439,6 +439,7 @@ fn comfyui_check(req: &Request) -> (Check, Option<(Install, Chosen)>) {
             );
         }
         Err(e) => {
+            let e = crate::error::Error::from(e);
             return (
                 Check {
                     hint: e.hint.clone(),
@@ -479,13 +480,16 @@ fn comfyui_check(req: &Request) -> (Check, Option<(Install, Chosen)>) {
             };
             (c.details(details), Some((install, chosen)))
         }
-        Err(e) => (
-            Check {
-                hint: e.hint.clone(),
-                ..Check::new("comfyui", TITLE, Status::Fail, e.message)
-            },
-            None,
-        ),
+        Err(e) => {
+            let e = crate::error::Error::from(e);
+            (
+                Check {
+                    hint: e.hint.clone(),
+                    ..Check::new("comfyui", TITLE, Status::Fail, e.message)
+                },
+                None,
+            )
+        }
     }
 }
 
@@ -690,15 +694,18 @@ fn flags_check(install: &Install, python: &Chosen) -> Check {
             )
             .details(details)
         }
-        Err(e) => Check {
-            hint: e.hint.clone(),
-            ..Check::new(
-                "flags",
-                "Flags this install supports",
-                Status::Fail,
-                e.message,
-            )
-        },
+        Err(e) => {
+            let e = crate::error::Error::from(e);
+            Check {
+                hint: e.hint.clone(),
+                ..Check::new(
+                    "flags",
+                    "Flags this install supports",
+                    Status::Fail,
+                    e.message,
+                )
+            }
+        }
     }
 }
 

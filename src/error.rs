@@ -104,24 +104,38 @@ impl std::error::Error for Error {}
 
 pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Shortens a path-bearing I/O error to one line: "cannot read FILE: reason".
-pub(crate) fn io_error(action: &str, path: &std::path::Path, err: &std::io::Error) -> Error {
-    let reason = match err.kind() {
+/// What the operating system said, in a few words ("no such file or folder").
+pub(crate) fn io_reason(err: &std::io::Error) -> String {
+    match err.kind() {
         std::io::ErrorKind::NotFound => "no such file or folder".to_string(),
         std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
         std::io::ErrorKind::StorageFull => "the disk is full".to_string(),
         _ => err.to_string(),
-    };
-    let message = format!("cannot {action} {}: {reason}", path.display());
-    match err.kind() {
-        // The machine's state, not the user's input.
-        std::io::ErrorKind::StorageFull => Error {
-            io: Some(err.kind()),
-            ..Error::environment(message).hint("free some space on that disk, then try again")
-        },
-        kind => Error {
-            io: Some(kind),
-            ..Error::usage(message)
-        },
     }
+}
+
+impl Error {
+    /// The error a failed read or write renders to: `message`, the machine's fault for a full
+    /// disk (with what to do), else the user's input; either way what the system said.
+    pub(crate) fn from_io(message: String, err: &std::io::Error) -> Error {
+        match err.kind() {
+            // The machine's state, not the user's input.
+            std::io::ErrorKind::StorageFull => Error {
+                io: Some(err.kind()),
+                ..Error::environment(message).hint("free some space on that disk, then try again")
+            },
+            kind => Error {
+                io: Some(kind),
+                ..Error::usage(message)
+            },
+        }
+    }
+}
+
+/// Shortens a path-bearing I/O error to one line: "cannot read FILE: reason".
+pub(crate) fn io_error(action: &str, path: &std::path::Path, err: &std::io::Error) -> Error {
+    Error::from_io(
+        format!("cannot {action} {}: {}", path.display(), io_reason(err)),
+        err,
+    )
 }

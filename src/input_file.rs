@@ -3,10 +3,69 @@
 //! editors write. `/dev/zero`, a FIFO with no writer or a 1.5 GiB file given by mistake gets
 //! one line saying so, before anything is read (a FIFO is not even waited on).
 
-use crate::error::{Error, Result, io_error};
+use crate::error::{Error, io_reason};
 use std::borrow::Cow;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Why an input file was not read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum InputError {
+    /// The system refused to open or read it.
+    #[error("cannot read {what} {}: {}", path.display(), io_reason(source))]
+    Read {
+        what: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A folder, a device, a FIFO, a socket.
+    #[error("the {what} {} is {kind}, not a file", path.display())]
+    NotAFile {
+        what: String,
+        path: PathBuf,
+        kind: &'static str,
+    },
+    /// Larger than such a file can be.
+    #[error(
+        "the {what} {} is {}, more than a {what} can be ({} at most)",
+        path.display(),
+        crate::text::bytes(*len as i64),
+        crate::text::bytes(*max as i64)
+    )]
+    TooBig {
+        what: String,
+        path: PathBuf,
+        len: u64,
+        max: u64,
+    },
+}
+
+impl From<InputError> for Error {
+    fn from(e: InputError) -> Error {
+        let message = e.to_string();
+        match e {
+            InputError::Read { source, .. } => Error::from_io(message, &source),
+            InputError::NotAFile { what, .. } => {
+                Error::usage(message).hint(format!("give the {what} file itself, saved on disk"))
+            }
+            InputError::TooBig { what, .. } => {
+                Error::usage(message).hint(format!("check that this is the {what} file you meant"))
+            }
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, InputError>;
+
+/// The error of a failed read of `path`.
+fn failed(what: &str, path: &Path) -> impl Fn(std::io::Error) -> InputError {
+    move |source| InputError::Read {
+        what: what.to_string(),
+        path: path.to_path_buf(),
+        source,
+    }
+}
 
 /// The largest workflow read (an API workflow is kilobytes; one with images inlined a few
 /// MiB).
@@ -20,7 +79,7 @@ pub(crate) fn read(path: &Path, what: &str, max: u64) -> Result<Vec<u8>> {
     let mut bytes = Vec::new();
     file.take(max + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| io_error(&format!("read {what}"), path, &e))?;
+        .map_err(failed(what, path))?;
     if bytes.len() as u64 > max {
         return Err(too_big(path, what, bytes.len() as u64, max));
     }
@@ -33,15 +92,15 @@ pub(crate) fn head(path: &Path, what: &str, n: usize) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(n);
     file.take(n as u64)
         .read_to_end(&mut out)
-        .map_err(|e| io_error(&format!("read {what}"), path, &e))?;
+        .map_err(failed(what, path))?;
     Ok(out)
 }
 
 /// Opens a plain file of at most `max` bytes, checked before it is opened and again once
 /// open (what was checked may have been swapped); never waits on a FIFO.
 fn open(path: &Path, what: &str, max: u64) -> Result<std::fs::File> {
-    let failed = |e: std::io::Error| io_error(&format!("read {what}"), path, &e);
-    let meta = std::fs::metadata(path).map_err(failed)?;
+    let failed = failed(what, path);
+    let meta = std::fs::metadata(path).map_err(&failed)?;
     plain(path, what, &meta, max)?;
     let mut o = std::fs::OpenOptions::new();
     o.read(true);
@@ -50,8 +109,8 @@ fn open(path: &Path, what: &str, max: u64) -> Result<std::fs::File> {
         use std::os::unix::fs::OpenOptionsExt;
         o.custom_flags(libc::O_NONBLOCK);
     }
-    let file = o.open(path).map_err(failed)?;
-    plain(path, what, &file.metadata().map_err(failed)?, max)?;
+    let file = o.open(path).map_err(&failed)?;
+    plain(path, what, &file.metadata().map_err(&failed)?, max)?;
     Ok(file)
 }
 
@@ -59,11 +118,11 @@ fn open(path: &Path, what: &str, max: u64) -> Result<std::fs::File> {
 fn plain(path: &Path, what: &str, meta: &std::fs::Metadata, max: u64) -> Result<()> {
     let kind = kind_of(&meta.file_type());
     if let Some(kind) = kind {
-        return Err(Error::usage(format!(
-            "the {what} {} is {kind}, not a file",
-            path.display()
-        ))
-        .hint(format!("give the {what} file itself, saved on disk")));
+        return Err(InputError::NotAFile {
+            what: what.to_string(),
+            path: path.to_path_buf(),
+            kind,
+        });
     }
     if meta.len() > max {
         return Err(too_big(path, what, meta.len(), max));
@@ -71,14 +130,13 @@ fn plain(path: &Path, what: &str, meta: &std::fs::Metadata, max: u64) -> Result<
     Ok(())
 }
 
-fn too_big(path: &Path, what: &str, len: u64, max: u64) -> Error {
-    Error::usage(format!(
-        "the {what} {} is {}, more than a {what} can be ({} at most)",
-        path.display(),
-        crate::text::bytes(len as i64),
-        crate::text::bytes(max as i64)
-    ))
-    .hint(format!("check that this is the {what} file you meant"))
+fn too_big(path: &Path, what: &str, len: u64, max: u64) -> InputError {
+    InputError::TooBig {
+        what: what.to_string(),
+        path: path.to_path_buf(),
+        len,
+        max,
+    }
 }
 
 /// What a non-file is, in words (`None` for a plain file).
@@ -178,29 +236,57 @@ mod tests {
     #[test]
     fn what_is_not_a_plain_file_of_a_sane_size_is_refused_unread() {
         let tmp = tempfile::tempdir().unwrap();
+        let not_a_file = |e: InputError| match e {
+            InputError::NotAFile { kind, .. } => kind,
+            other => panic!("{other}"),
+        };
         let err = read(tmp.path(), "workflow", MAX_WORKFLOW).unwrap_err();
-        assert!(err.message.ends_with("is a folder, not a file"), "{err}");
+        assert_eq!(not_a_file(err), "a folder");
         let big = tmp.path().join("big.json");
         let f = std::fs::File::create(&big).unwrap();
         f.set_len(MAX_WORKFLOW + 1).unwrap();
         let err = read(&big, "workflow", MAX_WORKFLOW).unwrap_err();
         assert!(
-            err.message
-                .contains("more than a workflow can be (64 MiB at most)"),
+            matches!(err, InputError::TooBig { len, max: MAX_WORKFLOW, .. } if len == MAX_WORKFLOW + 1),
             "{err}"
+        );
+        // As the user reads it.
+        assert_eq!(
+            Error::from(err).to_string(),
+            format!(
+                "the workflow {} is 64 MiB, more than a workflow can be (64 MiB at most) \
+                 (check that this is the workflow file you meant)",
+                big.display()
+            )
         );
         #[cfg(unix)]
         {
             let err = read(Path::new("/dev/zero"), "workflow", MAX_WORKFLOW).unwrap_err();
-            assert!(err.message.ends_with("is a device, not a file"), "{err}");
+            assert_eq!(not_a_file(err), "a device");
             let fifo = tmp.path().join("fifo");
             let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
             assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
             let err = read(&fifo, "launcher", MAX_SCRIPT).unwrap_err();
-            assert!(
-                err.message.ends_with("is a named pipe (FIFO), not a file"),
-                "{err}"
-            );
+            assert_eq!(not_a_file(err), "a named pipe (FIFO)");
         }
+        let missing = tmp.path().join("missing.json");
+        let err = read(&missing, "workflow", MAX_WORKFLOW).unwrap_err();
+        let InputError::Read { source, .. } = &err else {
+            panic!("{err}")
+        };
+        assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+        assert!(
+            std::error::Error::source(&err).is_some(),
+            "the system's error is its source"
+        );
+        let shown = Error::from(err);
+        assert_eq!(shown.io, Some(std::io::ErrorKind::NotFound));
+        assert_eq!(
+            shown.to_string(),
+            format!(
+                "cannot read workflow {}: no such file or folder",
+                missing.display()
+            )
+        );
     }
 }

@@ -10,6 +10,77 @@ use std::time::Duration;
 /// The interpreter chosen for an install, and where it came from.
 pub(crate) use crate::locate::Chosen as Python;
 
+/// Why a folder is not a ComfyUI install.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpenError {
+    #[error("ComfyUI folder {} does not exist", .0.display())]
+    Missing(PathBuf),
+    #[error("{} is not a folder", .0.display())]
+    NotAFolder(PathBuf),
+    /// No `main.py`; `inside`: the ComfyUI folder inside it that has one.
+    #[error("{} is not a ComfyUI folder: it has no main.py", dir.display())]
+    NoMainPy {
+        dir: PathBuf,
+        inside: Option<PathBuf>,
+    },
+}
+
+impl From<OpenError> for Error {
+    fn from(e: OpenError) -> Error {
+        let hint = match &e {
+            OpenError::NoMainPy {
+                inside: Some(inside),
+                ..
+            } => format!("did you mean {}?", inside.display()),
+            _ => "pass --comfyui with the folder that holds ComfyUI's main.py".to_string(),
+        };
+        Error::usage(e.to_string()).hint(hint)
+    }
+}
+
+/// Why an install's flag list could not be asked for.
+#[derive(Debug, thiserror::Error)]
+pub enum FlagsError {
+    /// The Python could not be started (`why`: not found, or what the system said).
+    #[error("cannot run Python '{}' ({chosen_by}): {why}", python.display())]
+    CannotRun {
+        python: PathBuf,
+        chosen_by: String,
+        why: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("'{shown}' did not finish in {secs} s")]
+    TooLong { shown: String, secs: u64 },
+    /// `main.py --help` failed: its exit, its last line, and what to do about it.
+    #[error("'{shown}' failed ({code}): {last}")]
+    Failed {
+        shown: String,
+        code: String,
+        last: String,
+        hint: String,
+    },
+    /// What it printed is no flag list.
+    #[error("could not read the flag list printed by '{} main.py --help': {why}", python.display())]
+    Unreadable { python: PathBuf, why: String },
+}
+
+impl From<FlagsError> for Error {
+    fn from(e: FlagsError) -> Error {
+        let message = e.to_string();
+        match e {
+            FlagsError::CannotRun { .. } => {
+                Error::environment(message).hint("pass --python with the Python that runs ComfyUI")
+            }
+            FlagsError::TooLong { .. } => {
+                Error::environment(message).hint("check that this Python and ComfyUI folder work")
+            }
+            FlagsError::Failed { hint, .. } => Error::environment(message).hint(hint),
+            FlagsError::Unreadable { .. } => Error::environment(message),
+        }
+    }
+}
+
 /// A ComfyUI folder (the one holding `main.py`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Install {
@@ -20,28 +91,19 @@ pub struct Install {
 
 impl Install {
     /// Checks that `dir` is a ComfyUI folder and reads its version.
-    pub fn open(dir: &Path) -> Result<Install> {
+    pub fn open(dir: &Path) -> Result<Install, OpenError> {
         if !dir.exists() {
-            return Err(
-                Error::usage(format!("ComfyUI folder {} does not exist", dir.display()))
-                    .hint("pass --comfyui with the folder that holds ComfyUI's main.py"),
-            );
+            return Err(OpenError::Missing(dir.to_path_buf()));
         }
         if !dir.is_dir() {
-            return Err(Error::usage(format!("{} is not a folder", dir.display()))
-                .hint("pass --comfyui with the folder that holds ComfyUI's main.py"));
+            return Err(OpenError::NotAFolder(dir.to_path_buf()));
         }
         if !dir.join("main.py").is_file() {
-            let hint = if dir.join("ComfyUI").join("main.py").is_file() {
-                format!("did you mean {}?", dir.join("ComfyUI").display())
-            } else {
-                "pass --comfyui with the folder that holds ComfyUI's main.py".to_string()
-            };
-            return Err(Error::usage(format!(
-                "{} is not a ComfyUI folder: it has no main.py",
-                dir.display()
-            ))
-            .hint(hint));
+            let inside = dir.join("ComfyUI");
+            return Err(OpenError::NoMainPy {
+                dir: dir.to_path_buf(),
+                inside: inside.join("main.py").is_file().then_some(inside),
+            });
         }
         let dir = crate::paths::canonical(dir);
         let version = std::fs::read_to_string(dir.join("comfyui_version.py"))
@@ -67,7 +129,7 @@ impl Install {
     pub fn copy_stand_in(&self, to: &Path) -> Result<Install> {
         copy_tree(&self.dir, to, true)
             .map_err(|e| crate::error::io_error("copy the stand-in to", to, &e))?;
-        Install::open(to)
+        Ok(Install::open(to)?)
     }
 
     /// The Python that runs this install, and why (see [`crate::locate::python_for`]).
@@ -76,18 +138,15 @@ impl Install {
     }
 
     /// Asks the install for its flags by running `PYTHON main.py --help` (no torch import).
-    pub fn flags(&self, python: &Python) -> Result<FlagSet> {
+    pub fn flags(&self, python: &Python) -> Result<FlagSet, FlagsError> {
         let text = self.help_text(python)?;
-        help::parse(&text).map_err(|e| {
-            Error::environment(format!(
-                "could not read the flag list printed by '{} main.py --help': {}",
-                python.path.display(),
-                e.0
-            ))
+        help::parse(&text).map_err(|e| FlagsError::Unreadable {
+            python: python.path.clone(),
+            why: e.0,
         })
     }
 
-    fn help_text(&self, python: &Python) -> Result<String> {
+    fn help_text(&self, python: &Python) -> Result<String, FlagsError> {
         const TIMEOUT: Duration = Duration::from_secs(60);
         let shown = format!("{} main.py --help", python.path.display());
         // A bare name (`python3`) is looked up on PATH; duct would read a Path as `./python3`.
@@ -99,34 +158,30 @@ impl Install {
             .env("COLUMNS", "100")
             .env("PYTHONIOENCODING", "utf-8");
         let output = crate::process::output_with_timeout(expr, TIMEOUT)
-            .map_err(|e| {
-                let why = if e.kind() == std::io::ErrorKind::NotFound {
+            .map_err(|source| FlagsError::CannotRun {
+                python: python.path.clone(),
+                chosen_by: python.source.clone(),
+                why: if source.kind() == std::io::ErrorKind::NotFound {
                     "not found".to_string()
                 } else {
-                    e.to_string()
-                };
-                Error::environment(format!(
-                    "cannot run Python '{}' ({}): {why}",
-                    python.path.display(),
-                    python.source
-                ))
-                .hint("pass --python with the Python that runs ComfyUI")
+                    source.to_string()
+                },
+                source,
             })?
-            .ok_or_else(|| {
-                Error::environment(format!(
-                    "'{shown}' did not finish in {} s",
-                    TIMEOUT.as_secs()
-                ))
-                .hint("check that this Python and ComfyUI folder work")
+            .ok_or_else(|| FlagsError::TooLong {
+                shown: shown.clone(),
+                secs: TIMEOUT.as_secs(),
             })?;
         if !output.status.success() {
             let stderr = String::from_utf8_lossy(&output.stderr);
             let last = crate::process::last_line(&output.stderr);
             let code = crate::process::ExitStatus::from(&output.status).describe();
-            return Err(
-                Error::environment(format!("'{shown}' failed ({code}): {last}"))
-                    .hint(startup_hint(&stderr)),
-            );
+            return Err(FlagsError::Failed {
+                shown,
+                code,
+                last,
+                hint: startup_hint(&stderr),
+            });
         }
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
@@ -195,14 +250,27 @@ mod tests {
     #[test]
     fn missing_and_wrong_folders() {
         let tmp = tempfile::tempdir().unwrap();
-        let err = Install::open(&tmp.path().join("nope")).unwrap_err();
-        assert!(err.message.contains("does not exist"));
+        let nope = tmp.path().join("nope");
+        assert_eq!(Install::open(&nope).unwrap_err(), OpenError::Missing(nope));
         let err = Install::open(tmp.path()).unwrap_err();
-        assert!(err.message.contains("has no main.py"), "{err}");
+        assert_eq!(
+            err,
+            OpenError::NoMainPy {
+                dir: tmp.path().to_path_buf(),
+                inside: None
+            }
+        );
         std::fs::create_dir(tmp.path().join("ComfyUI")).unwrap();
         std::fs::write(tmp.path().join("ComfyUI/main.py"), "").unwrap();
         let err = Install::open(tmp.path()).unwrap_err();
-        assert!(err.hint.unwrap().contains("did you mean"));
+        assert_eq!(
+            Error::from(err).to_string(),
+            format!(
+                "{} is not a ComfyUI folder: it has no main.py (did you mean {}?)",
+                tmp.path().display(),
+                tmp.path().join("ComfyUI").display()
+            )
+        );
     }
 
     #[test]
@@ -235,6 +303,11 @@ mod tests {
         let install = Install::open(tmp.path()).unwrap();
         let py = install.python(Some(Path::new("/no/such/python")));
         let err = install.flags(&py).unwrap_err();
+        assert!(
+            matches!(&err, FlagsError::CannotRun { why, .. } if why == "not found"),
+            "{err}"
+        );
+        let err = Error::from(err);
         assert_eq!(err.exit_code(), crate::error::exit::ENVIRONMENT);
         // (Windows shows the path with its drive: 'C:/no/such/python'.)
         assert!(
@@ -254,9 +327,10 @@ mod tests {
         )
         .unwrap();
         let install = Install::open(tmp.path()).unwrap();
-        let err = install
+        let err: Error = install
             .flags(&install.python(Some(Path::new("python3"))))
-            .unwrap_err();
+            .unwrap_err()
+            .into();
         assert!(
             err.message.contains("failed (exit 1): ModuleNotFoundError"),
             "{err}"

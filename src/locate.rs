@@ -4,10 +4,51 @@
 //! default carries the words that say where it came from; two candidates are an error that
 //! names both, never a guess.
 
-use crate::error::{Error, Result};
+use crate::error::Error;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+
+/// Why no ComfyUI folder could be chosen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum LocateError {
+    /// The Python is the venv in ComfyUI Desktop's base folder, but the app's own ComfyUI
+    /// folder is not where Desktop puts it (`looked`: where it was looked for).
+    #[error(
+        "{} is ComfyUI Desktop's base folder, but Desktop's own ComfyUI folder was not found ({looked})",
+        base.display()
+    )]
+    DesktopAppMissing { base: PathBuf, looked: String },
+    /// Several folders could be meant.
+    #[error("more than one ComfyUI folder could be meant: {}", named(.0))]
+    Several(Vec<Chosen>),
+    /// None was given or found where one is needed (`looked`: where it was looked for).
+    #[error("no ComfyUI folder given, and none found {looked}")]
+    NoneFound { looked: String },
+}
+
+fn named(candidates: &[Chosen]) -> String {
+    let named: Vec<String> = candidates
+        .iter()
+        .map(|c| format!("{} ({})", c.path.display(), c.source))
+        .collect();
+    named.join(" and ")
+}
+
+impl From<LocateError> for Error {
+    fn from(e: LocateError) -> Error {
+        let hint = match &e {
+            LocateError::DesktopAppMissing { .. } => {
+                "pass --comfyui with the folder that holds ComfyUI's main.py"
+            }
+            LocateError::Several(_) => "pass --comfyui with the one to use",
+            LocateError::NoneFound { .. } => {
+                "pass --comfyui with the folder that holds ComfyUI's main.py, or run from that folder"
+            }
+        };
+        Error::usage(e.to_string()).hint(hint)
+    }
+}
 
 /// The variable through which `python -m vrambisect` tells the binary which interpreter ran
 /// it (`python/vrambisect/__main__.py` sets it).
@@ -283,7 +324,7 @@ pub(crate) fn comfyui_dir(
     explicit: Option<&Path>,
     python: Option<&Path>,
     origin: &Origin,
-) -> Result<Option<Chosen>> {
+) -> Result<Option<Chosen>, LocateError> {
     if let Some(dir) = explicit {
         return Ok(Some(Chosen {
             // As the install is opened (links resolved, one kind of separator on Windows).
@@ -330,22 +371,11 @@ pub(crate) fn comfyui_dir(
     }
     match unique.len() {
         0 => match notes.into_iter().next() {
-            Some(note) => Err(Error::usage(note)
-                .hint("pass --comfyui with the folder that holds ComfyUI's main.py")),
+            Some(note) => Err(note),
             None => Ok(None),
         },
         1 => Ok(unique.pop()),
-        _ => {
-            let named: Vec<String> = unique
-                .iter()
-                .map(|c| format!("{} ({})", c.path.display(), c.source))
-                .collect();
-            Err(Error::usage(format!(
-                "more than one ComfyUI folder could be meant: {}",
-                named.join(" and ")
-            ))
-            .hint("pass --comfyui with the one to use"))
-        }
+        _ => Err(LocateError::Several(unique)),
     }
 }
 
@@ -355,16 +385,14 @@ pub(crate) fn require_comfyui_dir(
     explicit: Option<&Path>,
     python: Option<&Path>,
     origin: &Origin,
-) -> Result<Chosen> {
+) -> Result<Chosen, LocateError> {
     comfyui_dir(explicit, python, origin)?.ok_or_else(|| {
         let looked = match (python, &origin.interpreter) {
             (Some(_), _) => "around --python or in the current folder".to_string(),
             (None, Some(i)) => format!("around {} or in the current folder", i.how),
             (None, None) => "in the current folder".to_string(),
         };
-        Error::usage(format!("no ComfyUI folder given, and none found {looked}")).hint(
-            "pass --comfyui with the folder that holds ComfyUI's main.py, or run from that folder",
-        )
+        LocateError::NoneFound { looked }
     })
 }
 
@@ -373,7 +401,7 @@ pub(crate) fn require_comfyui_dir(
 fn from_interpreter(
     py: &Path,
     desktop: &DesktopPlaces,
-) -> (Vec<(PathBuf, String)>, Option<String>) {
+) -> (Vec<(PathBuf, String)>, Option<LocateError>) {
     let mut out = Vec::new();
     let mut note = None;
     let Some(bin) = py.parent() else {
@@ -421,10 +449,10 @@ fn from_interpreter(
                             desktop.apps.iter().map(|a| a.display().to_string()).collect();
                         format!("looked in {}", apps.join(", "))
                     };
-                    note = Some(format!(
-                        "{} is ComfyUI Desktop's base folder, but Desktop's own ComfyUI folder was not found ({looked})",
-                        holder.display(),
-                    ))
+                    note = Some(LocateError::DesktopAppMissing {
+                        base: holder.to_path_buf(),
+                        looked,
+                    })
                 }
             }
         }

@@ -168,11 +168,17 @@ fn comfyui_desktop() {
         ..origin(tmp.path(), Some(py))
     };
     let err = comfyui_dir(None, None, &o).unwrap_err();
+    let LocateError::DesktopAppMissing { base, looked } = &err else {
+        panic!("{err}")
+    };
+    assert!(same(base, &tmp.path().join("Documents/ComfyUI")), "{err}");
+    assert!(looked.starts_with("looked in "), "{err}");
     assert!(
-        err.message.contains("is ComfyUI Desktop's base folder, but Desktop's own ComfyUI folder was not found (looked in "),
+        err.to_string()
+            .contains("is ComfyUI Desktop's base folder, but Desktop's own ComfyUI folder was not found (looked in "),
         "{err}"
     );
-    assert!(err.hint.unwrap().contains("--comfyui"));
+    assert!(Error::from(err).hint.unwrap().contains("--comfyui"));
     // Linux: Desktop's settings are known, its app is not.
     let o = Origin {
         desktop: DesktopPlaces {
@@ -183,9 +189,7 @@ fn comfyui_desktop() {
     };
     let err = comfyui_dir(None, None, &o).unwrap_err();
     assert!(
-        err.message.ends_with(
-            "Desktop's own ComfyUI folder was not found (Desktop has no app for this platform)"
-        ),
+        matches!(&err, LocateError::DesktopAppMissing { looked, .. } if looked == "Desktop has no app for this platform"),
         "{err}"
     );
 }
@@ -217,21 +221,35 @@ fn the_current_folder_and_two_candidates() {
     let py = tmp.path().join("there/venv/bin/python");
     let o = origin(&here, Some(py.clone()));
     let err = comfyui_dir(None, None, &o).unwrap_err();
+    let LocateError::Several(candidates) = &err else {
+        panic!("{err}")
+    };
+    let sources: Vec<&str> = candidates.iter().map(|c| c.source.as_str()).collect();
+    assert_eq!(sources.len(), 2, "{err}");
+    assert!(sources.contains(&"the current folder"), "{err}");
     assert!(
-        err.message
-            .starts_with("more than one ComfyUI folder could be meant: "),
+        sources
+            .iter()
+            .any(|s| s.starts_with("the folder holding venv")),
         "{err}"
     );
-    assert!(err.message.contains("here (the current folder)"), "{err}");
+    // As the user reads it.
+    let shown = Error::from(err.clone());
     assert!(
-        err.message.contains("there (the folder holding venv"),
-        "{err}"
+        shown
+            .message
+            .starts_with("more than one ComfyUI folder could be meant: "),
+        "{shown}"
+    );
+    assert!(
+        shown.message.contains("here (the current folder)"),
+        "{shown}"
     );
     assert_eq!(
-        err.hint.as_deref(),
+        shown.hint.as_deref(),
         Some("pass --comfyui with the one to use")
     );
-    assert_eq!(err.exit_code(), crate::error::exit::USAGE);
+    assert_eq!(shown.exit_code(), crate::error::exit::USAGE);
     // --comfyui settles it.
     let dir = comfyui_dir(
         Some(Path::new("there")),
@@ -260,16 +278,25 @@ fn nothing_found_is_an_error_where_a_folder_is_needed() {
     let tmp = tempfile::tempdir().unwrap();
     let err = require_comfyui_dir(None, None, &origin(tmp.path(), None)).unwrap_err();
     assert_eq!(
-        err.message,
+        err,
+        LocateError::NoneFound {
+            looked: "in the current folder".into()
+        }
+    );
+    assert_eq!(
+        err.to_string(),
         "no ComfyUI folder given, and none found in the current folder"
     );
     let o = origin(tmp.path(), Some(tmp.path().join("py/bin/python")));
     let err = require_comfyui_dir(None, None, &o).unwrap_err();
-    assert!(
-        err.message
-            .ends_with("around the Python that ran python -m vrambisect or in the current folder")
+    assert_eq!(
+        err,
+        LocateError::NoneFound {
+            looked: "around the Python that ran python -m vrambisect or in the current folder"
+                .into()
+        }
     );
-    assert!(err.hint.unwrap().contains("--comfyui"));
+    assert!(Error::from(err).hint.unwrap().contains("--comfyui"));
 }
 
 #[test]

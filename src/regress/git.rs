@@ -2,10 +2,65 @@
 //! `rev-list`, `show`, `log`, `archive`) and none writes to the repository, its index, its
 //! working tree, its stash or its bisect state.
 
-use crate::error::{Error, Result};
+use crate::error::Error;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// What went wrong with git.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    /// git could not be started.
+    #[error("cannot run git: {0}")]
+    NoGit(#[source] std::io::Error),
+    #[error("git {args} took too long")]
+    TooLong { args: String },
+    /// git ran and failed: the last line it said.
+    #[error("git {args}: {said}")]
+    Failed { args: String, said: String },
+    #[error("{} is not a git checkout: {source}", dir.display())]
+    NotACheckout {
+        dir: PathBuf,
+        #[source]
+        source: Box<GitError>,
+    },
+    #[error("{rev} is not a commit of {}", dir.display())]
+    NotACommit {
+        rev: String,
+        dir: PathBuf,
+        #[source]
+        source: Box<GitError>,
+    },
+    /// `git archive | tar` could not be started.
+    #[error("cannot run git archive | tar: {0}")]
+    NoArchive(#[source] std::io::Error),
+    #[error("git archive took too long")]
+    ArchiveTooLong,
+    #[error("cannot export {commit}: {said}")]
+    Export { commit: String, said: String },
+}
+
+impl From<GitError> for Error {
+    fn from(e: GitError) -> Error {
+        let message = e.to_string();
+        match e {
+            GitError::NoGit(_) => Error::environment(message).hint("install git"),
+            GitError::TooLong { .. }
+            | GitError::NoArchive(_)
+            | GitError::ArchiveTooLong
+            | GitError::Export { .. } => Error::environment(message),
+            GitError::Failed { .. } => Error::usage(message),
+            GitError::NotACheckout { .. } => Error::usage(message).hint(
+                "regress needs ComfyUI's git history: a clone of https://github.com/Comfy-Org/ComfyUI (the portable build's ComfyUI folder is one when it was updated with git)",
+            ),
+            GitError::NotACommit { .. } => Error::usage(message).hint(
+                "give a tag (v0.3.64), a branch or a commit id; `git -C DIR log --oneline --first-parent` lists them",
+            ),
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, GitError>;
 
 /// A git checkout of ComfyUI.
 #[derive(Debug, Clone)]
@@ -45,12 +100,10 @@ impl Repo {
             Ok(top) => Ok(Repo {
                 dir: PathBuf::from(top.trim()),
             }),
-            Err(e) => Err(Error::usage(format!(
-                "{} is not a git checkout: {}",
-                dir.display(),
-                e.message
-            ))
-            .hint("regress needs ComfyUI's git history: a clone of https://github.com/Comfy-Org/ComfyUI (the portable build's ComfyUI folder is one when it was updated with git)")),
+            Err(e) => Err(GitError::NotACheckout {
+                dir: dir.to_path_buf(),
+                source: Box::new(e),
+            }),
         }
     }
 
@@ -63,19 +116,20 @@ impl Repo {
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_PAGER", "cat");
         let out = crate::process::output_with_timeout(expr, GIT_TIMEOUT)
-            .map_err(|e| Error::environment(format!("cannot run git: {e}")).hint("install git"))?
-            .ok_or_else(|| Error::environment(format!("git {} took too long", args.join(" "))))?;
+            .map_err(GitError::NoGit)?
+            .ok_or_else(|| GitError::TooLong {
+                args: args.join(" "),
+            })?;
         if !out.status.success() {
             let stderr = String::from_utf8_lossy(&out.stderr);
             let last = stderr
                 .lines()
                 .rfind(|l| !l.trim().is_empty())
                 .unwrap_or("failed");
-            return Err(Error::usage(format!(
-                "git {}: {}",
-                args.join(" "),
-                last.trim()
-            )));
+            return Err(GitError::Failed {
+                args: args.join(" "),
+                said: last.trim().to_string(),
+            });
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
@@ -85,9 +139,10 @@ impl Repo {
         let spec = format!("{rev}^{{commit}}");
         self.git(&["rev-parse", "--verify", "--quiet", &spec])
             .map(|s| s.trim().to_string())
-            .map_err(|_| {
-                Error::usage(format!("{rev} is not a commit of {}", self.dir.display()))
-                    .hint("give a tag (v0.3.64), a branch or a commit id; `git -C DIR log --oneline --first-parent` lists them")
+            .map_err(|e| GitError::NotACommit {
+                rev: rev.to_string(),
+                dir: self.dir.clone(),
+                source: Box::new(e),
             })
     }
 
@@ -166,14 +221,18 @@ impl Repo {
             ],
         );
         let out = crate::process::output_with_timeout(archive.pipe(untar), GIT_TIMEOUT)
-            .map_err(|e| Error::environment(format!("cannot run git archive | tar: {e}")))?
-            .ok_or_else(|| Error::environment("git archive took too long"))?;
+            .map_err(GitError::NoArchive)?
+            .ok_or(GitError::ArchiveTooLong)?;
         if !out.status.success() {
             let stderr = String::from_utf8_lossy(&out.stderr);
-            return Err(Error::environment(format!(
-                "cannot export {commit}: {}",
-                stderr.lines().last().unwrap_or("git archive failed")
-            )));
+            return Err(GitError::Export {
+                commit: commit.to_string(),
+                said: stderr
+                    .lines()
+                    .last()
+                    .unwrap_or("git archive failed")
+                    .to_string(),
+            });
         }
         Ok(())
     }

@@ -216,37 +216,80 @@ fn run_dirs(dir: &Path, skipped: &mut LeftOut) -> Vec<RunDir> {
     runs
 }
 
+/// Why a folder cannot be reported on.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("{} is not a folder", .0.display())]
+    NotAFolder(PathBuf),
+    #[error(
+        "{} is neither a run folder (record.json) nor a bisect or regress session",
+        .0.display()
+    )]
+    Neither(PathBuf),
+    /// A session's settings that do not read.
+    #[error("{} is damaged", .0.display())]
+    DamagedSpec(PathBuf),
+    /// The session's runs are links to another place.
+    #[error(
+        "the runs of {} are symbolic links to elsewhere, which a bundle never follows",
+        .0.display()
+    )]
+    RunsElsewhere(PathBuf),
+    /// A `command` (bisect, regress) session that has not finished a run.
+    #[error("the {command} session {} has no runs yet", dir.display())]
+    NoRunsYet { command: &'static str, dir: PathBuf },
+    /// A run's record that does not read.
+    #[error(transparent)]
+    Record(#[from] Error),
+}
+
+impl From<SourceError> for Error {
+    fn from(e: SourceError) -> Error {
+        let message = e.to_string();
+        let hint = match e {
+            SourceError::Record(e) => return e,
+            SourceError::DamagedSpec(_) => return Error::usage(message),
+            SourceError::NotAFolder(_) => {
+                "give the folder of a run (vrambisect run --output) or of a bisect session".into()
+            }
+            SourceError::Neither(_) => {
+                "give the folder that vrambisect run --output or vrambisect bisect --output made"
+                    .into()
+            }
+            SourceError::RunsElsewhere(_) => {
+                "report on the session folder itself, with its runs/ inside it".into()
+            }
+            SourceError::NoRunsYet { command, .. } => {
+                format!("continue it with vrambisect {command} --resume, then report")
+            }
+        };
+        Error::usage(message).hint(hint)
+    }
+}
+
 /// A session's runs, or the error that it has none yet.
 fn no_runs_yet(
     runs: Vec<RunDir>,
     dir: &Path,
-    what: &str,
+    command: &'static str,
     skipped: &[(String, Skipped)],
-) -> Result<Vec<RunDir>> {
+) -> Result<Vec<RunDir>, SourceError> {
     if runs.is_empty() && skipped.iter().any(|(name, _)| name.starts_with("runs")) {
-        return Err(Error::usage(format!(
-            "the runs of {} are symbolic links to elsewhere, which a bundle never follows",
-            dir.display()
-        ))
-        .hint("report on the session folder itself, with its runs/ inside it"));
+        return Err(SourceError::RunsElsewhere(dir.to_path_buf()));
     }
     if runs.is_empty() {
-        return Err(Error::usage(format!(
-            "the {what} session {} has no runs yet",
-            dir.display()
-        ))
-        .hint(format!(
-            "continue it with vrambisect {what} --resume, then report"
-        )));
+        return Err(SourceError::NoRunsYet {
+            command,
+            dir: dir.to_path_buf(),
+        });
     }
     Ok(runs)
 }
 
 /// Opens a run folder or a session folder.
-pub fn open(dir: &Path) -> Result<Source> {
+pub fn open(dir: &Path) -> Result<Source, SourceError> {
     if !dir.is_dir() {
-        return Err(Error::usage(format!("{} is not a folder", dir.display()))
-            .hint("give the folder of a run (vrambisect run --output) or of a bisect session"));
+        return Err(SourceError::NotAFolder(dir.to_path_buf()));
     }
     let dir = crate::paths::canonical(dir);
     let mut skipped = Vec::new();
@@ -254,10 +297,7 @@ pub fn open(dir: &Path) -> Result<Source> {
     if present(&bisect.spec()) {
         let spec: Option<SessionSpec> = load_json(&dir, &bisect.spec(), &mut skipped);
         if spec.is_none() && skipped.is_empty() {
-            return Err(Error::usage(format!(
-                "{} is damaged",
-                bisect.spec().display()
-            )));
+            return Err(SourceError::DamagedSpec(bisect.spec()));
         }
         let runs = {
             let runs = run_dirs(&dir, &mut skipped);
@@ -339,11 +379,7 @@ pub fn open(dir: &Path) -> Result<Source> {
             skipped,
         });
     }
-    Err(Error::usage(format!(
-        "{} is neither a run folder (record.json) nor a bisect or regress session",
-        dir.display()
-    ))
-    .hint("give the folder that vrambisect run --output or vrambisect bisect --output made"))
+    Err(SourceError::Neither(dir))
 }
 
 impl Source {
@@ -427,8 +463,23 @@ mod tests {
     fn neither_run_nor_session() {
         let tmp = tempfile::tempdir().unwrap();
         let e = open(tmp.path()).unwrap_err();
-        assert!(e.message.contains("neither a run folder"), "{e}");
-        let e = open(&tmp.path().join("nope")).unwrap_err();
-        assert!(e.message.contains("is not a folder"), "{e}");
+        assert!(
+            matches!(&e, SourceError::Neither(d) if *d == crate::paths::canonical(tmp.path())),
+            "{e}"
+        );
+        let nope = tmp.path().join("nope");
+        let e = open(&nope).unwrap_err();
+        assert!(
+            matches!(&e, SourceError::NotAFolder(d) if *d == nope),
+            "{e}"
+        );
+        // As the user reads it.
+        assert_eq!(
+            Error::from(e).to_string(),
+            format!(
+                "{} is not a folder (give the folder of a run (vrambisect run --output) or of a bisect session)",
+                nope.display()
+            )
+        );
     }
 }

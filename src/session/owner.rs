@@ -6,9 +6,56 @@
 //! anything: two writers would interleave one journal.
 
 use super::{LOCK, OWNER};
-use crate::error::{Error, Result, io_error};
+use crate::error::{Error, io_reason};
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
+
+/// Why a session could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum OwnerError {
+    /// Another process holds it (its pid, where it wrote one).
+    #[error("the session {} is in use by {}", dir.display(), match pid {
+        Some(pid) => format!("process {pid}"),
+        None => "another process".to_string(),
+    })]
+    InUse { dir: PathBuf, pid: Option<u32> },
+    /// The lock file could not be made or opened.
+    #[error("cannot take the session: {0}")]
+    LockFile(#[source] std::io::Error),
+    /// The file system does not lock files.
+    #[error("cannot lock {}: {}", path.display(), io_reason(source))]
+    Lock {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The owner's pid could not be written.
+    #[error("cannot write {}: {}", path.display(), io_reason(source))]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl From<OwnerError> for Error {
+    fn from(e: OwnerError) -> Error {
+        let message = e.to_string();
+        match e {
+            OwnerError::InUse { .. } => Error::usage(message).hint(
+                "one process writes a session at a time: wait for it to end, or stop it (Ctrl-C), then --resume goes on where it stopped",
+            ),
+            OwnerError::LockFile(source) => Error {
+                io: Some(source.kind()),
+                ..Error::usage(message)
+            },
+            OwnerError::Lock { source, .. } => Error::from_io(message, &source).hint(
+                "this file system cannot lock files (some network ones): give a session folder on a local disk",
+            ),
+            OwnerError::Write { source, .. } => Error::from_io(message, &source),
+        }
+    }
+}
 
 /// The held session; given back when dropped.
 #[derive(Debug)]
@@ -25,20 +72,13 @@ impl Drop for Owner {
 }
 
 /// Takes the session in `dir` for this process, or says who has it.
-pub fn take(dir: &Path) -> Result<Owner> {
+pub fn take(dir: &Path) -> Result<Owner, OwnerError> {
     let path = dir.join(LOCK);
-    let file = crate::gpulock::open_lock_file(&path).map_err(|e| Error {
-        io: Some(e.kind()),
-        ..Error::usage(format!("cannot take the session: {e}"))
-    })?;
+    let file = crate::gpulock::open_lock_file(&path).map_err(OwnerError::LockFile)?;
     match file.try_lock() {
         Ok(()) => {}
         Err(TryLockError::WouldBlock) => return Err(in_use(dir)),
-        Err(TryLockError::Error(e)) => {
-            return Err(io_error("lock", &path, &e).hint(
-                "this file system cannot lock files (some network ones): give a session folder on a local disk",
-            ));
-        }
+        Err(TryLockError::Error(source)) => return Err(OwnerError::Lock { path, source }),
     }
     let owner = dir.join(OWNER);
     // Made new (a link or anything planted under the name is removed, not followed).
@@ -51,24 +91,22 @@ pub fn take(dir: &Path) -> Result<Owner> {
             use std::io::Write;
             writeln!(f, "{}", std::process::id())
         })
-        .map_err(|e| io_error("write", &owner, &e))?;
+        .map_err(|source| OwnerError::Write {
+            path: owner.clone(),
+            source,
+        })?;
     Ok(Owner { _file: file, owner })
 }
 
 /// The refusal for a folder another process holds, naming it.
-fn in_use(dir: &Path) -> Error {
+fn in_use(dir: &Path) -> OwnerError {
     let pid = crate::input_file::read(&dir.join(OWNER), "session owner", 64)
         .ok()
         .and_then(|t| String::from_utf8_lossy(&t).trim().parse::<u32>().ok());
-    let who = match pid {
-        Some(pid) => format!("process {pid}"),
-        None => "another process".to_string(),
-    };
-    Error::usage(format!(
-        "the session {} is in use by {who}",
-        dir.display()
-    ))
-    .hint("one process writes a session at a time: wait for it to end, or stop it (Ctrl-C), then --resume goes on where it stopped")
+    OwnerError::InUse {
+        dir: dir.to_path_buf(),
+        pid,
+    }
 }
 
 #[cfg(test)]
@@ -83,11 +121,17 @@ mod tests {
         assert_eq!(owner.trim(), std::process::id().to_string());
         // A second open file description conflicts with the first, even in one process.
         let err = take(tmp.path()).unwrap_err();
-        assert_eq!(err.exit_code(), crate::error::exit::USAGE);
         assert!(
-            err.message
-                .ends_with(&format!("is in use by process {}", std::process::id())),
+            matches!(&err, OwnerError::InUse { pid: Some(pid), .. } if *pid == std::process::id()),
             "{err}"
+        );
+        let shown = Error::from(err);
+        assert_eq!(shown.exit_code(), crate::error::exit::USAGE);
+        assert!(
+            shown
+                .message
+                .ends_with(&format!("is in use by process {}", std::process::id())),
+            "{shown}"
         );
         drop(first);
         assert!(!tmp.path().join(OWNER).exists());
