@@ -62,7 +62,7 @@ pub(crate) fn install() {
 
 /// How urgently the user wants to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Stop {
+pub(crate) enum Stop {
     /// Keep going.
     No,
     /// End cleanly, keeping everything recorded (first Ctrl-C, or SIGTERM).

@@ -132,7 +132,7 @@ pub(crate) fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
 
 /// The first `n` characters of a commit id (all of a shorter one, as a session file may hold;
 /// never cut inside a character).
-pub fn abbrev(commit: &str, n: usize) -> &str {
+pub(crate) fn abbrev(commit: &str, n: usize) -> &str {
     match commit.char_indices().nth(n) {
         Some((at, _)) => &commit[..at],
         None => commit,

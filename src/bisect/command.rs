@@ -30,7 +30,7 @@ fn canonical(p: &Path) -> PathBuf {
 
 /// What `bisect` was asked to do, resolved from the command line.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub(crate) struct Request {
     pub session: Session,
     /// A run budget (`--max-runs`); for a resumed session, a new one.
     pub max_runs: Option<u32>,
@@ -43,7 +43,7 @@ pub struct Request {
 
 /// A new session, or one to resume.
 #[derive(Debug, Clone)]
-pub enum Session {
+pub(crate) enum Session {
     New(Box<NewSession>),
     /// The session folder.
     Resume(PathBuf),
@@ -51,7 +51,7 @@ pub enum Session {
 
 /// The settings of a new session.
 #[derive(Debug, Clone)]
-pub struct NewSession {
+pub(crate) struct NewSession {
     /// The ComfyUI folder, and where it came from.
     pub comfyui: crate::locate::Chosen,
     pub workflow: PathBuf,
@@ -120,7 +120,7 @@ impl NewSession {
 /// (--disable-smart-memory, --lowvram), reserving VRAM for others (--reserve-vram 1, then 2:
 /// the least that works is searched), PyTorch's own allocator (--disable-cuda-malloc), async
 /// offload, and --cache-none with --iterations 2 or more.
-pub fn default_toggles(
+pub(crate) fn default_toggles(
     iterations: u32,
     flags: &crate::flags::help::FlagSet,
 ) -> (Vec<String>, String) {
@@ -157,7 +157,7 @@ pub fn default_toggles(
 }
 
 /// Runs `bisect`; returns the result (also written to the session folder) and the exit code.
-pub fn run(
+pub(crate) fn run(
     req: &Request,
     progress_visible: bool,
     err: &mut dyn std::io::Write,

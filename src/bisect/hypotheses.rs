@@ -16,15 +16,15 @@
 //! search's dimensions (bit d: dimension d at its strongest value).
 
 /// The most dimensions the hypothesis search enumerates every configuration of (2^k).
-pub const MAX_DIMS: usize = 12;
+pub(crate) const MAX_DIMS: usize = 12;
 
 /// The most changes in one answer considered here; larger answers are left to
 /// delta debugging.
-pub const MAX_SIZE: u32 = 3;
+pub(crate) const MAX_SIZE: u32 = 3;
 
 /// What to do next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
+pub(crate) enum Next {
     /// Run this configuration.
     Run(u32),
     /// This answer passed and every other answer is ruled out: the verdict.
@@ -34,7 +34,7 @@ pub enum Next {
 }
 
 /// Every answer of 1..=[`MAX_SIZE`] changes among `k` dimensions that `valid` allows.
-pub fn answers(k: usize, valid: &dyn Fn(u32) -> bool) -> Vec<u32> {
+pub(crate) fn answers(k: usize, valid: &dyn Fn(u32) -> bool) -> Vec<u32> {
     assert!(k <= MAX_DIMS);
     (1u32..(1 << k))
         .filter(|m| m.count_ones() <= MAX_SIZE && valid(*m))
@@ -42,7 +42,7 @@ pub fn answers(k: usize, valid: &dyn Fn(u32) -> bool) -> Vec<u32> {
 }
 
 /// How many single changes are still possible answers.
-pub fn singles_left(answers: &[u32], known: &[(u32, bool)]) -> usize {
+pub(crate) fn singles_left(answers: &[u32], known: &[(u32, bool)]) -> usize {
     answers
         .iter()
         .filter(|a| a.count_ones() == 1 && fits(**a, known))
@@ -51,7 +51,7 @@ pub fn singles_left(answers: &[u32], known: &[(u32, bool)]) -> usize {
 
 /// The changes taken to be why configurations could not start: each one that was the only
 /// change in such a configuration never seen in one that started.
-pub fn cannot_start(known: &[(u32, bool)], dead: &[u32]) -> u32 {
+pub(crate) fn cannot_start(known: &[(u32, bool)], dead: &[u32]) -> u32 {
     let live = known.iter().fold(0, |m, (q, _)| m | q);
     dead.iter()
         .map(|d| d & !live)
@@ -62,7 +62,7 @@ pub fn cannot_start(known: &[(u32, bool)], dead: &[u32]) -> u32 {
 /// What a run of `q` may do: the chance it passes (the weight of the answers still possible
 /// that it holds, singles far ahead of pairs and triples, over all of them), and whether a
 /// pass would end the search (`q` is itself an answer and holds no other one still possible).
-pub fn pass_outlook(q: u32, answers: &[u32], known: &[(u32, bool)]) -> (f64, bool) {
+pub(crate) fn pass_outlook(q: u32, answers: &[u32], known: &[(u32, bool)]) -> (f64, bool) {
     const WEIGHT: [f64; 3] = [1.0, 0.035, 0.002];
     let left: Vec<u32> = answers
         .iter()
@@ -87,7 +87,7 @@ fn fits(answer: u32, known: &[(u32, bool)]) -> bool {
 /// The next step, given the answers (from [`answers`]), the finished configurations, the
 /// configurations that said nothing and are not run again (`dead`: they could not start on
 /// this machine) and which configurations ComfyUI would take.
-pub fn next(
+pub(crate) fn next(
     k: usize,
     answers: &[u32],
     known: &[(u32, bool)],

@@ -6,9 +6,9 @@
 //! - [`hypotheses`]: the adaptive search's choice of the next run;
 //! - [`scripted`]: an oracle from a rule, for tests and the benchmark.
 
-pub mod command;
-pub mod hypotheses;
-pub mod result;
+pub(crate) mod command;
+pub(crate) mod hypotheses;
+pub(crate) mod result;
 pub mod scripted;
 pub mod search;
 pub mod session;

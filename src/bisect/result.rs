@@ -205,7 +205,7 @@ fn most_frequent_failure(t: &Tally) -> Option<Outcome> {
 }
 
 /// What a result says about its session besides the search itself.
-pub struct SessionInfo<'a> {
+pub(crate) struct SessionInfo<'a> {
     pub session_dir: PathBuf,
     pub strategy: Strategy,
     pub toggles: Vec<String>,
@@ -217,7 +217,7 @@ pub struct SessionInfo<'a> {
 }
 
 /// Builds the result from a finished (or stopped) search.
-pub fn build(
+pub(crate) fn build(
     space: &Space,
     found: &Found,
     tallies: &[Tally],
@@ -432,7 +432,7 @@ fn split_counts(t: &Tally, hit: &dyn Fn(&Trial) -> bool) -> (String, Option<Stri
 
 /// The one sentence: "Fails 3/3 with your flags (CUDA out of memory); passes 5/5 with
 /// --disable-async-offload."
-pub fn statement(
+pub(crate) fn statement(
     found: &Found,
     baseline: &Baseline,
     verdict: Option<&Tally>,
@@ -694,7 +694,7 @@ impl Answer for BisectResult {
 
 /// What the statement adds about the fixes: the alternatives that passed and how they
 /// compare, the searched values that did not help.
-pub fn fixes_statement(found: &Found) -> String {
+pub(crate) fn fixes_statement(found: &Found) -> String {
     let mut out = String::new();
     if found.kind != VerdictKind::FixedBy && found.kind != VerdictKind::CausedBy {
         return out;

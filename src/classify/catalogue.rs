@@ -6,7 +6,9 @@
 //! lines and against the `exception_message` of an `execution_error`.
 
 use crate::outcome::Outcome;
-use regex::{Regex, RegexSet};
+#[cfg(test)]
+use regex::Regex;
+use regex::RegexSet;
 use std::sync::OnceLock;
 
 /// Where a signature is looked for.
@@ -49,7 +51,7 @@ impl Signature {
 }
 
 /// The catalogue, most specific first within each outcome.
-pub const SIGNATURES: &[Signature] = &[
+pub(crate) const SIGNATURES: &[Signature] = &[
     // --- startup -------------------------------------------------------------------------
     Signature {
         id: "argparse_rejected",
@@ -487,16 +489,9 @@ pub const SIGNATURES: &[Signature] = &[
     },
 ];
 
-/// A signature id and the line that matched it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Hit {
-    pub id: &'static str,
-    pub outcome: Outcome,
-    pub line: String,
-}
-
 struct Compiled {
     set: RegexSet,
+    #[cfg(test)]
     each: Vec<Regex>,
 }
 
@@ -505,6 +500,7 @@ fn compiled() -> &'static Compiled {
     COMPILED.get_or_init(|| Compiled {
         set: RegexSet::new(SIGNATURES.iter().map(|s| s.pattern))
             .expect("catalogue patterns compile"),
+        #[cfg(test)]
         each: SIGNATURES
             .iter()
             .map(|s| Regex::new(s.pattern).expect("catalogue pattern compiles"))
@@ -514,7 +510,7 @@ fn compiled() -> &'static Compiled {
 
 /// The line signatures one normalised line matches, in catalogue order ([`Phase::Unfinished`]
 /// ones are not line signatures and never returned).
-pub fn match_line(text: &str) -> impl Iterator<Item = &'static Signature> {
+pub(crate) fn match_line(text: &str) -> impl Iterator<Item = &'static Signature> {
     compiled()
         .set
         .matches(text)
@@ -524,17 +520,18 @@ pub fn match_line(text: &str) -> impl Iterator<Item = &'static Signature> {
 }
 
 /// The first signature of `phase` this line matches.
-pub fn first_match(text: &str, phase: Phase) -> Option<&'static Signature> {
+pub(crate) fn first_match(text: &str, phase: Phase) -> Option<&'static Signature> {
     match_line(text).find(|s| s.phase == phase)
 }
 
 /// Looks a signature up by id.
-pub fn by_id(id: &str) -> Option<&'static Signature> {
+pub(crate) fn by_id(id: &str) -> Option<&'static Signature> {
     SIGNATURES.iter().find(|s| s.id == id)
 }
 
-/// The compiled single pattern of a signature (for callers that need captures).
-pub fn regex_of(id: &str) -> Option<&'static Regex> {
+/// The compiled single pattern of a signature (for tests that need captures).
+#[cfg(test)]
+pub(crate) fn regex_of(id: &str) -> Option<&'static Regex> {
     let i = SIGNATURES.iter().position(|s| s.id == id)?;
     Some(&compiled().each[i])
 }

@@ -2,7 +2,7 @@
 //! to an [`Outcome`] with the evidence lines that show it. Pure functions; the signatures
 //! themselves are data in [`catalogue`].
 
-pub mod catalogue;
+pub(crate) mod catalogue;
 pub mod normalize;
 
 use crate::outcome::Outcome;

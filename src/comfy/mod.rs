@@ -1,7 +1,7 @@
 //! Talking to a running ComfyUI: its HTTP API and its websocket (`server.py`; real answers in `fixtures/captures/http/`).
 
 pub mod events;
-pub mod ws;
+pub(crate) mod ws;
 
 use serde_json::{Map, Value, json};
 use std::time::Duration;

@@ -8,7 +8,7 @@ use tungstenite::{Message, WebSocket};
 
 /// Connects to `ws://HOST:PORT/ws?clientId=ID`. No `Origin` header is sent: ComfyUI answers
 /// 403 to a foreign Origin on a loopback Host (ComfyUI's `server.py` origin check).
-pub fn connect(addr: SocketAddr, client_id: &str) -> Result<WebSocket<TcpStream>, String> {
+pub(crate) fn connect(addr: SocketAddr, client_id: &str) -> Result<WebSocket<TcpStream>, String> {
     let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
         .map_err(|e| format!("websocket connect: {e}"))?;
     stream
@@ -22,7 +22,7 @@ pub fn connect(addr: SocketAddr, client_id: &str) -> Result<WebSocket<TcpStream>
 
 /// What the reader thread reports.
 #[derive(Debug, Clone, PartialEq)]
-pub enum WsMessage {
+pub(crate) enum WsMessage {
     Event(WsEvent),
     /// The socket closed or failed; no more events will come.
     Closed(String),
@@ -30,7 +30,7 @@ pub enum WsMessage {
 
 /// Reads frames until the socket closes or `stop` is set, sending decoded events.
 /// Binary frames (previews) are skipped.
-pub fn pump<M: From<WsMessage>>(
+pub(crate) fn pump<M: From<WsMessage>>(
     mut socket: WebSocket<TcpStream>,
     tx: Sender<M>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,

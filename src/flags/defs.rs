@@ -7,6 +7,7 @@
 //! Sources: ComfyUI's `comfy/cli_args.py` (checked against the `--help` of 0.3.64 and 0.38.1 in `fixtures/help/`), with
 //! the issue or PR that introduced each behaviour where known.
 
+#[cfg(test)]
 use super::help::Nargs;
 use crate::version::Version;
 use serde::Serialize;
@@ -14,7 +15,7 @@ use serde::Serialize;
 /// What values a flag takes and how ComfyUI converts them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
-pub enum ValueKind {
+pub(crate) enum ValueKind {
     /// `store_true`: no value.
     Switch,
     /// One float, in `unit`.
@@ -36,7 +37,8 @@ pub enum ValueKind {
 
 impl ValueKind {
     /// How many values argparse lets this flag consume.
-    pub fn nargs(self) -> Nargs {
+    #[cfg(test)]
+    pub(crate) fn nargs(self) -> Nargs {
         match self {
             ValueKind::Switch => Nargs::Zero,
             ValueKind::Float { .. } | ValueKind::Int | ValueKind::Str => Nargs::One,
@@ -46,7 +48,7 @@ impl ValueKind {
     }
 
     /// The name argparse prints for a value it could not convert (`invalid float value`).
-    pub fn type_name(self) -> Option<&'static str> {
+    pub(crate) fn type_name(self) -> Option<&'static str> {
         match self {
             ValueKind::Float { .. } | ValueKind::Floats { .. } => Some("float"),
             ValueKind::Int | ValueKind::OptionalInt { .. } => Some("int"),
@@ -59,7 +61,7 @@ impl ValueKind {
 /// A mutually exclusive group: argparse exits 2 when two of its members are given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Group {
+pub(crate) enum Group {
     /// `--gpu-only | --highvram | --normalvram | --lowvram | --novram | --cpu`
     VramMode,
     /// `--cuda-malloc | --disable-cuda-malloc`
@@ -80,7 +82,7 @@ pub enum Group {
 
 impl Group {
     /// A short human name ("VRAM mode").
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Group::VramMode => "VRAM mode",
             Group::CudaMalloc => "CUDA allocator",
@@ -97,7 +99,7 @@ impl Group {
 /// What part of memory behaviour a flag is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Category {
+pub(crate) enum Category {
     /// How much of the GPU ComfyUI uses and how it loads models.
     Vram,
     /// Moving weights between RAM, VRAM and disk.
@@ -119,7 +121,7 @@ pub enum Category {
 /// When a flag first appeared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "versions")]
-pub enum Since {
+pub(crate) enum Since {
     /// Already in 0.3.64 (the oldest release on record); the exact start is not tracked.
     Old,
     /// First in exactly this release.
@@ -130,11 +132,11 @@ pub enum Since {
 
 /// When a flag was removed: present in the first release, gone in the second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Removed(pub &'static str, pub &'static str);
+pub(crate) struct Removed(pub &'static str, pub &'static str);
 
 /// One ComfyUI flag and what it does to memory.
 #[derive(Debug, Clone, Copy, Serialize)]
-pub struct FlagDef {
+pub(crate) struct FlagDef {
     pub name: &'static str,
     /// Values in the v0.38 line.
     pub value: ValueKind,
@@ -151,12 +153,12 @@ pub struct FlagDef {
 }
 
 /// The oldest release the model has observations for.
-pub const OLDEST: &str = "0.3.64";
+pub(crate) const OLDEST: &str = "0.3.64";
 
 impl FlagDef {
     /// Whether the flag exists in `version`: `Some(true/false)` where known, `None` where the
     /// version falls in a span where the exact change is not known.
-    pub fn exists_in(&self, version: &Version) -> Option<bool> {
+    pub(crate) fn exists_in(&self, version: &Version) -> Option<bool> {
         let v = |s: &str| Version::lit(s);
         let born = match self.since {
             Since::Old => (*version >= v(OLDEST)).then_some(true),
@@ -187,7 +189,7 @@ impl FlagDef {
     }
 
     /// The value kind in `version` (the legacy one up to 0.3.64).
-    pub fn value_in(&self, version: Option<&Version>) -> ValueKind {
+    pub(crate) fn value_in(&self, version: Option<&Version>) -> ValueKind {
         match (version, self.legacy_value) {
             (Some(v), Some(legacy)) if *v <= Version::lit(OLDEST) => legacy,
             _ => self.value,
@@ -195,7 +197,7 @@ impl FlagDef {
     }
 
     /// "arrived in 0.15.0" / "arrived between 0.3.64 and 0.38.1" / "is in 0.3.64 and later".
-    pub fn since_text(&self) -> String {
+    pub(crate) fn since_text(&self) -> String {
         match self.since {
             Since::Old => super::history::arrival_text(self.name)
                 .unwrap_or_else(|| format!("is in {OLDEST} and later")),
@@ -214,7 +216,7 @@ const SWITCH_OFF: &str = "off";
 // VRAM mode group. Every member but --lowvram also turns Dynamic VRAM off (`enables_dynamic_vram()`).
 
 /// `--gpu-only`
-pub const GPU_ONLY: FlagDef = FlagDef {
+pub(crate) const GPU_ONLY: FlagDef = FlagDef {
     name: "--gpu-only",
     value: Switch,
     legacy_value: None,
@@ -232,7 +234,7 @@ fn gpu_only() {
 }
 
 /// `--highvram`
-pub const HIGHVRAM: FlagDef = FlagDef {
+pub(crate) const HIGHVRAM: FlagDef = FlagDef {
     name: "--highvram",
     value: Switch,
     legacy_value: None,
@@ -250,7 +252,7 @@ fn highvram() {
 }
 
 /// `--normalvram` (removed in 2026, #13922)
-pub const NORMALVRAM: FlagDef = FlagDef {
+pub(crate) const NORMALVRAM: FlagDef = FlagDef {
     name: "--normalvram",
     value: Switch,
     legacy_value: None,
@@ -268,7 +270,7 @@ fn normalvram() {
 }
 
 /// `--lowvram`
-pub const LOWVRAM: FlagDef = FlagDef {
+pub(crate) const LOWVRAM: FlagDef = FlagDef {
     name: "--lowvram",
     value: Switch,
     legacy_value: None,
@@ -289,7 +291,7 @@ fn lowvram() {
 }
 
 /// `--novram`
-pub const NOVRAM: FlagDef = FlagDef {
+pub(crate) const NOVRAM: FlagDef = FlagDef {
     name: "--novram",
     value: Switch,
     legacy_value: None,
@@ -307,7 +309,7 @@ fn novram() {
 }
 
 /// `--cpu`
-pub const CPU: FlagDef = FlagDef {
+pub(crate) const CPU: FlagDef = FlagDef {
     name: "--cpu",
     value: Switch,
     legacy_value: None,
@@ -328,7 +330,7 @@ fn cpu() {
 // Reserve and headroom (`EXTRA_RESERVED_VRAM`, `comfy/model_management.py`).
 
 /// `--reserve-vram GB`
-pub const RESERVE_VRAM: FlagDef = FlagDef {
+pub(crate) const RESERVE_VRAM: FlagDef = FlagDef {
     name: "--reserve-vram",
     value: Float { unit: "GB" },
     legacy_value: None,
@@ -349,7 +351,7 @@ fn reserve_vram() {
 }
 
 /// `--vram-headroom GB` (comfy-aimdo 0.4.10, #14480)
-pub const VRAM_HEADROOM: FlagDef = FlagDef {
+pub(crate) const VRAM_HEADROOM: FlagDef = FlagDef {
     name: "--vram-headroom",
     value: Float { unit: "GB" },
     legacy_value: None,
@@ -367,7 +369,7 @@ fn vram_headroom() {
 }
 
 /// `--disable-nvml-pressure` (comfy-aimdo 0.4.11, #15215)
-pub const DISABLE_NVML_PRESSURE: FlagDef = FlagDef {
+pub(crate) const DISABLE_NVML_PRESSURE: FlagDef = FlagDef {
     name: "--disable-nvml-pressure",
     value: Switch,
     legacy_value: None,
@@ -388,7 +390,7 @@ fn disable_nvml_pressure() {
 // Dynamic VRAM (`enables_dynamic_vram()`, `comfy/cli_args.py`).
 
 /// `--disable-dynamic-vram` (v0.15.0, #12658)
-pub const DISABLE_DYNAMIC_VRAM: FlagDef = FlagDef {
+pub(crate) const DISABLE_DYNAMIC_VRAM: FlagDef = FlagDef {
     name: "--disable-dynamic-vram",
     value: Switch,
     legacy_value: None,
@@ -410,7 +412,7 @@ fn disable_dynamic_vram() {
 }
 
 /// `--enable-dynamic-vram` (#13002)
-pub const ENABLE_DYNAMIC_VRAM: FlagDef = FlagDef {
+pub(crate) const ENABLE_DYNAMIC_VRAM: FlagDef = FlagDef {
     name: "--enable-dynamic-vram",
     value: Switch,
     legacy_value: None,
@@ -436,7 +438,7 @@ fn enable_dynamic_vram() {
 // Offload: async streams, pinned memory, disk, mmap, smart memory.
 
 /// `--async-offload [NUM_STREAMS]`
-pub const ASYNC_OFFLOAD: FlagDef = FlagDef {
+pub(crate) const ASYNC_OFFLOAD: FlagDef = FlagDef {
     name: "--async-offload",
     value: OptionalInt { constant: 2 },
     legacy_value: Some(Switch),
@@ -457,7 +459,7 @@ fn async_offload() {
 }
 
 /// `--disable-async-offload`
-pub const DISABLE_ASYNC_OFFLOAD: FlagDef = FlagDef {
+pub(crate) const DISABLE_ASYNC_OFFLOAD: FlagDef = FlagDef {
     name: "--disable-async-offload",
     value: Switch,
     legacy_value: None,
@@ -478,7 +480,7 @@ fn disable_async_offload() {
 }
 
 /// `--disable-pinned-memory`
-pub const DISABLE_PINNED_MEMORY: FlagDef = FlagDef {
+pub(crate) const DISABLE_PINNED_MEMORY: FlagDef = FlagDef {
     name: "--disable-pinned-memory",
     value: Switch,
     legacy_value: None,
@@ -497,7 +499,7 @@ fn disable_pinned_memory() {
 }
 
 /// `--fast-disk`
-pub const FAST_DISK: FlagDef = FlagDef {
+pub(crate) const FAST_DISK: FlagDef = FlagDef {
     name: "--fast-disk",
     value: Switch,
     legacy_value: None,
@@ -516,7 +518,7 @@ fn fast_disk() {
 }
 
 /// `--disable-fast-disk`
-pub const DISABLE_FAST_DISK: FlagDef = FlagDef {
+pub(crate) const DISABLE_FAST_DISK: FlagDef = FlagDef {
     name: "--disable-fast-disk",
     value: Switch,
     legacy_value: None,
@@ -533,7 +535,7 @@ fn disable_fast_disk() {
 }
 
 /// `--disable-smart-memory`
-pub const DISABLE_SMART_MEMORY: FlagDef = FlagDef {
+pub(crate) const DISABLE_SMART_MEMORY: FlagDef = FlagDef {
     name: "--disable-smart-memory",
     value: Switch,
     legacy_value: None,
@@ -555,7 +557,7 @@ fn disable_smart_memory() {
 }
 
 /// `--force-non-blocking`
-pub const FORCE_NON_BLOCKING: FlagDef = FlagDef {
+pub(crate) const FORCE_NON_BLOCKING: FlagDef = FlagDef {
     name: "--force-non-blocking",
     value: Switch,
     legacy_value: None,
@@ -572,7 +574,7 @@ fn force_non_blocking() {
 }
 
 /// `--mmap-torch-files`
-pub const MMAP_TORCH_FILES: FlagDef = FlagDef {
+pub(crate) const MMAP_TORCH_FILES: FlagDef = FlagDef {
     name: "--mmap-torch-files",
     value: Switch,
     legacy_value: None,
@@ -589,7 +591,7 @@ fn mmap_torch_files() {
 }
 
 /// `--disable-mmap`
-pub const DISABLE_MMAP: FlagDef = FlagDef {
+pub(crate) const DISABLE_MMAP: FlagDef = FlagDef {
     name: "--disable-mmap",
     value: Switch,
     legacy_value: None,
@@ -606,7 +608,7 @@ fn disable_mmap() {
 }
 
 /// `--disable-cuda-graphs`
-pub const DISABLE_CUDA_GRAPHS: FlagDef = FlagDef {
+pub(crate) const DISABLE_CUDA_GRAPHS: FlagDef = FlagDef {
     name: "--disable-cuda-graphs",
     value: Switch,
     legacy_value: None,
@@ -623,7 +625,7 @@ fn disable_cuda_graphs() {
 }
 
 /// `--disable-comfy-compiler`
-pub const DISABLE_COMFY_COMPILER: FlagDef = FlagDef {
+pub(crate) const DISABLE_COMFY_COMPILER: FlagDef = FlagDef {
     name: "--disable-comfy-compiler",
     value: Switch,
     legacy_value: None,
@@ -647,7 +649,7 @@ fn disable_comfy_compiler() {
 // CUDA allocator (`cuda_malloc.py`).
 
 /// `--cuda-malloc`
-pub const CUDA_MALLOC: FlagDef = FlagDef {
+pub(crate) const CUDA_MALLOC: FlagDef = FlagDef {
     name: "--cuda-malloc",
     value: Switch,
     legacy_value: None,
@@ -665,7 +667,7 @@ fn cuda_malloc() {
 }
 
 /// `--disable-cuda-malloc`
-pub const DISABLE_CUDA_MALLOC: FlagDef = FlagDef {
+pub(crate) const DISABLE_CUDA_MALLOC: FlagDef = FlagDef {
     name: "--disable-cuda-malloc",
     value: Switch,
     legacy_value: None,
@@ -689,7 +691,7 @@ fn disable_cuda_malloc() {
 // Cache modes (#14396: caching, not Dynamic VRAM, was the cause of one "regression").
 
 /// `--cache-ram [GB ...]` (#10454)
-pub const CACHE_RAM: FlagDef = FlagDef {
+pub(crate) const CACHE_RAM: FlagDef = FlagDef {
     name: "--cache-ram",
     value: Floats { unit: "GB", max: 2 },
     legacy_value: None,
@@ -707,7 +709,7 @@ fn cache_ram() {
 }
 
 /// `--cache-classic`
-pub const CACHE_CLASSIC: FlagDef = FlagDef {
+pub(crate) const CACHE_CLASSIC: FlagDef = FlagDef {
     name: "--cache-classic",
     value: Switch,
     legacy_value: None,
@@ -725,7 +727,7 @@ fn cache_classic() {
 }
 
 /// `--cache-lru N`
-pub const CACHE_LRU: FlagDef = FlagDef {
+pub(crate) const CACHE_LRU: FlagDef = FlagDef {
     name: "--cache-lru",
     value: Int,
     legacy_value: None,
@@ -743,7 +745,7 @@ fn cache_lru() {
 }
 
 /// `--cache-none` (#7509)
-pub const CACHE_NONE: FlagDef = FlagDef {
+pub(crate) const CACHE_NONE: FlagDef = FlagDef {
     name: "--cache-none",
     value: Switch,
     legacy_value: None,
@@ -761,7 +763,7 @@ fn cache_none() {
 }
 
 /// `--high-ram`
-pub const HIGH_RAM: FlagDef = FlagDef {
+pub(crate) const HIGH_RAM: FlagDef = FlagDef {
     name: "--high-ram",
     value: Switch,
     legacy_value: None,
@@ -782,7 +784,7 @@ fn high_ram() {
 // Devices.
 
 /// `--cuda-device DEVICE_ID`
-pub const CUDA_DEVICE: FlagDef = FlagDef {
+pub(crate) const CUDA_DEVICE: FlagDef = FlagDef {
     name: "--cuda-device",
     value: Str,
     legacy_value: Some(Int),
@@ -806,7 +808,7 @@ fn cuda_device() {
 }
 
 /// `--default-device DEFAULT_DEVICE_ID`
-pub const DEFAULT_DEVICE: FlagDef = FlagDef {
+pub(crate) const DEFAULT_DEVICE: FlagDef = FlagDef {
     name: "--default-device",
     value: Int,
     legacy_value: None,
@@ -823,7 +825,7 @@ fn default_device() {
 }
 
 /// `--directml [DIRECTML_DEVICE]`
-pub const DIRECTML: FlagDef = FlagDef {
+pub(crate) const DIRECTML: FlagDef = FlagDef {
     name: "--directml",
     value: OptionalInt { constant: -1 },
     legacy_value: None,
@@ -840,7 +842,7 @@ fn directml() {
 }
 
 /// `--oneapi-device-selector SELECTOR_STRING`
-pub const ONEAPI_DEVICE_SELECTOR: FlagDef = FlagDef {
+pub(crate) const ONEAPI_DEVICE_SELECTOR: FlagDef = FlagDef {
     name: "--oneapi-device-selector",
     value: Str,
     legacy_value: None,
@@ -857,7 +859,7 @@ fn oneapi_device_selector() {
 }
 
 /// `--cpu-vae`
-pub const CPU_VAE: FlagDef = FlagDef {
+pub(crate) const CPU_VAE: FlagDef = FlagDef {
     name: "--cpu-vae",
     value: Switch,
     legacy_value: None,
@@ -874,7 +876,7 @@ fn cpu_vae() {
 }
 
 /// `--fast [FAST ...]`
-pub const FAST: FlagDef = FlagDef {
+pub(crate) const FAST: FlagDef = FlagDef {
     name: "--fast",
     value: Enum {
         type_name: "PerformanceFeature",
@@ -907,7 +909,7 @@ fn fast() {
 // Diagnostics.
 
 /// `--debug-hang`
-pub const DEBUG_HANG: FlagDef = FlagDef {
+pub(crate) const DEBUG_HANG: FlagDef = FlagDef {
     name: "--debug-hang",
     value: Switch,
     legacy_value: None,
@@ -929,7 +931,7 @@ fn debug_hang() {
 macro_rules! dtype_flag {
     ($(#[$doc:meta])* $const:ident, $test:ident, $name:literal, $group:ident, $effect:literal) => {
         $(#[$doc])*
-        pub const $const: FlagDef = FlagDef {
+        pub(crate) const $const: FlagDef = FlagDef {
             name: $name,
             value: Switch,
             legacy_value: None,
@@ -1051,7 +1053,7 @@ dtype_flag!(BF16_VAE, bf16_vae, "--bf16-vae", VaeDtype, "VAE in bf16.");
 // Forced precision and intermediates.
 
 /// `--force-fp32`
-pub const FORCE_FP32: FlagDef = FlagDef {
+pub(crate) const FORCE_FP32: FlagDef = FlagDef {
     name: "--force-fp32",
     value: Switch,
     legacy_value: None,
@@ -1068,7 +1070,7 @@ fn force_fp32() {
 }
 
 /// `--force-fp16` (also sets `fp16_unet` in `cli_args.py`)
-pub const FORCE_FP16: FlagDef = FlagDef {
+pub(crate) const FORCE_FP16: FlagDef = FlagDef {
     name: "--force-fp16",
     value: Switch,
     legacy_value: None,
@@ -1093,7 +1095,7 @@ fn force_fp16() {
 }
 
 /// `--fp16-intermediates`
-pub const FP16_INTERMEDIATES: FlagDef = FlagDef {
+pub(crate) const FP16_INTERMEDIATES: FlagDef = FlagDef {
     name: "--fp16-intermediates",
     value: Switch,
     legacy_value: None,
@@ -1119,7 +1121,7 @@ fn fp16_intermediates() {
 macro_rules! attention_flag {
     ($(#[$doc:meta])* $const:ident, $test:ident, $name:literal, $since:expr, $effect:literal) => {
         $(#[$doc])*
-        pub const $const: FlagDef = FlagDef {
+        pub(crate) const $const: FlagDef = FlagDef {
             name: $name,
             value: Switch,
             legacy_value: None,
@@ -1182,7 +1184,7 @@ attention_flag!(
 );
 
 /// `--disable-xformers`
-pub const DISABLE_XFORMERS: FlagDef = FlagDef {
+pub(crate) const DISABLE_XFORMERS: FlagDef = FlagDef {
     name: "--disable-xformers",
     value: Switch,
     legacy_value: None,
@@ -1199,7 +1201,7 @@ fn disable_xformers() {
 }
 
 /// Every flag in the model, in ComfyUI's definition order within each part.
-pub const ALL: &[&FlagDef] = &[
+pub(crate) const ALL: &[&FlagDef] = &[
     &GPU_ONLY,
     &HIGHVRAM,
     &NORMALVRAM,
@@ -1264,7 +1266,7 @@ pub const ALL: &[&FlagDef] = &[
 ];
 
 /// The model's entry for `name` (an exact long flag name).
-pub fn lookup(name: &str) -> Option<&'static FlagDef> {
+pub(crate) fn lookup(name: &str) -> Option<&'static FlagDef> {
     ALL.iter().copied().find(|d| d.name == name)
 }
 

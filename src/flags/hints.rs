@@ -6,7 +6,7 @@ use super::help::FlagSet;
 use crate::version::{self, Version};
 
 /// Why an install does not know a flag, and what to do.
-pub fn unknown(flag: &str, flags: &FlagSet, version: Option<&Version>) -> String {
+pub(crate) fn unknown(flag: &str, flags: &FlagSet, version: Option<&Version>) -> String {
     if !flag.starts_with('-') {
         return "a value that no flag takes: check the flag before it".into();
     }
@@ -49,7 +49,7 @@ pub fn unknown(flag: &str, flags: &FlagSet, version: Option<&Version>) -> String
 }
 
 /// What a flag missing from the built-in list means: only that vrambisect's list lacks it.
-pub fn builtin_unknown(flag: &str, flags: &FlagSet, version: Option<&Version>) -> String {
+pub(crate) fn builtin_unknown(flag: &str, flags: &FlagSet, version: Option<&Version>) -> String {
     let list = version
         .map(|v| format!("vrambisect's list for ComfyUI {v}"))
         .unwrap_or_else(|| "vrambisect's built-in list".into());

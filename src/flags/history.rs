@@ -6,6 +6,7 @@
 //! `comfy/cli_args.py`, its date and the version in `comfyui_version.py` at that commit. Flags
 //! that arrived after the history at hand say so, with the recorded help they are in.
 
+#[cfg(test)]
 use super::defs;
 
 /// The recorded history, one tab-separated row per flag.
@@ -13,7 +14,7 @@ const HISTORY: &str = include_str!("../../fixtures/help/history.tsv");
 
 /// One flag's row.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Row {
+pub(crate) struct Row {
     pub flag: &'static str,
     pub in_0_3_64: bool,
     pub in_0_38_1: bool,
@@ -25,7 +26,7 @@ pub struct Row {
 }
 
 /// Every recorded row.
-pub fn rows() -> impl Iterator<Item = Row> {
+pub(crate) fn rows() -> impl Iterator<Item = Row> {
     HISTORY.lines().skip(1).filter_map(|line| {
         let f: Vec<&'static str> = line.split('\t').collect();
         let known = |s: &'static str| (s != "-" && !s.is_empty()).then_some(s);
@@ -41,12 +42,12 @@ pub fn rows() -> impl Iterator<Item = Row> {
 }
 
 /// The row of `flag`.
-pub fn of(flag: &str) -> Option<Row> {
+pub(crate) fn of(flag: &str) -> Option<Row> {
     rows().find(|r| r.flag == flag)
 }
 
 /// "arrived in 0.3.30 (0dcc75ca, 2025-04-26)", when the history knows.
-pub fn arrival_text(flag: &str) -> Option<String> {
+pub(crate) fn arrival_text(flag: &str) -> Option<String> {
     let row = of(flag)?;
     let (commit, date, version) = (row.commit?, row.date?, row.version?);
     let short = &commit[..commit.len().min(8)];
@@ -59,7 +60,8 @@ pub fn arrival_text(flag: &str) -> Option<String> {
 /// Flags of the recorded help texts that the flag model leaves out, and why. A flag of a
 /// recorded help must be either modelled in [`defs`] or listed here: a new help text with a
 /// flag in neither fails the tests until someone decides.
-pub const NOT_MODELLED: &[(&str, &str)] = &[
+#[cfg(test)]
+pub(crate) const NOT_MODELLED: &[(&str, &str)] = &[
     ("--listen", "networking"),
     ("--port", "networking"),
     ("--tls-keyfile", "networking"),
@@ -136,7 +138,8 @@ pub const NOT_MODELLED: &[(&str, &str)] = &[
 ];
 
 /// Whether the flag model has decided about `flag` (modelled or left out on purpose).
-pub fn decided(flag: &str) -> bool {
+#[cfg(test)]
+pub(crate) fn decided(flag: &str) -> bool {
     defs::lookup(flag).is_some() || NOT_MODELLED.iter().any(|(f, _)| *f == flag)
 }
 

@@ -11,10 +11,10 @@
 
 pub mod argparse;
 pub mod decide;
-pub mod defs;
+pub(crate) mod defs;
 pub mod help;
-pub mod hints;
-pub mod history;
+pub(crate) mod hints;
+pub(crate) mod history;
 pub mod profile;
 
 /// Flags that say how a server is reached or where it keeps its user files, not what it does

@@ -11,15 +11,15 @@ use crate::version::Version;
 use serde::Serialize;
 
 /// Stands for the ComfyUI folder when the log does not name it.
-pub const DIR: &str = "DIR";
+pub(crate) const DIR: &str = "DIR";
 /// Stands for the workflow, which a log never contains.
-pub const WORKFLOW: &str = "WORKFLOW.json";
+pub(crate) const WORKFLOW: &str = "WORKFLOW.json";
 /// The most prompts per run worth suggesting.
 const MAX_ITERATIONS: u32 = 10;
 
 /// What the log says about the install the failure happened on.
 #[derive(Debug, Clone, Default)]
-pub struct Setup {
+pub(crate) struct Setup {
     /// ComfyUI's flags, when the log shows them.
     pub launch_args: Option<Vec<String>>,
     pub comfyui_dir: Option<String>,
@@ -61,7 +61,7 @@ fn flag_name(toggle: &str) -> &str {
 }
 
 /// Builds the bisect command for `sig` on `setup`.
-pub fn bisect(sig: &Signature, setup: &Setup) -> Bisect {
+pub(crate) fn bisect(sig: &Signature, setup: &Setup) -> Bisect {
     let version = setup.comfyui_version.as_deref().and_then(Version::parse);
     let base = setup.launch_args.as_deref().unwrap_or(&[]);
     let mut toggles = Vec::new();
@@ -127,7 +127,7 @@ pub fn bisect(sig: &Signature, setup: &Setup) -> Bisect {
 }
 
 /// The bisect command for given toggles on `setup`.
-pub fn with_toggles(toggles: Vec<String>, setup: &Setup) -> Bisect {
+pub(crate) fn with_toggles(toggles: Vec<String>, setup: &Setup) -> Bisect {
     let mut notes = Vec::new();
     let dir = setup.comfyui_dir.clone().unwrap_or_else(|| DIR.to_string());
     let mut argv = crate::locate::Origin::current().program();

@@ -29,7 +29,7 @@ pub struct Input {
 }
 
 /// Opens `FILE` or `-` and checks that it can be a log.
-pub fn open(path: &Path) -> Result<Input> {
+pub(crate) fn open(path: &Path) -> Result<Input> {
     let (name, raw): (String, Box<dyn Read>) = if path == Path::new("-") {
         ("-".to_string(), Box::new(io::stdin()))
     } else {
@@ -48,7 +48,7 @@ pub fn open(path: &Path) -> Result<Input> {
 }
 
 /// Looks at the first bytes: empty, binary, compressed, or which text encoding.
-pub fn sniff(name: String, mut raw: Box<dyn Read>) -> Result<Input> {
+pub(crate) fn sniff(name: String, mut raw: Box<dyn Read>) -> Result<Input> {
     let shown = if name == "-" {
         "standard input".to_string()
     } else {
@@ -186,7 +186,7 @@ impl<R: Read> Read for CrLines<R> {
 }
 
 /// What a binary head is, if it is one (a NUL byte in text is as good a test as grep's).
-pub fn binary_kind(head: &[u8]) -> Option<&'static str> {
+pub(crate) fn binary_kind(head: &[u8]) -> Option<&'static str> {
     if head.starts_with(&[0x1F, 0x8B]) {
         Some("gzip-compressed")
     } else if head.starts_with(b"PK\x03\x04") {

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 /// A kind of structural line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A line that only appears while ComfyUI starts; `rank` orders them within one start
     /// (argparse runs first, then ComfyUI-Manager's pre-start banner, then ComfyUI itself), so
     /// a rank at or below one already seen means a new start.
@@ -61,7 +61,7 @@ pub enum Kind {
 
 /// One structural line, as data.
 #[derive(Debug, Clone, Copy)]
-pub struct Marker {
+pub(crate) struct Marker {
     pub kind: Kind,
     /// How the normalised line begins (`at_start`) or a text it contains.
     pub text: &'static str,
@@ -82,7 +82,7 @@ const fn m(kind: Kind, text: &'static str, at_start: bool, needle: &'static str)
 const TRACEBACK: &str = "Traceback (most recent call last):";
 
 /// The structural lines, in the order they are tried.
-pub const MARKERS: &[Marker] = &[
+pub(crate) const MARKERS: &[Marker] = &[
     m(
         Kind::Start { rank: 0 },
         "usage: main.py",
@@ -350,7 +350,7 @@ pub const MARKERS: &[Marker] = &[
 ];
 
 /// The marker a normalised line is: one it begins with, else the first one it contains.
-pub fn marker(text: &str) -> Option<&'static Marker> {
+pub(crate) fn marker(text: &str) -> Option<&'static Marker> {
     // Called for every line the pre-filter lets through: compare only the markers that begin
     // with the line's first byte, and look for the others in one search.
     let first = *text.as_bytes().first()?;
@@ -384,12 +384,12 @@ fn anywhere() -> &'static regex::Regex {
 
 /// A tqdm bar (`… 20/20 [00:05<00:00,  3.71it/s]`, `1.02s/it]`, or one cut before its rate:
 /// `frames: 100%|█████`): what the `Progress` markers find.
-pub fn is_progress(text: &str) -> bool {
+pub(crate) fn is_progress(text: &str) -> bool {
     marker(text).is_some_and(|m| m.kind == Kind::Progress)
 }
 
 /// A tqdm bar's count: (done, total) of `… 12/20 [00:07<00:05, …]`.
-pub fn bar_count(text: &str) -> Option<(u64, u64)> {
+pub(crate) fn bar_count(text: &str) -> Option<(u64, u64)> {
     static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     let re = RE.get_or_init(|| regex::Regex::new(r"(\d+)/(\d+) \[").expect("bar count regex"));
     let c = re.captures_iter(text).last()?;
@@ -399,7 +399,7 @@ pub fn bar_count(text: &str) -> Option<(u64, u64)> {
 /// A line a node prints at work (loading, sampling, encoding, the memory it uses): in an
 /// excerpt that shows neither a start nor a prompt, lines like these at its end mean a prompt
 /// was running when it was cut. Tables (PyTorch's memory summary) are not.
-pub fn is_work(text: &str) -> bool {
+pub(crate) fn is_work(text: &str) -> bool {
     static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     let t = text.trim_start();
     // Not a table row, nor an Error Report's Markdown list (`- **VRAM Total:** …`), nor a
@@ -421,7 +421,7 @@ pub fn is_work(text: &str) -> bool {
 /// cmd's `D:\ComfyUI_windows_portable>` (also cut mid-path by the copy: `D:\ComfyUI_windows_`),
 /// PowerShell's `PS C:\ComfyUI>`, and `user@host:~/ComfyUI$`, `(venv) root@box:/workspace#`,
 /// `[user@host ComfyUI]$`. A command typed after it (`…>python main.py`) is no prompt alone.
-pub fn is_shell_prompt(text: &str) -> bool {
+pub(crate) fn is_shell_prompt(text: &str) -> bool {
     static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     let t = text.trim();
     let matched = RE
@@ -443,7 +443,7 @@ pub fn is_shell_prompt(text: &str) -> bool {
 
 /// A shell command that prints a log written elsewhere (`tail -n 50 comfyui.log`,
 /// `Get-Content … -Tail 8`, `docker compose logs`, `journalctl -u comfyui`), typed at a prompt.
-pub fn is_view_command(text: &str) -> bool {
+pub(crate) fn is_view_command(text: &str) -> bool {
     static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     RE.get_or_init(|| {
         regex::Regex::new(
@@ -456,7 +456,7 @@ pub fn is_view_command(text: &str) -> bool {
 
 /// The user stopping what runs in a console: `^C`, Python's `KeyboardInterrupt`, cmd's
 /// `Terminate batch job (Y/N)?`.
-pub fn is_user_stop(text: &str) -> bool {
+pub(crate) fn is_user_stop(text: &str) -> bool {
     let t = text.trim();
     t.starts_with("^C")
         || t.starts_with("KeyboardInterrupt")
@@ -464,7 +464,7 @@ pub fn is_user_stop(text: &str) -> bool {
 }
 
 /// `docker compose up`'s list of the containers it attaches to: `comfyui-1, db-1`.
-pub fn container_names(names: &str) -> bool {
+pub(crate) fn container_names(names: &str) -> bool {
     !names.is_empty()
         && names.split(", ").all(|n| {
             !n.is_empty()
@@ -483,19 +483,19 @@ fn is_import_time(t: &str) -> bool {
 }
 
 /// `Requested to load LTXAV` → `LTXAV`.
-pub fn requested_model(text: &str) -> Option<&str> {
+pub(crate) fn requested_model(text: &str) -> Option<&str> {
     text.strip_prefix("Requested to load ")
         .and_then(|r| r.split_whitespace().next())
 }
 
 /// `Prompt executed in 3.21 seconds` → `3.21 seconds`.
-pub fn executed_in(text: &str) -> Option<&str> {
+pub(crate) fn executed_in(text: &str) -> Option<&str> {
     text.strip_prefix("Prompt executed in ").map(str::trim)
 }
 
 /// The last line of a Python traceback: `torch.OutOfMemoryError: CUDA out of memory…` →
 /// (`torch.OutOfMemoryError`, `CUDA out of memory…`). Frames are indented; this is not.
-pub fn exception_line(text: &str) -> Option<(&str, &str)> {
+pub(crate) fn exception_line(text: &str) -> Option<(&str, &str)> {
     if text.starts_with(char::is_whitespace) {
         return None;
     }
@@ -532,7 +532,7 @@ pub struct LaunchArgs {
 /// (`C:\ComfyUI_windows_portable>.\python_embeded\python.exe -s ComfyUI\main.py --windows-standalone-build`,
 /// `python main.py --lowvram`), a launcher's `** Launch args:` line, the frontend error
 /// report's `**Arguments:** main.py …`, or `/system_stats`'s `"argv": ["main.py", …]`.
-pub fn launch_args(text: &str) -> Option<Vec<String>> {
+pub(crate) fn launch_args(text: &str) -> Option<Vec<String>> {
     let text = text.trim();
     if let Some(at) = text.find("\"argv\"") {
         let rest = &text[at..];
@@ -576,7 +576,7 @@ fn after_main_py(words: &[String]) -> Option<Vec<String>> {
 }
 
 /// Whitespace splitting that keeps `"quoted words"` together (enough for flags and paths).
-pub fn split_words(s: &str) -> Vec<String> {
+pub(crate) fn split_words(s: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let mut quote: Option<char> = None;
@@ -608,7 +608,7 @@ pub fn split_words(s: &str) -> Vec<String> {
 
 /// The ComfyUI folder from ComfyUI-Manager's banner: `ComfyUI Path: DIR`, or a
 /// `Log path: DIR/user/comfyui.log` (older Manager versions kept the log elsewhere).
-pub fn install_dir(text: &str) -> Option<String> {
+pub(crate) fn install_dir(text: &str) -> Option<String> {
     if let Some(p) = text.strip_prefix("ComfyUI Path: ") {
         return Some(p.trim().to_string()).filter(|p| !p.is_empty());
     }

@@ -13,16 +13,16 @@
 //! [`report`] puts the answer together, with [`advice`] for the bisect commands and
 //! [`render`] for people.
 
-pub mod advice;
-pub mod input;
-pub mod joins;
-pub mod lines;
+pub(crate) mod advice;
+pub(crate) mod input;
+pub(crate) mod joins;
+pub(crate) mod lines;
 pub mod prefilter;
 pub mod reader;
-pub mod relay;
-pub mod render;
-pub mod report;
-pub mod state;
+pub(crate) mod relay;
+pub(crate) mod render;
+pub(crate) mod report;
+pub(crate) mod state;
 
 #[cfg(test)]
 mod corpus_tests;

@@ -17,7 +17,7 @@ use crate::classify::normalize::normalize;
 use std::io::{self, Read};
 
 /// How much of the start of the log the prefix is looked for in.
-pub const HEAD: usize = 64 * 1024;
+pub(crate) const HEAD: usize = 64 * 1024;
 
 /// The most layers peeled (a clock, then a tag, then another).
 const LAYERS: usize = 3;
@@ -27,19 +27,19 @@ const MOST_WORDS: usize = 6;
 
 /// One layer of prefix: the shapes of its words.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Layer(Vec<String>);
+pub(crate) struct Layer(Vec<String>);
 
 /// The prefix layers of a log, outermost first.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Prefix(Vec<Layer>);
+pub(crate) struct Prefix(Vec<Layer>);
 
 impl Prefix {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
     /// The line without the layers it carries (each is stripped where it is there).
-    pub fn strip<'a>(&self, line: &'a [u8]) -> &'a [u8] {
+    pub(crate) fn strip<'a>(&self, line: &'a [u8]) -> &'a [u8] {
         let mut rest = line;
         for layer in &self.0 {
             if let Some(n) = layer.len_in(rest) {
@@ -120,7 +120,7 @@ impl Layer {
 }
 
 /// Finds the prefix of a log from its head.
-pub fn detect(head: &[u8]) -> Prefix {
+pub(crate) fn detect(head: &[u8]) -> Prefix {
     let mut lines: Vec<Vec<u8>> = head
         .split(|b| *b == b'\n')
         .map(|l| l.strip_suffix(b"\r").unwrap_or(l).to_vec())
@@ -260,7 +260,7 @@ fn changes_the_reading(layer: &Layer, lines: &[Vec<u8>]) -> bool {
 /// A reader that strips a prefix from every line that carries it. A line's first
 /// [`DECIDE`] bytes are enough to know (a prefix is a few words); the rest of a line, however
 /// long (a progress bar redrawn for hours), passes straight through, so memory stays bounded.
-pub struct Stripper<R> {
+pub(crate) struct Stripper<R> {
     inner: R,
     prefix: Prefix,
     /// Bytes ready to give out, from `pos` on.
@@ -277,7 +277,7 @@ pub struct Stripper<R> {
 const DECIDE: usize = 4096;
 
 impl<R: Read> Stripper<R> {
-    pub fn new(inner: R, prefix: Prefix) -> Self {
+    pub(crate) fn new(inner: R, prefix: Prefix) -> Self {
         Stripper {
             inner,
             prefix,

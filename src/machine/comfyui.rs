@@ -7,7 +7,7 @@ use super::*;
 
 /// A checkout's commit and branch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GitInfo {
+pub(crate) struct GitInfo {
     /// `None` for a detached HEAD.
     pub branch: Option<String>,
     pub commit: String,

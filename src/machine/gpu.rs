@@ -8,7 +8,7 @@ use crate::nvidia::NvmlOpenError;
 
 /// A process holding GPU memory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuProcess {
+pub(crate) struct GpuProcess {
     pub gpu: u32,
     /// `/proc/PID/comm`, when readable.
     pub name: Option<String>,

@@ -49,26 +49,26 @@ pub(crate) const FORMAT: &str = "vrambisect environment v1";
 /// One fact: its value and where it came from, or why it is missing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum Item<T> {
+pub(crate) enum Item<T> {
     Found { value: T, source: String },
     Missing { missing: String },
 }
 
 impl<T> Item<T> {
-    pub fn found(value: impl Into<T>, source: impl Into<String>) -> Item<T> {
+    pub(crate) fn found(value: impl Into<T>, source: impl Into<String>) -> Item<T> {
         Item::Found {
             value: value.into(),
             source: source.into(),
         }
     }
 
-    pub fn missing(reason: impl Into<String>) -> Item<T> {
+    pub(crate) fn missing(reason: impl Into<String>) -> Item<T> {
         Item::Missing {
             missing: reason.into(),
         }
     }
 
-    pub fn value(&self) -> Option<&T> {
+    pub(crate) fn value(&self) -> Option<&T> {
         match self {
             Item::Found { value, .. } => Some(value),
             Item::Missing { .. } => None,
@@ -76,7 +76,7 @@ impl<T> Item<T> {
     }
 
     /// The first item found among candidates, else one missing item naming every reason.
-    pub fn first(candidates: impl IntoIterator<Item = Item<T>>) -> Item<T> {
+    pub(crate) fn first(candidates: impl IntoIterator<Item = Item<T>>) -> Item<T> {
         let mut reasons: Vec<String> = Vec::new();
         for c in candidates {
             match c {
@@ -98,7 +98,7 @@ impl<T> Item<T> {
 
 impl<T: std::fmt::Display> Item<T> {
     /// The value as text.
-    pub fn text(&self) -> Option<String> {
+    pub(crate) fn text(&self) -> Option<String> {
         self.value().map(T::to_string)
     }
 }
@@ -114,7 +114,7 @@ fn opt<T>(v: Option<impl Into<T>>, source: &str, reason: &str) -> Item<T> {
 /// One GPU as the sampler saw it during the run, as NVML sees it now, or as ComfyUI's own
 /// device list names it (CUDA's view: no PCIe link, no reserved or free memory).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Gpu {
+pub(crate) struct Gpu {
     pub index: Option<u32>,
     pub name: Option<String>,
     /// NVML's reading of the link now (absent in ComfyUI's device list).
@@ -131,7 +131,7 @@ pub struct Gpu {
 
 /// A custom node pack in the install's `custom_nodes`, with its checkout's commit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CustomNode {
+pub(crate) struct CustomNode {
     /// Abbreviated to 12 digits; null for a single file or a folder that is no checkout.
     pub commit: Option<String>,
     pub name: String,
@@ -142,7 +142,7 @@ pub(crate) type Variables = BTreeMap<String, String>;
 
 /// Everything `environment.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Environment {
+pub(crate) struct Environment {
     pub format: String,
     pub vrambisect_version: String,
     pub captured_at: String,

@@ -8,7 +8,7 @@
 
 mod child;
 mod status;
-pub mod sys;
+pub(crate) mod sys;
 
 pub use child::{
     Child, Output, OutputLine, Spec, Stream, Teardown, enable_guardian, guardian, guardian_command,

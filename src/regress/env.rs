@@ -13,7 +13,7 @@ use std::time::Duration;
 
 /// A pin this Python does not satisfy: `name==want` where it has `have`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Differing {
+pub(crate) struct Differing {
     pub name: String,
     pub want: String,
     pub have: String,
@@ -32,7 +32,7 @@ impl std::fmt::Display for Differing {
 /// Where the environments live: `$VRAMBISECT_CACHE_DIR/envs`, else the platform's cache
 /// folder (`%LOCALAPPDATA%\vrambisect\cache`, `~/Library/Caches/vrambisect`,
 /// `$XDG_CACHE_HOME/vrambisect` or `~/.cache/vrambisect`) with `envs` in it.
-pub fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     let var = |k: &str| {
         std::env::var_os(k)
             .filter(|v| !v.is_empty())
@@ -71,7 +71,7 @@ struct Description {
 
 /// How an environment was had.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Made {
+pub(crate) enum Made {
     /// Found in the cache.
     Reused,
     /// Installed now.
@@ -81,7 +81,7 @@ pub enum Made {
 /// The environment with `pins` for `python`: from the cache, or installed into it with the
 /// Python's own pip (its settings: index, proxy, certificates). `Err`: why it cannot be had,
 /// as a sentence that follows "could not be installed: ".
-pub fn prepare(
+pub(crate) fn prepare(
     python: &Path,
     pins: &[(String, String)],
     installing: &mut dyn FnMut(),
@@ -282,7 +282,7 @@ fn check(python: &Path, overlay: &Overlay) -> std::result::Result<(), String> {
 }
 
 /// Removes every environment; returns how many there were and their size in bytes.
-pub fn clean() -> std::io::Result<(usize, u64)> {
+pub(crate) fn clean() -> std::io::Result<(usize, u64)> {
     let root = root();
     let entries = match std::fs::read_dir(&root) {
         Ok(d) => d,

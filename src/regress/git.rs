@@ -64,7 +64,7 @@ type Result<T> = std::result::Result<T, GitError>;
 
 /// A git checkout of ComfyUI.
 #[derive(Debug, Clone)]
-pub struct Repo {
+pub(crate) struct Repo {
     pub dir: PathBuf,
 }
 
@@ -86,13 +86,13 @@ impl CommitInfo {
     }
 }
 
-pub use crate::text::abbrev;
+pub(crate) use crate::text::abbrev;
 
 const GIT_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl Repo {
     /// The checkout at `dir` (its top level); an error that says what to do when it is not one.
-    pub fn open(dir: &Path) -> Result<Repo> {
+    pub(crate) fn open(dir: &Path) -> Result<Repo> {
         let repo = Repo {
             dir: dir.to_path_buf(),
         };
@@ -108,7 +108,7 @@ impl Repo {
     }
 
     /// Runs `git -C DIR ARGS`, returning its standard output.
-    pub fn git(&self, args: &[&str]) -> Result<String> {
+    pub(crate) fn git(&self, args: &[&str]) -> Result<String> {
         let mut all: Vec<std::ffi::OsString> = vec!["-C".into(), self.dir.clone().into()];
         all.extend(args.iter().map(|a| std::ffi::OsString::from(*a)));
         // A pager or a credential prompt would wait for a person.
@@ -135,7 +135,7 @@ impl Repo {
     }
 
     /// The full commit id of `rev` (a tag, a branch, a sha, `HEAD`).
-    pub fn resolve(&self, rev: &str) -> Result<String> {
+    pub(crate) fn resolve(&self, rev: &str) -> Result<String> {
         let spec = format!("{rev}^{{commit}}");
         self.git(&["rev-parse", "--verify", "--quiet", &spec])
             .map(|s| s.trim().to_string())
@@ -147,13 +147,13 @@ impl Repo {
     }
 
     /// Whether `a` is an ancestor of `b`.
-    pub fn is_ancestor(&self, a: &str, b: &str) -> bool {
+    pub(crate) fn is_ancestor(&self, a: &str, b: &str) -> bool {
         self.git(&["merge-base", "--is-ancestor", a, b]).is_ok()
     }
 
     /// The first-parent commits after `good` up to `bad`, oldest first (`bad` last): the
     /// merges of pull requests, not the commits inside them.
-    pub fn first_parent(&self, good: &str, bad: &str) -> Result<Vec<String>> {
+    pub(crate) fn first_parent(&self, good: &str, bad: &str) -> Result<Vec<String>> {
         let range = format!("{good}..{bad}");
         Ok(self
             .git(&["rev-list", "--first-parent", "--reverse", &range])?
@@ -164,7 +164,7 @@ impl Repo {
     }
 
     /// Every commit on `rev`'s first-parent line.
-    pub fn first_parent_line(&self, rev: &str) -> Result<Vec<String>> {
+    pub(crate) fn first_parent_line(&self, rev: &str) -> Result<Vec<String>> {
         Ok(self
             .git(&["rev-list", "--first-parent", rev])?
             .lines()
@@ -173,12 +173,12 @@ impl Repo {
     }
 
     /// A file at a commit, when it exists there.
-    pub fn show(&self, commit: &str, path: &str) -> Option<String> {
+    pub(crate) fn show(&self, commit: &str, path: &str) -> Option<String> {
         self.git(&["show", &format!("{commit}:{path}")]).ok()
     }
 
     /// Subject, date and version of a commit.
-    pub fn info(&self, commit: &str) -> Result<CommitInfo> {
+    pub(crate) fn info(&self, commit: &str) -> Result<CommitInfo> {
         let line = self.git(&["log", "-1", "--format=%H%x09%cs%x09%s", commit])?;
         let mut parts = line.trim_end().splitn(3, '\t');
         let full = parts.next().unwrap_or(commit).to_string();
@@ -201,7 +201,7 @@ impl Repo {
 
     /// Writes the tree of `commit` into `dest` (which must exist), without touching the
     /// checkout: `git archive`, unpacked by `tar`.
-    pub fn export(&self, commit: &str, dest: &Path) -> Result<()> {
+    pub(crate) fn export(&self, commit: &str, dest: &Path) -> Result<()> {
         let archive = duct::cmd(
             "git",
             [
@@ -238,7 +238,7 @@ impl Repo {
     }
 
     /// ComfyUI's page on GitHub when `origin` is it.
-    pub fn github(&self) -> Option<String> {
+    pub(crate) fn github(&self) -> Option<String> {
         let url = self.git(&["remote", "get-url", "origin"]).ok()?;
         let lower = url.to_ascii_lowercase();
         (lower.contains("comfy-org/comfyui") || lower.contains("comfyanonymous/comfyui"))

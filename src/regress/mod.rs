@@ -12,9 +12,9 @@
 //! `tester` runs a commit (export, environment, run, journal), `result` makes the answer,
 //! `search` and `flaky` decide which commit is next, `then` runs `--then-bisect`.
 
-pub mod env;
+pub(crate) mod env;
 mod flaky;
-pub mod git;
+pub(crate) mod git;
 pub use flaky::bisect as bisect_flaky;
 pub use result::{Culprit, EnvironmentUse, PinChange, RegressResult, Verdict};
 pub use search::Hunt;
@@ -22,7 +22,7 @@ mod result;
 pub mod search;
 mod tester;
 mod then;
-pub mod tree;
+pub(crate) mod tree;
 
 use crate::error::{Error, Result, exit};
 use crate::outcome::Outcome;

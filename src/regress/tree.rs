@@ -11,10 +11,10 @@ use std::time::Duration;
 /// Folders of the user's checkout that every tested commit sees as its own. `user/` (settings,
 /// the assets database, `comfyui.log`) and `output/` are not shared: an old version must not
 /// migrate or overwrite them.
-pub const SHARED: &[&str] = &["models", "custom_nodes", "input"];
+pub(crate) const SHARED: &[&str] = &["models", "custom_nodes", "input"];
 
 /// Exports `commit` into `dest` and links the shared folders of `checkout` into it.
-pub fn prepare(repo: &Repo, commit: &str, checkout: &Path, dest: &Path) -> Result<()> {
+pub(crate) fn prepare(repo: &Repo, commit: &str, checkout: &Path, dest: &Path) -> Result<()> {
     if dest.exists() {
         let _ = std::fs::remove_dir_all(dest);
     }
@@ -58,7 +58,7 @@ fn link(target: &Path, at: &Path) -> Result<()> {
 }
 
 /// `name==version` pins of a requirements file (names normalised: lower case, `-`).
-pub fn pins(requirements: &str) -> Vec<(String, String)> {
+pub(crate) fn pins(requirements: &str) -> Vec<(String, String)> {
     requirements
         .lines()
         .filter_map(|l| {
@@ -76,13 +76,13 @@ fn normalise(name: &str) -> String {
 }
 
 /// The installed versions of `names` in `python` (absent: not installed).
-pub fn installed(python: &Path, names: &[String]) -> BTreeMap<String, String> {
+pub(crate) fn installed(python: &Path, names: &[String]) -> BTreeMap<String, String> {
     installed_with(python, None, names)
 }
 
 /// The versions of `names` that `python` imports with `site` (an environment's folder) in
 /// front of its own packages.
-pub fn installed_with(
+pub(crate) fn installed_with(
     python: &Path,
     site: Option<&Path>,
     names: &[String],
@@ -110,7 +110,7 @@ pub fn installed_with(
 /// The held pins of a commit's requirements (see [`HELD`]) and the versions `python` has of
 /// them: those it has at another version differ. A pinned package that is not installed at
 /// all says nothing about this Python and is left alone.
-pub fn held(
+pub(crate) fn held(
     requirements: Option<&str>,
     python: &Path,
 ) -> (BTreeMap<String, String>, Vec<super::env::Differing>) {
@@ -139,10 +139,10 @@ pub fn held(
 }
 
 /// The pinned packages whose version decides how ComfyUI uses memory.
-pub const HELD: &[&str] = &["comfy-aimdo", "comfy-kitchen"];
+pub(crate) const HELD: &[&str] = &["comfy-aimdo", "comfy-kitchen"];
 
 /// Where a commit's tree goes in a session folder.
-pub fn dir_of(session: &Path, commit: &str) -> PathBuf {
+pub(crate) fn dir_of(session: &Path, commit: &str) -> PathBuf {
     crate::session::SessionDir::regress(session)
         .trees()
         .join(super::git::abbrev(commit, 12))

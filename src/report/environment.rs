@@ -7,7 +7,7 @@ use crate::machine::{Environment, Gpu, Item};
 
 /// One row of the environment table: what, its value, where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Row {
+pub(crate) struct Row {
     pub item: String,
     pub value: String,
     pub source: String,
@@ -38,7 +38,7 @@ fn list_or(list: Vec<String>, empty: &str, sep: &str) -> String {
 }
 
 /// The environment as rows for people (ISSUE.md, `doctor`).
-pub fn rows(env: &Environment) -> Vec<Row> {
+pub(crate) fn rows(env: &Environment) -> Vec<Row> {
     let mut out = Vec::new();
     let text = |v: &String| v.clone();
     out.push(item_row("OS", &env.os, &text));

@@ -67,7 +67,7 @@ fn execution_error(history: &Value) -> Option<&Value> {
 }
 
 /// Builds the bundle.
-pub fn build(req: &Request, files: &FailureFiles) -> Result<super::Built> {
+pub(crate) fn build(req: &Request, files: &FailureFiles) -> Result<super::Built> {
     let log = read_log(&files.log)?;
     let reading = logscan::scan_bytes(
         &files.log.display().to_string(),

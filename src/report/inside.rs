@@ -10,7 +10,7 @@ use std::path::{Component, Path};
 
 /// Why a path under the folder was left out.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Skipped {
+pub(crate) enum Skipped {
     /// It, or a folder on the way to it, is a symbolic link.
     Link,
     /// It is not a plain file (a FIFO, a socket, a device, a folder).
@@ -33,13 +33,13 @@ impl fmt::Display for Skipped {
 
 impl Skipped {
     /// Whether the user should hear of it: a missing file is no news.
-    pub fn worth_saying(&self) -> bool {
+    pub(crate) fn worth_saying(&self) -> bool {
         !matches!(self, Skipped::Unreadable(_))
     }
 }
 
 /// Checks that `path` (below `root`) is a plain file reached through no link.
-pub fn check(root: &Path, path: &Path) -> Result<(), Skipped> {
+pub(crate) fn check(root: &Path, path: &Path) -> Result<(), Skipped> {
     let rel = path.strip_prefix(root).map_err(|_| Skipped::Link)?;
     let mut at = root.to_path_buf();
     for c in rel.components() {
@@ -61,7 +61,7 @@ pub fn check(root: &Path, path: &Path) -> Result<(), Skipped> {
 }
 
 /// Whether `dir` (below `root`) is a folder reached through no link.
-pub fn is_dir(root: &Path, dir: &Path) -> bool {
+pub(crate) fn is_dir(root: &Path, dir: &Path) -> bool {
     let Ok(rel) = dir.strip_prefix(root) else {
         return false;
     };
@@ -103,7 +103,7 @@ fn open(root: &Path, path: &Path) -> Result<std::fs::File, Skipped> {
 }
 
 /// The whole file, when it is no bigger than `max` bytes (a JSON record, a history).
-pub fn read(root: &Path, path: &Path, max: u64) -> Result<Vec<u8>, Skipped> {
+pub(crate) fn read(root: &Path, path: &Path, max: u64) -> Result<Vec<u8>, Skipped> {
     let file = open(root, path)?;
     let mut out = Vec::new();
     file.take(max + 1)
@@ -119,20 +119,20 @@ pub fn read(root: &Path, path: &Path, max: u64) -> Result<Vec<u8>, Skipped> {
 }
 
 /// A JSON file of the folder as `T` (`None` when it is missing, left out, or not a `T`).
-pub fn json<T: serde::de::DeserializeOwned>(root: &Path, path: &Path) -> Option<T> {
+pub(crate) fn json<T: serde::de::DeserializeOwned>(root: &Path, path: &Path) -> Option<T> {
     serde_json::from_slice(&read(root, path, MAX_JSON).ok()?).ok()
 }
 
 /// The most a JSON file of a session is read for (records and histories are kilobytes).
-pub const MAX_JSON: u64 = 64 << 20;
+pub(crate) const MAX_JSON: u64 = 64 << 20;
 
 /// Files of the folder left out of a bundle: the path inside the folder, and why.
-pub type LeftOut = Vec<(String, Skipped)>;
+pub(crate) type LeftOut = Vec<(String, Skipped)>;
 
 /// A log as read: its start, its end, and how many lines between them were left out (`None`:
 /// the whole log is `head`).
 #[derive(Debug)]
-pub struct LogEnds {
+pub(crate) struct LogEnds {
     pub head: Vec<u8>,
     pub tail: Vec<u8>,
     pub cut: Option<usize>,
@@ -140,7 +140,12 @@ pub struct LogEnds {
 
 /// A log's first `head` and last `tail` bytes (cut at line ends), and how many lines of the
 /// middle were left out; the middle is counted as it streams by, never held.
-pub fn read_log(root: &Path, path: &Path, head: usize, tail: usize) -> Result<LogEnds, Skipped> {
+pub(crate) fn read_log(
+    root: &Path,
+    path: &Path,
+    head: usize,
+    tail: usize,
+) -> Result<LogEnds, Skipped> {
     let mut file = open(root, path)?;
     let unreadable = |e: std::io::Error| Skipped::Unreadable(e.to_string());
     let len = file.metadata().map_err(unreadable)?.len();

@@ -28,7 +28,7 @@ const WINDOW_LINES: usize = 110;
 const AFTER: usize = 100;
 
 /// What ISSUE.md is written from.
-pub struct IssueInput<'a> {
+pub(crate) struct IssueInput<'a> {
     pub source: &'a Source,
     pub env: &'a Environment,
     pub workflow: Option<&'a Value>,
@@ -43,7 +43,7 @@ pub struct IssueInput<'a> {
 }
 
 /// One log line as a person reads it: level tag kept, colours and redrawn progress gone.
-pub fn log_lines(text: &str) -> Vec<String> {
+pub(crate) fn log_lines(text: &str) -> Vec<String> {
     text.lines()
         .map(|raw| {
             let l = normalize(raw);
@@ -71,7 +71,7 @@ fn continues_a_record(l: &str) -> bool {
 }
 
 /// Keeps the first and last lines of a long excerpt, with a marker in between.
-pub fn cap_lines(lines: Vec<String>, max: usize) -> Vec<String> {
+pub(crate) fn cap_lines(lines: Vec<String>, max: usize) -> Vec<String> {
     if lines.len() <= max {
         return lines;
     }
@@ -86,7 +86,7 @@ pub fn cap_lines(lines: Vec<String>, max: usize) -> Vec<String> {
 
 /// The startup block: everything up to ComfyUI's ready line (the whole log when it never
 /// got there).
-pub fn startup_block(lines: &[String]) -> Vec<String> {
+pub(crate) fn startup_block(lines: &[String]) -> Vec<String> {
     let end = lines
         .iter()
         .position(|l| l.contains("To see the GUI go to"))
@@ -123,7 +123,7 @@ pub fn startup_block(lines: &[String]) -> Vec<String> {
 
 /// The lines around the failure: from a little before the first evidence line to a little
 /// after the last; the end of the log when no evidence line is in it (a hang, a kill).
-pub fn failure_window(lines: &[String], evidence: &[String]) -> Vec<String> {
+pub(crate) fn failure_window(lines: &[String], evidence: &[String]) -> Vec<String> {
     let keys: Vec<String> = evidence
         .iter()
         .map(|e| e.trim().chars().take(60).collect::<String>())
@@ -171,7 +171,7 @@ pub fn failure_window(lines: &[String], evidence: &[String]) -> Vec<String> {
 }
 
 /// `7 nodes: CheckpointLoaderSimple, CLIPTextEncode ×2, …` in node-id order.
-pub fn workflow_summary(wf: &Value) -> String {
+pub(crate) fn workflow_summary(wf: &Value) -> String {
     let Some(map) = wf.as_object() else {
         return "not an API-format workflow".into();
     };
@@ -431,7 +431,7 @@ fn fence(out: &mut String, lang: &str, lines: &[String]) {
 }
 
 /// Renders ISSUE.md, one section of ComfyUI's bug template after the other.
-pub fn issue_md(inp: &IssueInput) -> String {
+pub(crate) fn issue_md(inp: &IssueInput) -> String {
     let ctx = Ctx::of(inp);
     let mut o = String::new();
     header(&mut o, &ctx);
@@ -846,7 +846,7 @@ fn other(o: &mut String, ctx: &Ctx) {
 }
 
 /// The environment as a table, and what redaction replaced (the end of every ISSUE.md).
-pub fn environment_table(o: &mut String, env: &crate::machine::Environment) {
+pub(crate) fn environment_table(o: &mut String, env: &crate::machine::Environment) {
     let _ = writeln!(o, "**Environment** (full detail in `environment.json`)\n");
     let _ = writeln!(o, "| item | value | source |");
     let _ = writeln!(o, "|---|---|---|");
@@ -1037,13 +1037,13 @@ fn runs_table(o: &mut String, ctx: &Ctx) {
 
 /// One file of the bundle, for README.md.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileNote {
+pub(crate) struct FileNote {
     pub name: String,
     pub what: String,
 }
 
 /// What a file of the bundle is, by name.
-pub fn describe_file(name: &str) -> String {
+pub(crate) fn describe_file(name: &str) -> String {
     let base = name.rsplit('/').next().unwrap_or(name);
     match base {
         "ISSUE.md" => "the issue text, in the sections of ComfyUI's bug template".into(),
@@ -1073,7 +1073,11 @@ pub fn describe_file(name: &str) -> String {
 }
 
 /// Renders the bundle's README.md.
-pub fn readme_md(files: &[FileNote], redaction: &[(String, usize)], redacted: bool) -> String {
+pub(crate) fn readme_md(
+    files: &[FileNote],
+    redaction: &[(String, usize)],
+    redacted: bool,
+) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -1105,7 +1109,7 @@ pub fn readme_md(files: &[FileNote], redaction: &[(String, usize)], redacted: bo
 }
 
 /// The title of a run's timeline: `run 001 · oom (CUDA out of memory) · flags: --highvram`.
-pub fn run_label(d: &RunDir) -> String {
+pub(crate) fn run_label(d: &RunDir) -> String {
     let Some(r) = &d.record else {
         return format!("run {} (no record)", d.label);
     };

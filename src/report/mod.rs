@@ -14,15 +14,15 @@
 //! builds the bundle of a failure as it happened.
 
 mod collect;
-pub mod environment;
-pub mod failure;
-pub mod inside;
-pub mod issue;
+pub(crate) mod environment;
+pub(crate) mod failure;
+pub(crate) mod inside;
+pub(crate) mod issue;
 mod pack;
 pub mod plot;
 pub mod redact;
-pub mod samples;
-pub mod source;
+pub(crate) mod samples;
+pub(crate) mod source;
 
 use crate::error::{Error, Result};
 use crate::machine::{self, Environment, Inputs};

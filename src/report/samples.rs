@@ -148,7 +148,7 @@ impl Samples {
 
 /// Keeps the header, every mark row and every `k`-th sample row of a samples CSV, so a long
 /// recording fits the bundle; returns the text and `k` (1 when nothing was dropped).
-pub fn thin_csv(text: &str, max_bytes: usize) -> (String, usize) {
+pub(crate) fn thin_csv(text: &str, max_bytes: usize) -> (String, usize) {
     if text.len() <= max_bytes {
         return (text.to_string(), 1);
     }

@@ -24,7 +24,7 @@ pub enum SourceKind {
 
 /// One run folder.
 #[derive(Debug, Clone)]
-pub struct RunDir {
+pub(crate) struct RunDir {
     /// `001` (a bisect's run number; a lone run is `001` too).
     pub label: String,
     pub dir: PathBuf,
@@ -33,7 +33,7 @@ pub struct RunDir {
 }
 
 impl RunDir {
-    pub fn outcome(&self) -> Option<Outcome> {
+    pub(crate) fn outcome(&self) -> Option<Outcome> {
         self.record.as_ref().map(|r| r.outcome)
     }
 
@@ -41,7 +41,7 @@ impl RunDir {
     /// those of them left out (a link, not a plain file), named. The per-run `workflow.json`
     /// is the same as the bundle's own and `samples.jsonl` repeats `samples.csv`, so both
     /// stay out.
-    pub fn files(&self) -> (Vec<(String, PathBuf)>, LeftOut) {
+    pub(crate) fn files(&self) -> (Vec<(String, PathBuf)>, LeftOut) {
         let (mut out, mut skipped) = (Vec::new(), Vec::new());
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return (out, skipped);
@@ -75,7 +75,7 @@ impl RunDir {
 
 /// A folder to report on.
 #[derive(Debug, Clone)]
-pub struct Source {
+pub(crate) struct Source {
     pub kind: SourceKind,
     pub dir: PathBuf,
     pub runs: Vec<RunDir>,
@@ -91,14 +91,14 @@ pub struct Source {
 
 /// What a regress session holds besides its runs.
 #[derive(Debug, Clone)]
-pub struct Regress {
+pub(crate) struct Regress {
     pub result: Option<crate::regress::RegressResult>,
     pub journal: Vec<crate::regress::Tested>,
 }
 
 impl Regress {
     /// The runs of `commit` (full id), from the journal.
-    pub fn runs_of(&self, commit: &str) -> Vec<PathBuf> {
+    pub(crate) fn runs_of(&self, commit: &str) -> Vec<PathBuf> {
         self.journal
             .iter()
             .filter(|t| t.commit == commit)
@@ -143,7 +143,7 @@ fn present(path: &Path) -> bool {
 impl Source {
     /// Why this folder is not a finished answer, in one sentence (`None` when it is): no run
     /// finished, or a bisect stopped before its verdict.
-    pub fn incomplete(&self) -> Option<String> {
+    pub(crate) fn incomplete(&self) -> Option<String> {
         let finished = self.runs.iter().filter(|r| r.record.is_some()).count();
         if finished == 0 {
             return Some(format!(
@@ -287,7 +287,7 @@ fn no_runs_yet(
 }
 
 /// Opens a run folder or a session folder.
-pub fn open(dir: &Path) -> Result<Source, SourceError> {
+pub(crate) fn open(dir: &Path) -> Result<Source, SourceError> {
     if !dir.is_dir() {
         return Err(SourceError::NotAFolder(dir.to_path_buf()));
     }
@@ -385,7 +385,7 @@ pub fn open(dir: &Path) -> Result<Source, SourceError> {
 impl Source {
     /// The run that shows the failure: the baseline's first failing run for a bisect (or the
     /// first failing run), the run itself otherwise.
-    pub fn failing(&self) -> Option<&RunDir> {
+    pub(crate) fn failing(&self) -> Option<&RunDir> {
         let by_dirs = |dirs: &[PathBuf], want: &dyn Fn(Outcome) -> bool| {
             dirs.iter().find_map(|d| {
                 let name = d.file_name()?.to_string_lossy().into_owned();
@@ -416,7 +416,7 @@ impl Source {
     }
 
     /// A run that passed: the verdict's configuration for a bisect, else any passing run.
-    pub fn passing(&self) -> Option<&RunDir> {
+    pub(crate) fn passing(&self) -> Option<&RunDir> {
         if self.kind == SourceKind::Run {
             return None;
         }
@@ -450,7 +450,7 @@ impl Source {
     }
 
     /// The run a bundle's environment facts come from: the failing one.
-    pub fn primary(&self) -> Option<&RunDir> {
+    pub(crate) fn primary(&self) -> Option<&RunDir> {
         self.failing()
     }
 }

@@ -6,38 +6,38 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// ComfyUI's output, both streams merged, as printed.
-pub const COMFYUI_LOG: &str = "comfyui.log";
+pub(crate) const COMFYUI_LOG: &str = "comfyui.log";
 /// The run's record ([`super::RunRecord`]).
-pub const RECORD: &str = "record.json";
+pub(crate) const RECORD: &str = "record.json";
 /// The workflow as submitted (API format).
-pub const WORKFLOW: &str = "workflow.json";
+pub(crate) const WORKFLOW: &str = "workflow.json";
 /// The shortened prompt a quick run queued (`--quick`), beside the full one.
-pub const WORKFLOW_QUICK: &str = "workflow.quick.json";
+pub(crate) const WORKFLOW_QUICK: &str = "workflow.quick.json";
 /// The file the workflow was given as, kept beside the prompt made from it (a UI-format save,
 /// an image or video with the prompt inside): `workflow-source.json`, `workflow-source.png`.
-pub const WORKFLOW_SOURCE: &str = "workflow-source";
+pub(crate) const WORKFLOW_SOURCE: &str = "workflow-source";
 /// Memory samples, one row per sample, with event marks.
-pub const SAMPLES_CSV: &str = "samples.csv";
+pub(crate) const SAMPLES_CSV: &str = "samples.csv";
 /// The same samples as JSON lines.
-pub const SAMPLES_JSONL: &str = "samples.jsonl";
+pub(crate) const SAMPLES_JSONL: &str = "samples.jsonl";
 /// The sampler's summary (peaks, minima, marks).
-pub const SAMPLES_SUMMARY: &str = "samples-summary.json";
+pub(crate) const SAMPLES_SUMMARY: &str = "samples-summary.json";
 /// `GET /system_stats`, fetched before ComfyUI was stopped.
-pub const SYSTEM_STATS: &str = "system_stats.json";
+pub(crate) const SYSTEM_STATS: &str = "system_stats.json";
 
 /// ComfyUI's `/history` entry of prompt `n`.
-pub fn history(n: u32) -> String {
+pub(crate) fn history(n: u32) -> String {
     format!("history-{n}.json")
 }
 
 /// ComfyUI's answer when it refused prompt `n`.
-pub fn rejected(n: u32) -> String {
+pub(crate) fn rejected(n: u32) -> String {
     format!("rejected-{n}.json")
 }
 
 /// Writes `value` as pretty JSON to `path`; a failed write is an error that names the file
 /// (a run whose record is missing must not look like one that happened).
-pub fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {
+pub(crate) fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {
     let text = serde_json::to_string_pretty(value)
         .map_err(|e| Error::environment(format!("cannot encode {}: {e}", path.display())))?;
     crate::private::write(path, text + "\n").map_err(|e| Error {
@@ -101,7 +101,7 @@ impl Mark {
 
 /// Creates `dir` for a new run; refuses a folder that already holds files (nothing is ever
 /// overwritten).
-pub fn create(dir: &Path) -> Result<PathBuf> {
+pub(crate) fn create(dir: &Path) -> Result<PathBuf> {
     if dir.exists() {
         let non_empty = std::fs::read_dir(dir)
             .map(|mut d| d.next().is_some())
@@ -119,7 +119,7 @@ pub fn create(dir: &Path) -> Result<PathBuf> {
 }
 
 /// A fresh folder name under `parent`: `run-20261129-145700-1a2b`.
-pub fn fresh(parent: &Path, prefix: &str) -> PathBuf {
+pub(crate) fn fresh(parent: &Path, prefix: &str) -> PathBuf {
     let stamp = utc_stamp(SystemTime::now());
     let nonce = std::process::id()
         ^ (SystemTime::now()
@@ -130,13 +130,13 @@ pub fn fresh(parent: &Path, prefix: &str) -> PathBuf {
 }
 
 /// `20261129-145700` in UTC.
-pub fn utc_stamp(t: SystemTime) -> String {
+pub(crate) fn utc_stamp(t: SystemTime) -> String {
     let (y, mo, d, h, mi, s) = civil(t);
     format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}")
 }
 
 /// `2026-11-29T14:57:00Z`.
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let (y, mo, d, h, mi, s) = civil(t);
     format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
 }

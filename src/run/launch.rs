@@ -18,9 +18,9 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 /// Where ComfyUI listens: loopback only.
-pub const HOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
+pub(crate) const HOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
 /// How long one wait for ComfyUI's next message lasts.
-pub const TICK: Duration = Duration::from_millis(50);
+pub(crate) const TICK: Duration = Duration::from_millis(50);
 /// The most startup lines kept for classifying a failed start.
 const STARTUP_LINES: usize = 20_000;
 /// How many times a port that another program took in the meantime is tried again.
@@ -28,12 +28,12 @@ const PORT_ATTEMPTS: u32 = 3;
 
 /// A free TCP port on loopback (the OS picks; a race with another program is handled by
 /// retrying when ComfyUI reports the port in use).
-pub fn free_port() -> std::io::Result<u16> {
+pub(crate) fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind((HOST, 0))?.local_addr()?.port())
 }
 
 /// Everything ComfyUI's reader threads and the websocket thread send.
-pub enum Msg {
+pub(crate) enum Msg {
     Output(process::Output),
     Ws(WsMessage),
 }
@@ -50,17 +50,17 @@ impl From<WsMessage> for Msg {
 }
 
 /// One thing that came from ComfyUI.
-pub enum Heard {
+pub(crate) enum Heard {
     /// A log line, normalised.
     Line(String),
     Ws(WsEvent),
-    WsClosed(String),
+    WsClosed,
     /// Nothing within [`TICK`] (or a stream ended).
     Nothing,
 }
 
 /// What ComfyUI says, as it comes: its log lines (both streams) and websocket messages.
-pub struct Feed {
+pub(crate) struct Feed {
     rx: Receiver<Msg>,
     /// Kept so the websocket thread can join the same channel.
     pub tx: Sender<Msg>,
@@ -91,7 +91,7 @@ impl Feed {
     }
 
     /// Waits up to [`TICK`] for the next thing ComfyUI says.
-    pub fn listen(&mut self) -> Heard {
+    pub(crate) fn listen(&mut self) -> Heard {
         match self.rx.recv_timeout(TICK) {
             Ok(msg) => self.take(msg),
             Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => Heard::Nothing,
@@ -131,12 +131,12 @@ impl Feed {
                 Heard::Nothing
             }
             Msg::Ws(WsMessage::Event(e)) => Heard::Ws(e),
-            Msg::Ws(WsMessage::Closed(why)) => Heard::WsClosed(why),
+            Msg::Ws(WsMessage::Closed(_)) => Heard::WsClosed,
         }
     }
 
     /// After the process died: the log lines still in the pipes (bounded).
-    pub fn drain(&mut self) -> Vec<String> {
+    pub(crate) fn drain(&mut self) -> Vec<String> {
         let deadline = Instant::now() + Duration::from_secs(2);
         let mut lines = Vec::new();
         while self.streams_closed < 2 && Instant::now() < deadline {
@@ -154,7 +154,7 @@ impl Feed {
 }
 
 /// A ComfyUI that answers HTTP.
-pub struct Server {
+pub(crate) struct Server {
     pub child: process::Child,
     pub feed: Feed,
     pub port: u16,
@@ -165,7 +165,7 @@ pub struct Server {
 }
 
 /// A ComfyUI that never became ready, and how that ended.
-pub struct NotReady {
+pub(crate) struct NotReady {
     pub argv: Vec<String>,
     pub port: u16,
     pub verdict: Classification,
@@ -175,7 +175,7 @@ pub struct NotReady {
 
 /// Starts ComfyUI with the run's flags and waits until it is ready. `clock` is the run's
 /// start.
-pub fn launch(
+pub(crate) fn launch(
     opts: &RunOptions,
     reporter: &mut dyn Reporter,
     sampler: Option<&Sampler>,

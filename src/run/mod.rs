@@ -1,14 +1,14 @@
 //! `vrambisect run`: one run end to end — launch ComfyUI, submit the workflow, watch it,
 //! classify the outcome, tear ComfyUI down, and keep everything in a run folder.
 
-pub mod engine;
-pub mod folder;
-pub mod launch;
-pub mod pause;
+pub(crate) mod engine;
+pub(crate) mod folder;
+pub(crate) mod launch;
+pub(crate) mod pause;
 mod prompt;
-pub mod record;
-pub mod render;
-pub mod watch;
+pub(crate) mod record;
+pub(crate) mod render;
+pub(crate) mod watch;
 
 pub use engine::execute;
 pub use record::RunRecord;

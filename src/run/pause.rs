@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 const BEAT: Duration = Duration::from_millis(100);
 
 /// Counts the time the process was held, while it lives.
-pub struct PauseWatch {
+pub(crate) struct PauseWatch {
     /// Milliseconds held, in all.
     held_ms: Arc<AtomicU64>,
     /// When the thread last woke, in milliseconds since `started`: right after a stop the
@@ -29,7 +29,7 @@ pub struct PauseWatch {
 
 impl PauseWatch {
     /// Starts counting; a gap between two wakes longer than `longer_than` is a pause.
-    pub fn start(longer_than: Duration) -> PauseWatch {
+    pub(crate) fn start(longer_than: Duration) -> PauseWatch {
         let held_ms = Arc::new(AtomicU64::new(0));
         let beat_ms = Arc::new(AtomicU64::new(0));
         let done = Arc::new(AtomicBool::new(false));
@@ -66,7 +66,7 @@ impl PauseWatch {
 
     /// The time the process was held since the last call: what the thread counted, or, when
     /// it has not woken for longer than a pause, the time since it last did.
-    pub fn take(&mut self) -> Duration {
+    pub(crate) fn take(&mut self) -> Duration {
         // Without its thread (it could not start) it sees nothing, and says nothing.
         if self.thread.is_none() {
             return Duration::ZERO;

@@ -197,7 +197,7 @@ impl Prompt<'_> {
                     self.last_event = Some(Instant::now());
                     inputs.push_back(Input::Ws(ev));
                 }
-                Heard::WsClosed(_) => {
+                Heard::WsClosed => {
                     *self.ws_open = false;
                     inputs.push_back(Input::WsClosed);
                 }

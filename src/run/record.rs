@@ -123,7 +123,7 @@ pub struct Overhead {
 }
 
 /// How ComfyUI was stopped (the process layer's own record of a teardown).
-pub use crate::process::Teardown;
+pub(crate) use crate::process::Teardown;
 
 /// Everything about one run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -189,7 +189,7 @@ pub struct RamGrowth {
 }
 
 /// Growth below this per prompt is noise (allocator caches, Python's own heap).
-pub const RAM_GROWTH_MIN_BYTES: i64 = 128 << 20;
+pub(crate) const RAM_GROWTH_MIN_BYTES: i64 = 128 << 20;
 
 impl RamGrowth {
     /// The finding, from each measured prompt's retained RAM in order; `None` when RAM did
@@ -247,7 +247,7 @@ impl RunRecord {
 }
 
 /// The verdict of a whole run from its iterations (the first that did not pass).
-pub fn overall(iterations: &[Iteration]) -> Option<&Iteration> {
+pub(crate) fn overall(iterations: &[Iteration]) -> Option<&Iteration> {
     iterations.iter().find(|i| i.outcome != Outcome::Pass)
 }
 

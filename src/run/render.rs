@@ -6,7 +6,7 @@ use crate::output::{Answer, StatusLine, Style};
 use std::io::{self, Write};
 
 /// A one-line progress display on stderr (hidden when stderr is not a terminal).
-pub struct Progress {
+pub(crate) struct Progress {
     line: StatusLine,
     /// The run's phase in words, for the heartbeat.
     phase: String,
@@ -14,7 +14,7 @@ pub struct Progress {
 }
 
 impl Progress {
-    pub fn new(visible: bool) -> Progress {
+    pub(crate) fn new(visible: bool) -> Progress {
         Progress {
             line: StatusLine::new(visible, "{spinner} {elapsed_precise} {msg}", None),
             phase: String::new(),

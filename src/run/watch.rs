@@ -28,7 +28,7 @@ const WINDOW_LINES: usize = 20_000;
 
 /// The limits one prompt runs under.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// The whole prompt (`--timeout`).
     pub timeout: Duration,
     /// Silence of the prompt's websocket events and of the log (`--stall-timeout`).
@@ -39,7 +39,7 @@ pub struct Limits {
 
 /// What happened, as the engine saw it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Input {
+pub(crate) enum Input {
     /// A websocket message (about this prompt or not: the watcher decides).
     Ws(WsEvent),
     /// The websocket is gone; from now on the prompt is followed through `/history`.
@@ -69,7 +69,7 @@ pub enum Input {
 
 /// What the engine must do.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Action {
+pub(crate) enum Action {
     /// The prompt reached a node for the first time (`done` nodes so far).
     NodeStarted { node: String, done: usize },
     /// A sampler step.
@@ -103,7 +103,7 @@ enum Phase {
 
 /// One prompt's watch.
 #[derive(Debug)]
-pub struct PromptWatch {
+pub(crate) struct PromptWatch {
     prompt_id: String,
     limits: Limits,
     phase: Phase,
@@ -132,7 +132,7 @@ pub struct PromptWatch {
 /// The sampling's pace, from the progress events: when the first step was reported, and the
 /// time and count of the steps that followed one another within one sampler.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct StepClock {
+pub(crate) struct StepClock {
     /// Time from the prompt's submission to its first progress event (loading the models,
     /// encoding, the first step).
     pub first_step: Option<Duration>,
@@ -159,19 +159,19 @@ impl StepClock {
     }
 
     /// The last step reported (the progress event's value: steps done of its sampler).
-    pub fn last_step(&self) -> Option<u64> {
+    pub(crate) fn last_step(&self) -> Option<u64> {
         self.last.map(|(_, value, _)| value.max(0.0) as u64)
     }
 
     /// Mean seconds per sampling step, when two steps of one sampler were seen.
-    pub fn seconds_per_step(&self) -> Option<f64> {
+    pub(crate) fn seconds_per_step(&self) -> Option<f64> {
         (self.count > 0.0).then(|| self.stepped / self.count)
     }
 }
 
 /// The watch's result.
 #[derive(Debug, Clone)]
-pub struct Watched {
+pub(crate) struct Watched {
     pub verdict: Classification,
     /// Nodes that started executing, in order.
     pub nodes: Vec<String>,
@@ -190,7 +190,7 @@ pub struct Watched {
 impl PromptWatch {
     /// Starts watching `prompt_id`, submitted at `at`; `ws_open` is false when the
     /// websocket is already gone.
-    pub fn new(prompt_id: &str, limits: Limits, at: Duration, ws_open: bool) -> PromptWatch {
+    pub(crate) fn new(prompt_id: &str, limits: Limits, at: Duration, ws_open: bool) -> PromptWatch {
         PromptWatch {
             prompt_id: prompt_id.to_string(),
             limits,
@@ -214,7 +214,7 @@ impl PromptWatch {
 
     /// The verdict on a prompt ComfyUI refused (HTTP 400, or node errors on a 200): nothing
     /// of it ran. `lines` summarise the answer.
-    pub fn refused(lines: Vec<String>) -> Watched {
+    pub(crate) fn refused(lines: Vec<String>) -> Watched {
         let obs = PromptObservation {
             rejected: Some(lines),
             ..Default::default()
@@ -231,12 +231,12 @@ impl PromptWatch {
     }
 
     /// Whether the watch is over (call [`PromptWatch::finish`]).
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.phase == Phase::Done
     }
 
     /// Takes in what happened at `at` (time since submission); returns what to do.
-    pub fn feed(&mut self, at: Duration, input: Input) -> Vec<Action> {
+    pub(crate) fn feed(&mut self, at: Duration, input: Input) -> Vec<Action> {
         let mut actions = Vec::new();
         match input {
             Input::Line(line) => self.line(at, line),
@@ -486,7 +486,7 @@ impl PromptWatch {
     }
 
     /// The verdict, from everything seen.
-    pub fn finish(mut self) -> Watched {
+    pub(crate) fn finish(mut self) -> Watched {
         self.obs.log = self.window.into_iter().collect();
         let exit = self.obs.exit.or(self.died_after);
         let stop_run = self.obs.interrupted_by_user

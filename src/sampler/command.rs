@@ -23,7 +23,7 @@ const MIN_INTERVAL: Duration = Duration::from_millis(1);
 
 /// What `vrambisect sample` was asked to do.
 #[derive(Debug, Clone, Default)]
-pub struct Request {
+pub(crate) struct Request {
     pub interval: Duration,
     pub duration: Option<Duration>,
     /// CSV file; the JSON lines go beside it (see [`output_paths`]).
@@ -43,7 +43,7 @@ pub struct Request {
 /// Why sampling ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum StoppedBy {
+pub(crate) enum StoppedBy {
     Duration,
     CommandExited,
     PidExited,
@@ -52,7 +52,7 @@ pub enum StoppedBy {
 
 /// The command that was followed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CommandReport {
+pub(crate) struct CommandReport {
     pub argv: Vec<String>,
     pub pid: u32,
     /// Its exit code, or `None` when a signal ended it (then `signal`).
@@ -64,7 +64,7 @@ pub struct CommandReport {
 
 /// `sample --json`: the sampler's summary plus how the run ended.
 #[derive(Debug, Clone, Serialize)]
-pub struct SampleReport {
+pub(crate) struct SampleReport {
     #[serde(flatten)]
     pub summary: Summary,
     pub stopped_by: StoppedBy,
@@ -72,14 +72,14 @@ pub struct SampleReport {
 }
 
 /// The report and the exit status to leave with.
-pub struct Sampled {
+pub(crate) struct Sampled {
     pub report: SampleReport,
     pub exit_code: i32,
 }
 
 /// The CSV and JSON-lines paths for `--output FILE`: `FILE` and `FILE` with `.jsonl`
 /// (given a `.jsonl` name, the CSV goes beside it with `.csv`).
-pub fn output_paths(file: &Path) -> (PathBuf, PathBuf) {
+pub(crate) fn output_paths(file: &Path) -> (PathBuf, PathBuf) {
     if file.extension().is_some_and(|e| e == "jsonl") {
         (file.with_extension("csv"), file.to_path_buf())
     } else {
@@ -109,7 +109,7 @@ fn spawn(argv: &[String], json: bool) -> Result<process::Child> {
 }
 
 /// Runs `vrambisect sample`. Notes (unavailable probes) and the live line go to `err`.
-pub fn sample(req: &Request, err: &mut dyn Write) -> Result<Sampled> {
+pub(crate) fn sample(req: &Request, err: &mut dyn Write) -> Result<Sampled> {
     if req.interval < MIN_INTERVAL {
         return Err(Error::usage(format!(
             "--interval {} is too short",
@@ -240,7 +240,7 @@ pub fn sample(req: &Request, err: &mut dyn Write) -> Result<Sampled> {
 }
 
 /// A value in its series' unit.
-pub fn format_value(unit: Unit, v: i64) -> String {
+pub(crate) fn format_value(unit: Unit, v: i64) -> String {
     match unit {
         Unit::Bytes => crate::text::bytes(v),
         Unit::KilobytesPerSecond => {
@@ -258,7 +258,7 @@ pub fn format_value(unit: Unit, v: i64) -> String {
 }
 
 /// The live status line: time, samples, then the figures that matter most, where present.
-pub fn status_line(s: &Summary) -> String {
+pub(crate) fn status_line(s: &Summary) -> String {
     let mut parts = vec![
         format!(
             "sampling {}",

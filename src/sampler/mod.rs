@@ -8,16 +8,16 @@
 //! [`Summary::unavailable`] with a one-line reason; it is never fatal.
 
 pub mod comfy;
-pub mod command;
+pub(crate) mod command;
 pub mod cuda;
 pub mod nvml;
-pub mod poller;
+pub(crate) mod poller;
 pub mod probe;
 pub mod proctree;
-pub mod series;
-pub mod stats;
+pub(crate) mod series;
+pub(crate) mod stats;
 pub mod system;
-pub mod wddm;
+pub(crate) mod wddm;
 pub mod writer;
 
 use crate::error::{Error, Result, io_error};

@@ -13,7 +13,7 @@ struct Shared<T> {
 }
 
 /// Runs a closure every `period` on its own thread and keeps its latest result.
-pub struct Poller<T> {
+pub(crate) struct Poller<T> {
     shared: Arc<Shared<T>>,
     handle: Option<JoinHandle<()>>,
     join_on_drop: bool,
@@ -23,7 +23,7 @@ impl<T: Send + 'static> Poller<T> {
     /// Starts polling at once. `poll` returns `None` when it has nothing to report (e.g. no
     /// URL yet). With `join_on_drop` false, dropping the poller does not wait for a poll in
     /// flight (an HTTP request with a timeout): the thread ends on its own once it returns.
-    pub fn spawn(
+    pub(crate) fn spawn(
         name: &str,
         period: Duration,
         join_on_drop: bool,
@@ -69,7 +69,7 @@ impl<T: Send + 'static> Poller<T> {
     }
 
     /// The result of the latest poll not taken yet.
-    pub fn take(&self) -> Option<T> {
+    pub(crate) fn take(&self) -> Option<T> {
         self.shared
             .latest
             .lock()

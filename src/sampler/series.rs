@@ -2,46 +2,48 @@
 //! engine, `sample` and the report that read them all use these. Machine-wide series have a
 //! fixed name; a GPU's series are `gpu{index}.{what}` (see [`gpu`]).
 
-pub const RAM_TOTAL: &str = "ram.total";
-pub const RAM_AVAILABLE: &str = "ram.available";
-pub const SWAP_USED: &str = "swap.used";
+pub(crate) const RAM_TOTAL: &str = "ram.total";
+pub(crate) const RAM_AVAILABLE: &str = "ram.available";
+pub(crate) const SWAP_USED: &str = "swap.used";
 /// Windows: the commit charge and its limit (RAM plus page files).
-pub const COMMIT_USED: &str = "commit.used";
-pub const COMMIT_LIMIT: &str = "commit.limit";
+pub(crate) const COMMIT_USED: &str = "commit.used";
+pub(crate) const COMMIT_LIMIT: &str = "commit.limit";
 /// Windows under WDDM: the followed tree's dedicated (VRAM) and shared GPU memory, from the
 /// `GPU Process Memory` performance counters (NVML has no per-process figure there).
-pub const WDDM_TREE_DEDICATED: &str = "wddm.tree_dedicated";
-pub const WDDM_TREE_SHARED: &str = "wddm.tree_shared";
+#[cfg_attr(not(windows), allow(dead_code))]
+pub(crate) const WDDM_TREE_DEDICATED: &str = "wddm.tree_dedicated";
+#[cfg_attr(not(windows), allow(dead_code))]
+pub(crate) const WDDM_TREE_SHARED: &str = "wddm.tree_shared";
 /// Processes in the followed tree.
-pub const TREE_PROCS: &str = "tree.procs";
+pub(crate) const TREE_PROCS: &str = "tree.procs";
 /// The followed tree's resident memory, and its parts.
-pub const TREE_RSS: &str = "tree.rss";
-pub const TREE_RSS_ANON: &str = "tree.rss_anon";
-pub const TREE_RSS_FILE: &str = "tree.rss_file";
-pub const TREE_RSS_SHMEM: &str = "tree.rss_shmem";
-pub const TREE_SWAP: &str = "tree.swap";
+pub(crate) const TREE_RSS: &str = "tree.rss";
+pub(crate) const TREE_RSS_ANON: &str = "tree.rss_anon";
+pub(crate) const TREE_RSS_FILE: &str = "tree.rss_file";
+pub(crate) const TREE_RSS_SHMEM: &str = "tree.rss_shmem";
+pub(crate) const TREE_SWAP: &str = "tree.swap";
 
 /// NVML's used, free and reserved memory of a GPU.
-pub const NVML_USED: &str = "nvml.used";
-pub const NVML_FREE: &str = "nvml.free";
-pub const NVML_RESERVED: &str = "nvml.reserved";
+pub(crate) const NVML_USED: &str = "nvml.used";
+pub(crate) const NVML_FREE: &str = "nvml.free";
+pub(crate) const NVML_RESERVED: &str = "nvml.reserved";
 /// VRAM held by the followed tree, by other processes, and by this tool (NVML per process).
-pub const TREE_USED: &str = "tree.used";
-pub const OTHERS_USED: &str = "others.used";
-pub const SELF_USED: &str = "self.used";
+pub(crate) const TREE_USED: &str = "tree.used";
+pub(crate) const OTHERS_USED: &str = "others.used";
+pub(crate) const SELF_USED: &str = "self.used";
 /// CUDA's view from the tool's own context (only with `--cuda`).
-pub const CUDA_USED: &str = "cuda.used";
-pub const CUDA_FREE: &str = "cuda.free";
+pub(crate) const CUDA_USED: &str = "cuda.used";
+pub(crate) const CUDA_FREE: &str = "cuda.free";
 /// NVML's used minus CUDA's (derived).
-pub const NVML_MINUS_CUDA: &str = "nvml_minus_cuda";
+pub(crate) const NVML_MINUS_CUDA: &str = "nvml_minus_cuda";
 /// ComfyUI's own view, from its `/system_stats`.
-pub const COMFY_VRAM_TOTAL: &str = "comfy.vram_total";
-pub const COMFY_VRAM_FREE: &str = "comfy.vram_free";
-pub const COMFY_TORCH_VRAM_TOTAL: &str = "comfy.torch_vram_total";
-pub const COMFY_TORCH_VRAM_FREE: &str = "comfy.torch_vram_free";
+pub(crate) const COMFY_VRAM_TOTAL: &str = "comfy.vram_total";
+pub(crate) const COMFY_VRAM_FREE: &str = "comfy.vram_free";
+pub(crate) const COMFY_TORCH_VRAM_TOTAL: &str = "comfy.torch_vram_total";
+pub(crate) const COMFY_TORCH_VRAM_FREE: &str = "comfy.torch_vram_free";
 
 /// The name of a GPU's series: `gpu(0, NVML_USED)` is `gpu0.nvml.used`.
-pub fn gpu(index: u32, what: &str) -> String {
+pub(crate) fn gpu(index: u32, what: &str) -> String {
     format!("gpu{index}.{what}")
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 /// Running minimum, maximum and last value of one series, in constant memory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Acc {
+pub(crate) struct Acc {
     pub count: u64,
     pub min: i64,
     pub max: i64,
@@ -19,7 +19,7 @@ pub struct Acc {
 }
 
 impl Acc {
-    pub fn push(&mut self, v: i64, t_us: u64) {
+    pub(crate) fn push(&mut self, v: i64, t_us: u64) {
         if self.count == 0 || v < self.min {
             self.min = v;
             self.at_min_us = t_us;
@@ -32,13 +32,13 @@ impl Acc {
         self.count += 1;
     }
 
-    pub fn last(&self) -> Option<i64> {
+    pub(crate) fn last(&self) -> Option<i64> {
         (self.count > 0).then_some(self.last)
     }
 }
 
 /// Folds one row into the accumulators (same order as the columns).
-pub fn accumulate(accs: &mut [Acc], row: &[Option<i64>], t_us: u64) {
+pub(crate) fn accumulate(accs: &mut [Acc], row: &[Option<i64>], t_us: u64) {
     for (acc, v) in accs.iter_mut().zip(row) {
         if let Some(v) = v {
             acc.push(*v, t_us);
@@ -53,7 +53,7 @@ pub fn accumulate(accs: &mut [Acc], row: &[Option<i64>], t_us: u64) {
 /// documentation has said both). CUDA's free comes from inside ComfyUI when it answered
 /// (`vram_free - torch_vram_free`: ComfyUI adds torch's cache to CUDA's free), else from the
 /// tool's own context.
-pub fn nvml_minus_cuda(
+pub(crate) fn nvml_minus_cuda(
     nvml_free: Option<i64>,
     own_cuda_free: Option<i64>,
     comfy_vram_free: Option<i64>,
@@ -69,7 +69,7 @@ pub fn nvml_minus_cuda(
 
 /// Where each derived column reads from; planned once from the series names.
 #[derive(Debug, Clone, Default)]
-pub struct Derived {
+pub(crate) struct Derived {
     minus: Vec<MinusPlan>,
 }
 
@@ -85,7 +85,7 @@ struct MinusPlan {
 impl Derived {
     /// Plans the derived columns for `series`; they are numbered after it. Returns the plan
     /// and the new columns' definitions.
-    pub fn plan(series: &[SeriesDef]) -> (Derived, Vec<SeriesDef>) {
+    pub(crate) fn plan(series: &[SeriesDef]) -> (Derived, Vec<SeriesDef>) {
         let find = |name: &str| series.iter().position(|s| s.name == name);
         let mut defs = Vec::new();
         let mut minus = Vec::new();
@@ -119,7 +119,7 @@ impl Derived {
     }
 
     /// Fills the derived columns of `row` (which holds every column).
-    pub fn compute(&self, row: &mut [Option<i64>]) {
+    pub(crate) fn compute(&self, row: &mut [Option<i64>]) {
         for p in &self.minus {
             let get = |i: Option<usize>| i.and_then(|i| row[i]);
             row[p.out] = nvml_minus_cuda(
@@ -135,7 +135,7 @@ impl Derived {
 /// Whether a mark records this series' value around it: the memory figures that questions
 /// about a prompt need (RAM kept, VRAM kept), not every column. A mark costs memory for
 /// each (about 1 KB with one GPU), and a run may hold thousands.
-pub fn is_mark_series(name: &str) -> bool {
+pub(crate) fn is_mark_series(name: &str) -> bool {
     matches!(
         name,
         "tree.rss"

@@ -10,14 +10,16 @@
 //! quarter second.
 
 /// The pid of a `GPU Process Memory` instance name.
-pub fn instance_pid(name: &str) -> Option<u32> {
+#[cfg_attr(not(windows), allow(dead_code))]
+pub(crate) fn instance_pid(name: &str) -> Option<u32> {
     let rest = name.strip_prefix("pid_")?;
     let end = rest.find('_').unwrap_or(rest.len());
     rest[..end].parse().ok()
 }
 
 /// The sum of the counter over the instances of the processes in `tree` (sorted).
-pub fn tree_sum(items: &[(String, i64)], tree: &[u32]) -> i64 {
+#[cfg_attr(not(windows), allow(dead_code))]
+pub(crate) fn tree_sum(items: &[(String, i64)], tree: &[u32]) -> i64 {
     items
         .iter()
         .filter(|(name, _)| instance_pid(name).is_some_and(|p| tree.binary_search(&p).is_ok()))
@@ -26,7 +28,7 @@ pub fn tree_sum(items: &[(String, i64)], tree: &[u32]) -> i64 {
 }
 
 #[cfg(windows)]
-pub use probe::WddmProbe;
+pub(crate) use probe::WddmProbe;
 
 #[cfg(windows)]
 mod probe {
@@ -142,14 +144,14 @@ mod probe {
     }
 
     /// The followed tree's dedicated and shared GPU memory, from the counters.
-    pub struct WddmProbe {
+    pub(crate) struct WddmProbe {
         series: Vec<SeriesDef>,
         poller: Poller<Reading>,
         latest: Option<Reading>,
     }
 
     impl WddmProbe {
-        pub fn open() -> Result<WddmProbe, Unavailable> {
+        pub(crate) fn open() -> Result<WddmProbe, Unavailable> {
             let query = Query::open().map_err(|e| Unavailable::new("wddm", e))?;
             let poller = Poller::spawn("wddm", Duration::from_millis(250), true, move || {
                 query.read()

@@ -20,7 +20,7 @@ pub struct FailureRate {
 
 /// A failure in words: "failed with oom in node 3 on prompt 2" (a bisect's run, a regress's
 /// commit).
-pub fn failed_with(outcome: Outcome, at: Option<&FailedAt>) -> String {
+pub(crate) fn failed_with(outcome: Outcome, at: Option<&FailedAt>) -> String {
     let mut out = format!("failed with {outcome}");
     if let Some(at) = at {
         if let Some(node) = &at.node {

@@ -7,10 +7,10 @@
 //! [`failure`] says where and how a run failed, and [`quick`] holds what shortened runs are
 //! to both searches. regress reaches `bisect` only to run one (`--then-bisect`).
 
-pub mod failure;
+pub(crate) mod failure;
 pub(crate) mod journal;
-pub mod owner;
-pub mod quick;
+pub(crate) mod owner;
+pub(crate) mod quick;
 
 use std::path::{Path, PathBuf};
 

@@ -59,7 +59,7 @@ impl From<OwnerError> for Error {
 
 /// The held session; given back when dropped.
 #[derive(Debug)]
-pub struct Owner {
+pub(crate) struct Owner {
     _file: File,
     owner: PathBuf,
 }
@@ -72,7 +72,7 @@ impl Drop for Owner {
 }
 
 /// Takes the session in `dir` for this process, or says who has it.
-pub fn take(dir: &Path) -> Result<Owner, OwnerError> {
+pub(crate) fn take(dir: &Path) -> Result<Owner, OwnerError> {
     let path = dir.join(LOCK);
     let file = crate::gpulock::open_lock_file(&path).map_err(OwnerError::LockFile)?;
     match file.try_lock() {

@@ -98,7 +98,7 @@ pub struct QuickSummary {
 
 /// What shortened runs did, from the search's state and every run (a bisect's or a
 /// regress's): the counts, the time, and the sentence.
-pub fn summarize_quick(
+pub(crate) fn summarize_quick(
     state: &QuickState,
     runs: &[RunSummary],
     asked: Quick,
@@ -197,7 +197,7 @@ pub fn summarize_quick(
 }
 
 /// Whether `prompt` can be shortened as `quick` asks: `None` when it can, else why not.
-pub fn unshortenable(
+pub(crate) fn unshortenable(
     prompt: &serde_json::Map<String, serde_json::Value>,
     quick: Quick,
 ) -> Option<String> {
@@ -206,7 +206,7 @@ pub fn unshortenable(
 
 /// What is known of the workflow's shortening before a run: from the API prompt given, or
 /// from the prompt a finished run converted and kept.
-pub fn known_shortening<'a>(
+pub(crate) fn known_shortening<'a>(
     workflow: &crate::workflow::Workflow,
     quick: Quick,
     run_dirs: impl IntoIterator<Item = &'a Path>,

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 /// What a file holds.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Found {
+pub(crate) enum Found {
     /// An API prompt (`{id: {class_type, inputs}}`).
     Api(Value),
     /// Only the UI workflow.
@@ -19,7 +19,7 @@ pub enum Found {
 }
 
 /// The kind of media file `bytes` is, when it is one ComfyUI writes.
-pub fn media_kind(bytes: &[u8]) -> Option<&'static str> {
+pub(crate) fn media_kind(bytes: &[u8]) -> Option<&'static str> {
     let at = |offset: usize, magic: &[u8]| bytes.get(offset..offset + magic.len()) == Some(magic);
     if at(0, b"\x89PNG\r\n\x1a\n") {
         Some("PNG image")
@@ -45,7 +45,7 @@ pub fn media_kind(bytes: &[u8]) -> Option<&'static str> {
 }
 
 /// Why a PNG cannot be trusted whole: it ends before its `IEND` chunk.
-pub fn png_cut_short(bytes: &[u8]) -> bool {
+pub(crate) fn png_cut_short(bytes: &[u8]) -> bool {
     let mut at = 8usize;
     loop {
         let Some(head) = bytes.get(at..at + 8) else {
@@ -64,7 +64,7 @@ pub fn png_cut_short(bytes: &[u8]) -> bool {
 }
 
 /// The prompt in a media file: the API prompt when there is one, else the UI workflow.
-pub fn find(bytes: &[u8]) -> Option<Found> {
+pub(crate) fn find(bytes: &[u8]) -> Option<Found> {
     if bytes.starts_with(b"OggS") {
         // Pages joined; the raw bytes too, should the pages not join up.
         let found = scan(&ogg_payload(bytes));

@@ -3,10 +3,10 @@
 //! audio or video file ComfyUI made read for the prompt inside it ([`embedded`]). JSON errors
 //! are located.
 
-pub mod embedded;
-pub mod nodes;
-pub mod quick;
-pub mod ui;
+pub(crate) mod embedded;
+pub(crate) mod nodes;
+pub(crate) mod quick;
+pub(crate) mod ui;
 
 use crate::error::{Error, Result};
 use serde_json::{Map, Value};

@@ -14,12 +14,12 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
 /// The steps of `--quick auto`.
-pub const AUTO_STEPS: u32 = 2;
+pub(crate) const AUTO_STEPS: u32 = 2;
 
 /// `--quick auto` leaves a workflow in full when its sampling has fewer steps than this many
 /// times [`AUTO_STEPS`]: a shortened run would save too little to pay for the run that checks
 /// it fails as the full one does.
-pub const AUTO_MIN_RATIO: u32 = 3;
+pub(crate) const AUTO_MIN_RATIO: u32 = 3;
 
 /// `--quick auto|off|STEPS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -302,11 +302,11 @@ pub struct Shortened {
 }
 
 /// Why a prompt runs in full.
-pub type Unshortened = String;
+pub(crate) type Unshortened = String;
 
 /// The prompt with its sampling cut to about `steps` steps per schedule (more where split
 /// stages need one step each, or a node's own minimum); why not, when nothing can be cut.
-pub fn shorten(prompt: &Map<String, Value>, steps: u32) -> Result<Shortened, Unshortened> {
+pub(crate) fn shorten(prompt: &Map<String, Value>, steps: u32) -> Result<Shortened, Unshortened> {
     let q = u64::from(steps.max(1));
     let mut out = prompt.clone();
     let mut changes: Vec<Change> = Vec::new();
@@ -440,7 +440,10 @@ pub fn shorten(prompt: &Map<String, Value>, steps: u32) -> Result<Shortened, Uns
 
 /// The shortened prompt `--quick` asks for, or why the run stays full (`off`; with `auto`, a
 /// workflow whose sampling is already short).
-pub fn for_mode(prompt: &Map<String, Value>, quick: Quick) -> Result<Shortened, Unshortened> {
+pub(crate) fn for_mode(
+    prompt: &Map<String, Value>,
+    quick: Quick,
+) -> Result<Shortened, Unshortened> {
     let Some(steps) = quick.steps() else {
         return Err("--quick off".into());
     };

@@ -42,22 +42,23 @@ impl std::fmt::Display for Refusal {
 /// minor version from 1.29 to 1.57 (`fixtures/ui-workflows/VERSIONS.md`); all of the pairs are
 /// recorded with 1.27.10 (`pairs`), 1.42.10 (`pairs-1.42`) and 1.58.1 (`pairs-1.58`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Frontend {
+pub(crate) struct Frontend {
     /// `(major, minor)`.
     line: (u32, u32),
 }
 
 impl Frontend {
     /// 1.27 (what ComfyUI 0.3.64 pins).
-    pub const V1_27: Frontend = Frontend { line: (1, 27) };
+    pub(crate) const V1_27: Frontend = Frontend { line: (1, 27) };
     /// 1.42: bypassed root instances left out, group nodes and the audio player as 1.27, an
     /// instance's own values only with `proxyWidgets`.
-    pub const V1_42: Frontend = Frontend { line: (1, 42) };
+    #[cfg(test)]
+    pub(crate) const V1_42: Frontend = Frontend { line: (1, 42) };
     /// 1.58 (the current line).
-    pub const V1_58: Frontend = Frontend { line: (1, 58) };
+    pub(crate) const V1_58: Frontend = Frontend { line: (1, 58) };
 
     /// The rules of a frontend version (`1.33.4`).
-    pub fn of_version(version: &str) -> Frontend {
+    pub(crate) fn of_version(version: &str) -> Frontend {
         let mut parts = version
             .trim()
             .split('.')
@@ -106,19 +107,19 @@ impl Frontend {
     }
 
     /// Whether conversions by this frontend's rules were recorded with all of the pairs.
-    pub fn recorded(version: &str) -> bool {
+    pub(crate) fn recorded(version: &str) -> bool {
         let v = version.trim();
         v.starts_with("1.27.") || v.starts_with("1.42.") || v.starts_with("1.58.")
     }
 
     /// The line's name, as the warnings say it.
-    pub fn name(self) -> String {
+    pub(crate) fn name(self) -> String {
         format!("{}.{}", self.line.0, self.line.1)
     }
 
     /// The rules a conversion is compared with to say what another frontend would queue:
     /// the current line's, or 1.27's for the current line and later.
-    pub fn other(self) -> Frontend {
+    pub(crate) fn other(self) -> Frontend {
         if self.since(58) {
             Frontend::V1_27
         } else {
@@ -128,7 +129,7 @@ impl Frontend {
 }
 
 /// Whether `doc` is a UI-format workflow (nodes and links, not `{id: {class_type, inputs}}`).
-pub fn is_ui_format(doc: &Value) -> bool {
+pub(crate) fn is_ui_format(doc: &Value) -> bool {
     doc.get("nodes").is_some_and(Value::is_array) && doc.get("links").is_some()
 }
 
@@ -188,12 +189,14 @@ enum Source {
 }
 
 /// Converts a UI-format workflow with the node definitions of the install it will run on.
-pub fn convert(doc: &Value, defs: &NodeDefs) -> Result<Map<String, Value>, Refusal> {
+#[cfg(test)]
+pub(crate) fn convert(doc: &Value, defs: &NodeDefs) -> Result<Map<String, Value>, Refusal> {
     convert_with_warnings(doc, defs).map(|(prompt, _)| prompt)
 }
 
 /// [`convert`] by the rules of frontend 1.27.
-pub fn convert_with_warnings(
+#[cfg(test)]
+pub(crate) fn convert_with_warnings(
     doc: &Value,
     defs: &NodeDefs,
 ) -> Result<(Map<String, Value>, Vec<String>), Refusal> {
@@ -203,7 +206,7 @@ pub fn convert_with_warnings(
 /// The prompt `frontend` would queue, with a line for each thing it does that the user should
 /// know of (a node whose saved values do not match this ComfyUI's widgets, mapped by
 /// position).
-pub fn convert_for(
+pub(crate) fn convert_for(
     doc: &Value,
     defs: &NodeDefs,
     frontend: Frontend,

@@ -17,6 +17,7 @@ mod gpu_check;
 mod interrupt_bisect;
 mod logscan_cli;
 mod parsers_prop;
+mod public_surface;
 mod quick_cli;
 mod real_nvidia;
 mod regress_cli;

@@ -498,7 +498,7 @@ impl State {
     }
 
     /// The end of the log.
-    pub fn finish(mut self, tail: &[String], lines: u64) -> Scanned {
+    pub(crate) fn finish(mut self, tail: &[String], lines: u64) -> Scanned {
         let carry: VecDeque<Vec<u8>> = tail.iter().map(|t| t.as_bytes().to_vec()).collect();
         let before = Before::from_carry(&carry);
         let last = lines;

@@ -69,7 +69,7 @@ mod summary;
 
 use line_tests::{clip, comfy_or_torch_frame, only_a_bar, rank_bit, repeated_device_block, unglue};
 
-pub use summary::{PromptSummary, Scanned, SignatureHits, StartSummary};
+pub(crate) use summary::{PromptSummary, Scanned, SignatureHits, StartSummary};
 
 struct StartState {
     index: u64,
@@ -196,7 +196,7 @@ enum End {
 
 /// The line-by-line state machine.
 #[derive(Default)]
-pub struct State {
+pub(crate) struct State {
     current: Option<StartState>,
     starts: VecDeque<StartSummary>,
     starts_total: u64,

@@ -13,22 +13,22 @@ use std::time::{Duration, Instant};
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
-pub use unix::*;
+pub(crate) use unix::*;
 
 #[cfg(windows)]
 mod windows;
 #[cfg(windows)]
-pub use windows::*;
+pub(crate) use windows::*;
 
 /// A polite request to stop, or an order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Signal {
+pub(crate) enum Signal {
     Terminate,
     Kill,
 }
 
 /// Waits (at most `limit`) until group `pgid` is gone; whether it is.
-pub fn wait_group_gone(pgid: u32, limit: Duration) -> bool {
+pub(crate) fn wait_group_gone(pgid: u32, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     while group_alive(pgid) {
         if Instant::now() >= deadline {

@@ -6,7 +6,7 @@ use super::Signal;
 /// Makes `cmd` start a new process group (its pid becomes the group id) and, on Linux, die
 /// with SIGKILL if this tool dies without cleaning up (`PR_SET_PDEATHSIG`), so a killed
 /// vrambisect cannot leave ComfyUI holding the GPU.
-pub fn new_group(cmd: &mut std::process::Command, die_with_parent: bool) {
+pub(crate) fn new_group(cmd: &mut std::process::Command, die_with_parent: bool) {
     use std::os::unix::process::CommandExt;
     cmd.process_group(0);
     #[cfg(target_os = "linux")]
@@ -29,7 +29,7 @@ pub fn new_group(cmd: &mut std::process::Command, die_with_parent: bool) {
 
 /// Sends `sig` to every process of group `pgid`. `false` only when it could not be sent to a
 /// group that is there (a group already gone needs no signal).
-pub fn signal_group(pgid: u32, sig: Signal) -> bool {
+pub(crate) fn signal_group(pgid: u32, sig: Signal) -> bool {
     let Some(pgid) = libc::pid_t::try_from(pgid).ok().filter(|&p| p > 0) else {
         return false;
     };
@@ -42,7 +42,7 @@ pub fn signal_group(pgid: u32, sig: Signal) -> bool {
 }
 
 /// Whether any process with process group id `pgid` exists (zombies not yet reaped count).
-pub fn group_alive(pgid: u32) -> bool {
+pub(crate) fn group_alive(pgid: u32) -> bool {
     let Some(pgid) = libc::pid_t::try_from(pgid).ok().filter(|&p| p > 0) else {
         return false;
     };
@@ -50,7 +50,7 @@ pub fn group_alive(pgid: u32) -> bool {
 }
 
 /// Whether `pid` is a live process (a zombie waiting for its parent is not).
-pub fn pid_alive(pid: u32) -> bool {
+pub(crate) fn pid_alive(pid: u32) -> bool {
     // 0 and negative pids mean process groups to kill(2).
     let Some(p) = libc::pid_t::try_from(pid).ok().filter(|&p| p > 0) else {
         return false;
@@ -71,7 +71,7 @@ pub fn pid_alive(pid: u32) -> bool {
 
 /// Bytes the processes of group `pgid` have read from storage so far (`/proc/PID/io`,
 /// `read_bytes`), or `None` where that cannot be read.
-pub fn group_read_bytes(pgid: u32) -> Option<u64> {
+pub(crate) fn group_read_bytes(pgid: u32) -> Option<u64> {
     let mut total = None;
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let name = entry.file_name();
@@ -105,25 +105,25 @@ pub fn group_read_bytes(pgid: u32) -> Option<u64> {
 }
 
 /// The signal that ended a process, if one did.
-pub fn signal_of(status: &std::process::ExitStatus) -> Option<i32> {
+pub(crate) fn signal_of(status: &std::process::ExitStatus) -> Option<i32> {
     use std::os::unix::process::ExitStatusExt;
     status.signal()
 }
 
 /// After the start: nothing to do on Unix (the group and the parent-death signal were set
 /// before it).
-pub fn adopt(_pid: u32, _die_with_parent: bool) {}
+pub(crate) fn adopt(_pid: u32, _die_with_parent: bool) {}
 
 /// When the child is done with: nothing to release on Unix.
-pub fn release(_pgid: u32) {}
+pub(crate) fn release(_pgid: u32) {}
 
 /// Whether a launch needs a guardian process to end its group if this tool is killed: on
 /// Unix yes, since the parent-death signal only reaches the direct child (a wrapper script
 /// that does not `exec` keeps ComfyUI out of its reach).
-pub const NEEDS_GUARDIAN: bool = true;
+pub(crate) const NEEDS_GUARDIAN: bool = true;
 
 /// This very binary, even if the file was replaced or removed since it started.
-pub fn self_exe() -> Option<std::path::PathBuf> {
+pub(crate) fn self_exe() -> Option<std::path::PathBuf> {
     let self_exe = std::path::PathBuf::from("/proc/self/exe");
     if self_exe.exists() {
         Some(self_exe)
@@ -133,18 +133,18 @@ pub fn self_exe() -> Option<std::path::PathBuf> {
 }
 
 /// Puts the guardian in a group of its own.
-pub fn guardian_group(cmd: &mut std::process::Command) {
+pub(crate) fn guardian_group(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     cmd.process_group(0);
 }
 
 /// This process's own group.
-pub fn own_group() -> u32 {
+pub(crate) fn own_group() -> u32 {
     unsafe { libc::getpgrp() as u32 }
 }
 
 /// Makes the guardian deaf to Ctrl-C, SIGTERM and a closed terminal.
-pub fn ignore_stop_signals() {
+pub(crate) fn ignore_stop_signals() {
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGTERM, libc::SIG_IGN);

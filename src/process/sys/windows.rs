@@ -40,7 +40,7 @@ fn job_of(pgid: u32) -> Option<HANDLE> {
 
 /// Makes `cmd` start a new console process group. The job comes after the start
 /// ([`adopt`]).
-pub fn new_group(cmd: &mut std::process::Command, _die_with_parent: bool) {
+pub(crate) fn new_group(cmd: &mut std::process::Command, _die_with_parent: bool) {
     use std::os::windows::process::CommandExt;
     cmd.creation_flags(CREATE_NEW_PROCESS_GROUP);
 }
@@ -49,7 +49,7 @@ pub fn new_group(cmd: &mut std::process::Command, _die_with_parent: bool) {
 /// this tool when `die_with_parent`. When that fails (the process already in a job that
 /// forbids it, on old Windows), the group is still stopped by its pid, only not when this
 /// tool is killed.
-pub fn adopt(pid: u32, die_with_parent: bool) {
+pub(crate) fn adopt(pid: u32, die_with_parent: bool) {
     // SAFETY: plain Win32 calls on handles this function owns; every handle is closed or
     // kept in JOBS.
     unsafe {
@@ -85,7 +85,7 @@ pub fn adopt(pid: u32, die_with_parent: bool) {
 }
 
 /// Closes the job of group `pgid` (which ends what is left in it, when it was made to).
-pub fn release(pgid: u32) {
+pub(crate) fn release(pgid: u32) {
     let job = JOBS
         .lock()
         .ok()
@@ -101,7 +101,7 @@ pub fn release(pgid: u32) {
 /// Asks group `pgid` to stop (`CTRL_BREAK_EVENT`), or ends every process in its job.
 /// Whether the request itself went out: without a console shared with the group there is no
 /// polite way, and the group is ended at once (`false`).
-pub fn signal_group(pgid: u32, sig: Signal) -> bool {
+pub(crate) fn signal_group(pgid: u32, sig: Signal) -> bool {
     if pgid == 0 {
         return false;
     }
@@ -143,7 +143,7 @@ fn query<T>(job: HANDLE, class: i32) -> Option<T> {
 
 /// Whether any process of group `pgid` is left: its job's active processes, or the group's
 /// first process where there is no job.
-pub fn group_alive(pgid: u32) -> bool {
+pub(crate) fn group_alive(pgid: u32) -> bool {
     let basic = job_of(pgid).and_then(|job| {
         query::<JOBOBJECT_BASIC_ACCOUNTING_INFORMATION>(job, JobObjectBasicAccountingInformation)
     });
@@ -154,7 +154,7 @@ pub fn group_alive(pgid: u32) -> bool {
 }
 
 /// Whether `pid` is a running process.
-pub fn pid_alive(pid: u32) -> bool {
+pub(crate) fn pid_alive(pid: u32) -> bool {
     if pid == 0 {
         return false;
     }
@@ -173,7 +173,7 @@ pub fn pid_alive(pid: u32) -> bool {
 
 /// Bytes the processes of group `pgid` have read so far (the job's I/O accounting: files
 /// and devices), or `None` without a job.
-pub fn group_read_bytes(pgid: u32) -> Option<u64> {
+pub(crate) fn group_read_bytes(pgid: u32) -> Option<u64> {
     job_of(pgid)
         .and_then(|job| {
             query::<JOBOBJECT_BASIC_AND_IO_ACCOUNTING_INFORMATION>(
@@ -185,23 +185,23 @@ pub fn group_read_bytes(pgid: u32) -> Option<u64> {
 }
 
 /// No signals on Windows.
-pub fn signal_of(_status: &std::process::ExitStatus) -> Option<i32> {
+pub(crate) fn signal_of(_status: &std::process::ExitStatus) -> Option<i32> {
     None
 }
 
 /// The job ends the group when this tool dies: no guardian.
-pub const NEEDS_GUARDIAN: bool = false;
+pub(crate) const NEEDS_GUARDIAN: bool = false;
 
-pub fn self_exe() -> Option<std::path::PathBuf> {
+pub(crate) fn self_exe() -> Option<std::path::PathBuf> {
     std::env::current_exe().ok()
 }
 
-pub fn guardian_group(cmd: &mut std::process::Command) {
+pub(crate) fn guardian_group(cmd: &mut std::process::Command) {
     new_group(cmd, false);
 }
 
-pub fn own_group() -> u32 {
+pub(crate) fn own_group() -> u32 {
     std::process::id()
 }
 
-pub fn ignore_stop_signals() {}
+pub(crate) fn ignore_stop_signals() {}
