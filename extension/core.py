@@ -168,6 +168,7 @@ class Tool:
         self._state = None
         self._checked = None
         self._facts = {}
+        self._facts_failed = None
         # What the programs it starts get: the environment the user started ComfyUI with, not
         # what ComfyUI's process made of it; and what was changed in between, for the bundle.
         if start_env is None:
@@ -244,25 +245,51 @@ class Tool:
     def facts(self, comfyui_dir, argv):
         """What the program knows of this server (``vrambisect extension facts``): the
         install's kind, its flags as a diagnosis tests them and those left out, the line that
-        starts it with ``argv``, the outcome names and the session folder's file names. Asked
-        once per command line; raises Refused when the program is missing or fails."""
+        starts it with ``argv``, the outcome names and the session folder's file names. An
+        answer is kept for each command line; a failure is said again for RECHECK_S seconds
+        without asking (the user may be updating the program). Raises Refused."""
         key = (comfyui_dir, tuple(argv))
         known = self._facts.get(key)
         if known is not None:
             return known
-        argv = self.command("extension", "facts", "--json", "--comfyui", comfyui_dir, "--python", self.python,
-                            "--", *argv)
+        now = self.clock()
+        if self._facts_failed is not None and now - self._facts_failed[0] < self.RECHECK_S:
+            raise self._facts_failed[1]
         try:
-            done = subprocess.run(argv, capture_output=True, timeout=60, env=self.child_env(),
-                                  cwd=comfyui_dir or None)
-            facts = json.loads(done.stdout.decode("utf-8", "replace"))
-        except (OSError, subprocess.SubprocessError, ValueError):
-            facts = None
-        if not isinstance(facts, dict):
-            raise Refused(500, "vrambisect extension facts failed: reinstall it with: " + self.install_hint(),
-                          "tool_failed")
+            facts = self._ask_facts(comfyui_dir, argv)
+        except Refused as e:
+            self._facts_failed = (now, e)
+            raise
+        self._facts_failed = None
         self._facts[key] = facts
         return facts
+
+    def _ask_facts(self, comfyui_dir, argv):
+        state = self.state()
+        if not state["ok"]:
+            raise Refused(409, state["message"], "tool_missing")
+        cmd = self.command("extension", "facts", "--json", "--comfyui", comfyui_dir, "--python", self.python,
+                           "--", *argv)
+        try:
+            done = subprocess.run(cmd, capture_output=True, timeout=60, env=self.child_env(),
+                                  cwd=comfyui_dir or None)
+        except subprocess.TimeoutExpired:
+            raise Refused(504, "vrambisect extension facts took longer than 60 s", "timeout")
+        except OSError as e:
+            raise Refused(500, "vrambisect could not be started: %s" % (e.strerror or e), "tool_failed")
+        try:
+            facts = json.loads(done.stdout.decode("utf-8", "replace"))
+        except ValueError:
+            facts = None
+        if done.returncode == 0 and _facts_complete(facts):
+            return facts
+        said = facts.get("error", {}).get("message") if isinstance(facts, dict) and isinstance(
+            facts.get("error"), dict) else None
+        if not said:
+            err = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            said = err[-1] if err else "no answer"
+        raise Refused(500, "vrambisect extension facts failed (%s): update vrambisect with: %s"
+                      % (said, self.install_hint()), "tool_failed")
 
     def command(self, *args):
         program = self.program()
@@ -270,6 +297,20 @@ class Tool:
             raise Refused(409, "vrambisect is not installed in this ComfyUI's Python; install it with: "
                           + self.install_hint(), "tool_missing")
         return [program] + list(args)
+
+
+def _facts_complete(facts):
+    """Whether an answer of ``vrambisect extension facts`` has everything this pack reads."""
+    def has(d, *keys):
+        return isinstance(d, dict) and all(k in d for k in keys)
+    return (has(facts, "flags", "launch", "outcomes", "session_files")
+            and has(facts["flags"], "tested", "left_out")
+            and isinstance(facts["flags"]["tested"], list) and isinstance(facts["flags"]["left_out"], list)
+            and has(facts["launch"], "where", "line")
+            and isinstance(facts["outcomes"], list)
+            and all(has(o, "name", "title", "flags_may_fix") for o in facts["outcomes"])
+            and has(facts["session_files"], "bisect")
+            and has(facts["session_files"]["bisect"], "spec", "progress"))
 
 
 def _version_tuple(text):
@@ -535,7 +576,8 @@ class Extension:
             data["state"] = "done"
         else:
             data["state"] = "stopped"
-            data["message"] = "ComfyUI restarted while the diagnosis ran; resume it with the line below"
+            data["message"] = ("ComfyUI restarted while the diagnosis ran; resume it with the line below"
+                               if data.get("resume") else "ComfyUI restarted while the diagnosis ran")
         return data
 
     # -- scan ------------------------------------------------------------------------------

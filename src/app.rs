@@ -368,24 +368,34 @@ fn run_doctor(args: crate::cli::DoctorArgs, c: &mut Console) -> Result<i32, Fail
 }
 
 fn run_extension(args: crate::cli::ExtensionArgs, c: &mut Console) -> Result<i32, Failure> {
-    let target = args.action.target();
-    let comfyui = comfyui_folder(target.comfyui.as_deref(), target.python.as_deref())?;
+    use crate::cli::ExtensionAction;
+    let folder =
+        |t: &crate::cli::ExtensionTarget| comfyui_folder(t.comfyui.as_deref(), t.python.as_deref());
     let done = match &args.action {
-        crate::cli::ExtensionAction::Install(_) => crate::extension::install(&comfyui.path)?,
-        crate::cli::ExtensionAction::Remove(_) => crate::extension::remove(&comfyui.path)?,
-        crate::cli::ExtensionAction::Facts(f) => {
-            let origin = crate::locate::Origin::current();
-            let python = crate::locate::python_for(&comfyui.path, target.python.as_deref(), origin);
-            let facts = crate::extension::facts::facts(
-                &comfyui.path,
-                &python.path.display().to_string(),
-                &f.args,
-                &origin.desktop,
-            );
-            return c.answer(&facts, crate::error::exit::OK);
-        }
+        ExtensionAction::Install(t) => crate::extension::install(&folder(t)?.path)?,
+        ExtensionAction::Remove(t) => crate::extension::remove(&folder(t)?.path)?,
+        ExtensionAction::Facts(f) => return extension_facts(f, c),
     };
     c.answer(&done, crate::error::exit::OK)
+}
+
+/// `extension facts`: what the extension asks of this program for a server.
+fn extension_facts(f: &crate::cli::FactsArgs, c: &mut Console) -> Result<i32, Failure> {
+    let comfyui = comfyui_folder(f.comfyui.as_deref(), f.python.as_deref())?;
+    let origin = crate::locate::Origin::current();
+    let python = crate::locate::python_for(&comfyui.path, f.python.as_deref(), origin);
+    // The folder as the user (or the extension) gave it, for the line to read the same.
+    let given = f
+        .comfyui
+        .as_deref()
+        .and_then(|d| std::path::absolute(d).ok());
+    let facts = crate::extension::facts::facts(
+        given.as_deref().unwrap_or(&comfyui.path),
+        &python.path.display().to_string(),
+        &f.args,
+        &origin.desktop,
+    );
+    c.answer(&facts, crate::error::exit::OK)
 }
 
 /// `completions`: the script for one shell.

@@ -108,7 +108,8 @@ pub enum Command {
     /// `install` writes it into the ComfyUI folder's custom_nodes (comfyui-vrambisect),
     /// replacing an older copy of it; `remove` deletes it, leaving the diagnoses it kept in
     /// user/vrambisect. Restart ComfyUI afterwards. ComfyUI-Manager installs the same pack
-    /// from the registry.
+    /// from the registry. `facts` answers what the extension asks of this program for a
+    /// server: the install's kind, the flags a diagnosis tests, the launch line.
     #[command(after_long_help = EXAMPLES_EXTENSION)]
     Extension(ExtensionArgs),
     /// Print a completion script for a shell.
@@ -144,20 +145,16 @@ pub enum ExtensionAction {
     Facts(FactsArgs),
 }
 
-impl ExtensionAction {
-    pub fn target(&self) -> &ExtensionTarget {
-        match self {
-            ExtensionAction::Install(t) | ExtensionAction::Remove(t) => t,
-            ExtensionAction::Facts(f) => &f.target,
-        }
-    }
-}
-
 #[derive(Debug, Args, Clone)]
 pub struct FactsArgs {
-    #[command(flatten)]
-    pub target: ExtensionTarget,
-    /// The server's launch flags (its sys.argv[1:]).
+    /// The ComfyUI folder the server runs (holding main.py).
+    #[arg(help_heading = "Inputs", long, value_name = "DIR")]
+    pub comfyui: Option<PathBuf>,
+    /// The Python that runs the server: named in the launch line, and its folder found from
+    /// it when --comfyui is left out.
+    #[arg(help_heading = "Inputs", long, value_name = "PY")]
+    pub python: Option<PathBuf>,
+    /// The server's launch flags (its `sys.argv[1:]`).
     #[arg(last = true, value_name = "COMFYUI_ARGS", allow_hyphen_values = true)]
     pub args: Vec<String>,
 }

@@ -260,10 +260,11 @@ pub(crate) enum InstallKind {
 }
 
 /// The kind of the install whose `python` runs `comfyui` with `argv`: the portable build by
-/// its `python_embeded`; Desktop where the folder is the app's own ComfyUI, the Python is the
-/// venv in Desktop's base folder, or the server was started as Desktop starts it (with
-/// `--base-directory`, from the app's folders); else a plain Python. The paths are taken as
-/// written, in either separator, so a Windows path reads the same everywhere.
+/// its `python_embeded`; Desktop where the folder is the app's own ComfyUI (as Desktop's
+/// places say) or the server was started as Desktop starts it (with `--base-directory`,
+/// from the app's folders); else a plain Python, also with Desktop's venv (its settings
+/// would not start another folder). The paths are taken as written, in either separator, so
+/// a Windows path reads the same everywhere.
 pub(crate) fn install_kind(
     python: &str,
     comfyui: &str,
@@ -280,15 +281,12 @@ pub(crate) fn install_kind(
         .apps
         .iter()
         .any(|a| crate::paths::canonical(a) == app);
-    let desktops_venv = venv_root(Path::new(python))
-        .and_then(|v| v.parent().map(Path::to_path_buf))
-        .is_some_and(|holder| is_desktop_base(&holder, desktop));
     let started_as_desktop = argv.iter().any(|a| a.starts_with("--base-directory"))
         && (py.contains("comfyui desktop")
             || py.contains("/programs/comfyui/")
             || py.contains("/comfyui.app/")
             || dir.contains("/resources/comfyui"));
-    if desktops_app || desktops_venv || started_as_desktop {
+    if desktops_app || started_as_desktop {
         InstallKind::Desktop
     } else {
         InstallKind::Python

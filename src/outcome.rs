@@ -103,7 +103,7 @@ impl Outcome {
     }
 
     /// The headline of a failed prompt for the extension's panel ("Out of system RAM").
-    pub fn title(self) -> &'static str {
+    pub(crate) fn title(self) -> &'static str {
         match self {
             Outcome::Pass => "The log shows no failure",
             Outcome::Oom => "Out of GPU memory (PyTorch's allocator)",
@@ -128,7 +128,7 @@ impl Outcome {
     /// Whether launch flags may fix a failure of this kind, so that the extension offers to
     /// diagnose it: a memory failure, or a hang, crash or timeout (which memory pressure
     /// causes often enough); not a node's own error or an interrupt.
-    pub fn flags_may_fix(self) -> bool {
+    pub(crate) fn flags_may_fix(self) -> bool {
         self.is_memory() || matches!(self, Outcome::Hang | Outcome::Crash | Outcome::Timeout)
     }
 

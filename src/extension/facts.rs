@@ -181,9 +181,14 @@ mod tests {
         };
         let python = venv.join("python").display().to_string();
         let elsewhere = tmp.path().join("elsewhere").display().to_string();
-        // Desktop's venv, with any folder; any Python with Desktop's own ComfyUI folder.
+        // Any Python with Desktop's own ComfyUI folder; Desktop's venv with another folder is
+        // not Desktop (its settings would not start that folder).
         assert_eq!(
             install_kind(&python, &elsewhere, &[], &places),
+            InstallKind::Python
+        );
+        assert_eq!(
+            install_kind(&python, &app.display().to_string(), &[], &places),
             InstallKind::Desktop
         );
         assert_eq!(
@@ -261,6 +266,5 @@ mod tests {
         );
         assert_eq!(f.flags.tested, ["--cpu"]);
         assert_eq!(f.flags.left_out, ["--listen"]);
-        assert_eq!(f.session_files, crate::session::file_names());
     }
 }

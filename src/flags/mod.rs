@@ -39,7 +39,7 @@ pub const SERVER_ONLY: &[&str] = &[
 /// A server's launch flags, split as argparse reads them (a flag with its values, a prefix of
 /// a flag's name): the ones a diagnosis tests and the [`SERVER_ONLY`] ones it leaves out,
 /// each in the order given. What argparse would not take stays with the tested ones.
-pub fn split_server_flags(
+pub(crate) fn split_server_flags(
     argv: &[String],
     version: Option<&crate::version::Version>,
 ) -> (Vec<String>, Vec<String>) {

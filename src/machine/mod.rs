@@ -120,13 +120,28 @@ pub(crate) struct Gpu {
     /// NVML's reading of the link now (absent in ComfyUI's device list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_link: Option<Item<String>>,
-    /// NVML now only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vram_free_bytes: Option<u64>,
-    /// What the driver keeps for itself (NVML).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vram_reserved_bytes: Option<u64>,
+    /// NVML now only (absent otherwise; null where NVML did not say).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub vram_free_bytes: Option<Option<u64>>,
+    /// What the driver keeps for itself, as NVML says (absent in ComfyUI's device list; null
+    /// where NVML did not say).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub vram_reserved_bytes: Option<Option<u64>>,
     pub vram_total_bytes: Option<u64>,
+}
+
+/// A field written where its source has such a reading, `null` included: present (`Some`),
+/// whatever its value.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+    Option::<u64>::deserialize(d).map(Some)
 }
 
 /// A custom node pack in the install's `custom_nodes`, with its checkout's commit.
@@ -507,7 +522,7 @@ fn gpu_facts(rec: &Recorded, now: &Result<NvmlNow, NvmlOpenError>) -> GpuFacts {
                 index: Some(d.index),
                 name: d.name.clone(),
                 vram_total_bytes: d.total_bytes,
-                vram_reserved_bytes: d.reserved_bytes,
+                vram_reserved_bytes: Some(d.reserved_bytes),
                 vram_free_bytes: None,
                 pcie_link: link_of(d.index),
             })
@@ -523,8 +538,8 @@ fn gpu_facts(rec: &Recorded, now: &Result<NvmlNow, NvmlOpenError>) -> GpuFacts {
                 index: Some(g.index),
                 name: g.name.clone(),
                 vram_total_bytes: g.total_bytes,
-                vram_reserved_bytes: g.reserved_bytes,
-                vram_free_bytes: g.free_bytes,
+                vram_reserved_bytes: Some(g.reserved_bytes),
+                vram_free_bytes: Some(g.free_bytes),
                 pcie_link: link_of(g.index),
             })
             .collect();

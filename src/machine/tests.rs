@@ -351,3 +351,26 @@ fn what_comfyui_set_itself_is_told_apart_from_the_users_environment() {
             .contains("env_set_by_comfyui")
     );
 }
+
+#[test]
+fn a_gpu_reading_nobody_had_is_absent_and_one_nvml_did_not_give_is_null() {
+    let gpu = |reserved: Option<Option<u64>>| Gpu {
+        index: Some(0),
+        name: None,
+        pcie_link: None,
+        vram_free_bytes: None,
+        vram_reserved_bytes: reserved,
+        vram_total_bytes: Some(1),
+    };
+    let unknown = serde_json::to_value(gpu(Some(None))).unwrap();
+    assert_eq!(unknown["vram_reserved_bytes"], Value::Null);
+    assert!(unknown.as_object().unwrap().contains_key("vram_reserved_bytes"));
+    let absent = serde_json::to_value(gpu(None)).unwrap();
+    assert!(!absent.as_object().unwrap().contains_key("vram_reserved_bytes"));
+    assert!(!absent.as_object().unwrap().contains_key("vram_free_bytes"));
+    // Read back as written.
+    for g in [gpu(Some(None)), gpu(None), gpu(Some(Some(5)))] {
+        let back: Gpu = serde_json::from_value(serde_json::to_value(&g).unwrap()).unwrap();
+        assert_eq!(back, g);
+    }
+}

@@ -131,12 +131,12 @@ fn gpu_rows(gpus: &Item<Vec<Gpu>>) -> Vec<Row> {
             let mut parts = vec![g.name.clone().unwrap_or_else(|| "unnamed GPU".into())];
             if let Some(t) = g.vram_total_bytes {
                 let mut vram = format!("{} VRAM", gib(t));
-                if let Some(r) = g.vram_reserved_bytes {
+                if let Some(Some(r)) = g.vram_reserved_bytes {
                     vram.push_str(&format!(" ({} reserved by the driver)", mib(r)));
                 }
                 parts.push(vram);
             }
-            if let Some(f) = g.vram_free_bytes {
+            if let Some(Some(f)) = g.vram_free_bytes {
                 parts.push(format!("{} free now", gib(f)));
             }
             match &g.pcie_link {

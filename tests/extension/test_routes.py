@@ -749,6 +749,40 @@ class RoutesTest(unittest.TestCase):
         self.assertIn("pip install", body["error"]["message"])
 
 
+    def test_a_program_without_facts_is_said_and_asked_again_later(self):
+        # A program that runs and is new enough by its version, but has no `extension facts`
+        # (a build from before it): its JSON error, exit 2.
+        stub = os.path.join(self.tmp, "no-facts")
+        with open(stub, "w") as f:
+            f.write("#!/bin/sh\n"
+                    "if [ \"$1\" = --version ]; then echo \"vrambisect %s\"; exit 0; fi\n"
+                    "echo '{\"error\": {\"exit_code\": 2, \"message\": \"unrecognized subcommand facts\"}}'\n"
+                    "exit 2\n" % core.VERSION)
+        os.chmod(stub, 0o755)
+        now = [0.0]
+        tool = core.Tool(self.host.python, env={"VRAMBISECT_EXTENSION_TOOL": stub}, clock=lambda: now[0])
+        self.ext.tool = tool
+        status, body, _ = self.request("GET", "/vrambisect/status", headers={"Origin": None})
+        self.assertEqual(status, 200, body)
+        self.assertIsNone(body["flags"])
+        self.assertIsNone(body["outcomes"])
+        with self.assertRaises(core.Refused) as e:
+            self.ext.flags()
+        self.assertIn("unrecognized subcommand facts", e.exception.message)
+        self.assertIn("pip install vrambisect==" + core.VERSION, e.exception.message)
+        self.assertEqual(len(e.exception.message.splitlines()), 1)
+        status, body, _ = self.request("POST", "/vrambisect/diagnose", {"prompt_id": "p-1"})
+        self.assertEqual(status, 500, body)
+        # The failure is said again without asking until RECHECK_S has passed; then the
+        # program is asked again.
+        shutil.copy(os.environ["VRAMBISECT_EXTENSION_TOOL"], stub)
+        with self.assertRaises(core.Refused):
+            self.ext.flags()
+        now[0] += core.Tool.RECHECK_S + 1
+        self.assertEqual(self.ext.flags(), self.ext.facts()["flags"]["tested"])
+        self.assertIsNotNone(self.ext.outcomes())
+
+
 class PureTest(unittest.TestCase):
     def test_listen(self):
         self.assertTrue(core.listens_on_loopback_only([]))
