@@ -364,9 +364,19 @@ fn a_gpu_reading_nobody_had_is_absent_and_one_nvml_did_not_give_is_null() {
     };
     let unknown = serde_json::to_value(gpu(Some(None))).unwrap();
     assert_eq!(unknown["vram_reserved_bytes"], Value::Null);
-    assert!(unknown.as_object().unwrap().contains_key("vram_reserved_bytes"));
+    assert!(
+        unknown
+            .as_object()
+            .unwrap()
+            .contains_key("vram_reserved_bytes")
+    );
     let absent = serde_json::to_value(gpu(None)).unwrap();
-    assert!(!absent.as_object().unwrap().contains_key("vram_reserved_bytes"));
+    assert!(
+        !absent
+            .as_object()
+            .unwrap()
+            .contains_key("vram_reserved_bytes")
+    );
     assert!(!absent.as_object().unwrap().contains_key("vram_free_bytes"));
     // Read back as written.
     for g in [gpu(Some(None)), gpu(None), gpu(Some(Some(5)))] {

@@ -94,6 +94,40 @@ impl Frontend {
         self.since(47)
     }
 
+    /// PreviewAny's own widgets as this frontend makes them (`fixtures/ui-workflows/
+    /// VERSIONS.md`), in place of the `preview` of 1.27 (sent ""): from 1.40, `previewMode`,
+    /// which takes the node's first saved value (1.42.10's `configure` fills only the widgets
+    /// it keeps in `widgets_values`, in order, and `preview_markdown` and `preview_text` are
+    /// not kept), `false` without one, then those two, sent ""; from 1.43 none. (1.34 to 1.39
+    /// send `preview` and `previewMode`: not recorded, so `preview` alone here.)
+    fn preview_any_widgets(self, widgets: Vec<Widget>) -> Vec<Widget> {
+        if !self.since(40) {
+            return widgets;
+        }
+        let own = |w: &Widget| w.frontend_only && w.name == "preview";
+        let mut out: Vec<Widget> = widgets.into_iter().filter(|w| !own(w)).collect();
+        if self.since(43) {
+            return out;
+        }
+        let frontend = |name: &str, default: Value, fixed: bool| Widget {
+            name: name.into(),
+            serialized: true,
+            dynamic_prompts: false,
+            fixed: fixed.then(|| default.clone()),
+            default: Some(default),
+            frontend_only: true,
+            kind: String::new(),
+        };
+        out.push(frontend("previewMode", Value::Bool(false), false));
+        out.push(frontend(
+            "preview_markdown",
+            Value::String(String::new()),
+            true,
+        ));
+        out.push(frontend("preview_text", Value::String(String::new()), true));
+        out
+    }
+
     /// A linked widget input whose subgraph input the instance lacks takes the node's k-th
     /// saved value (see `unpromoted_1_27`): up to 1.34.
     fn fills_unpromoted_by_position(self) -> bool {
@@ -475,6 +509,16 @@ struct Converter<'a> {
 }
 
 impl<'a> Converter<'a> {
+    /// The widgets the frontend makes for `class`: the definition's, and the frontend's own
+    /// as this line makes them.
+    fn widgets(&self, class: &str) -> Result<Vec<Widget>, String> {
+        let widgets = self.defs.widgets(class)?;
+        Ok(match class {
+            "PreviewAny" => self.frontend.preview_any_widgets(widgets),
+            _ => widgets,
+        })
+    }
+
     /// Whether scope `i` is inside a muted subgraph node. (Frontend 1.27 still sends what is
     /// inside a bypassed one, though links through it pass it by.)
     fn inside_left_out(&self, mut i: usize) -> bool {
@@ -513,7 +557,7 @@ impl<'a> Converter<'a> {
                 ),
             ));
         }
-        let widgets = self.defs.widgets(class).map_err(|r| refusal(node, &r))?;
+        let widgets = self.widgets(class).map_err(|r| refusal(node, &r))?;
         let mut inputs = match self.scopes[scope].graph.group {
             true => self.group_widget_inputs(scope, node, &widgets)?,
             false => self.widget_inputs(node, &widgets)?,
@@ -575,11 +619,7 @@ impl<'a> Converter<'a> {
         let mut offset = 0;
         let mut total = 0;
         for inner in &graph.nodes {
-            let n = self
-                .defs
-                .widgets(kind_of(inner))
-                .map(|w| w.len())
-                .unwrap_or(0);
+            let n = self.widgets(kind_of(inner)).map(|w| w.len()).unwrap_or(0);
             if inner.get("id").and_then(Value::as_i64).unwrap_or(0) < index {
                 offset += n;
             }
@@ -624,8 +664,13 @@ impl<'a> Converter<'a> {
         // Saved by another version of the node: the frontend maps the values to this
         // ComfyUI's widgets by position from the start, drops those past the last widget and
         // gives missing ones their default. What it queues is what runs, said in a warning.
+        // (Fewer values than widgets where the rest are the frontend's own, which another
+        // line did not make, is no difference worth a word: those take their defaults.)
         if let Some(values) = saved
             && values.len() != widgets.len()
+            && !widgets
+                .get(values.len()..)
+                .is_some_and(|rest| rest.iter().all(|w| w.frontend_only))
         {
             let what = if values.len() > widgets.len() {
                 format!("the last {} dropped", values.len() - widgets.len())
@@ -949,8 +994,7 @@ impl<'a> Converter<'a> {
             let Some(name) = input.pointer("/widget/name").and_then(Value::as_str) else {
                 return false;
             };
-            self.defs
-                .widgets(kind_of(node))
+            self.widgets(kind_of(node))
                 .is_ok_and(|w| w.iter().any(|w| w.serialized && w.name == name))
         })
     }

@@ -450,14 +450,6 @@ const GAPS_1_42: &[(&str, &str)] = &[
         "1.42 fills a legacy group node's inner nodes from shifted values and links (a latent link sent as steps): not modelled",
     ),
     (
-        "built_seed_controls",
-        "1.42's PreviewAny sends previewMode, preview_markdown and preview_text, widgets of its own",
-    ),
-    (
-        "cur_template_sugar_coated_gummy_style_qwen",
-        "1.42's PreviewAny sends previewMode, preview_markdown and preview_text, widgets of its own",
-    ),
-    (
         "frontend_group_ksampler_external_latent",
         "1.42 fills a legacy group node's inner nodes from shifted values and links: not modelled",
     ),
