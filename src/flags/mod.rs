@@ -7,7 +7,7 @@
 //! - [`profile`]: built-in flag lists for known versions, for when no install is at hand.
 //! - [`history`]: when each recorded flag arrived, and the flags the model leaves out on purpose.
 //! - [`hints`]: what to say about a flag an install does not know.
-//! - [`split_server_flags`]: a server's flags as a diagnosis tests them, and those it leaves out.
+//! - `split_server_flags`: a server's flags as a diagnosis tests them, and those it leaves out.
 
 pub mod argparse;
 pub mod decide;
