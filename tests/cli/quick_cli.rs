@@ -17,6 +17,37 @@ fn bisect(install: &FakeComfy, extra: &[&str]) -> (i32, Value, tempfile::TempDir
     support::on_install("bisect", install, TWENTY, "session", &args)
 }
 
+/// The last lines of every run's ComfyUI log under `dir`, named by run.
+fn run_log_tails(dir: &std::path::Path) -> String {
+    let mut logs: Vec<std::path::PathBuf> = walk(dir)
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == "comfyui.log"))
+        .collect();
+    logs.sort();
+    logs.iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(12)..].join("\n");
+            format!("--- {}\n{tail}", p.display())
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
 /// Every run of the result, in order: (n, kind, outcome).
 fn runs(doc: &Value) -> Vec<(u64, String, String)> {
     let mut out: Vec<(u64, String, String)> = doc["configs"]
@@ -297,7 +328,7 @@ fn a_full_run_that_disagrees_sends_the_search_back_to_full_runs() {
         {"when": {"state": {"dynamic_vram": true}}, "effect": "oom", "node": "VAEDecode"}
     ]});
     let install = FakeComfy::new("0.38.1", scenario);
-    let (code, doc, _tmp) = bisect(
+    let (code, doc, tmp) = bisect(
         &install,
         &[
             "--toggle",
@@ -306,16 +337,19 @@ fn a_full_run_that_disagrees_sends_the_search_back_to_full_runs() {
             "--disable-async-offload",
         ],
     );
-    assert_eq!(code, 0, "{doc:#}");
+    // What each run's ComfyUI said last, for a failure here to be read.
+    let logs = run_log_tails(tmp.path());
+    assert_eq!(code, 0, "{doc:#}\n{logs}");
     assert_eq!(
         doc["verdict"]["fixing_flags"],
-        json!(["--disable-async-offload"])
+        json!(["--disable-async-offload"]),
+        "{logs}"
     );
-    assert_eq!(doc["quick"]["state"], "set_aside");
+    assert_eq!(doc["quick"]["state"], "set_aside", "{logs}");
     let reason = doc["quick"]["reason"].as_str().unwrap();
     assert!(
         reason.starts_with("--disable-pinned-memory passed shortened (run "),
-        "{reason}"
+        "{reason}\n{logs}"
     );
     // The verdict rests on a full pass.
     let fix = doc["configs"]
