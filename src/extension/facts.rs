@@ -225,9 +225,14 @@ mod tests {
             &argv(&["--cpu"]),
         );
         assert_eq!(plain.place, "start ComfyUI with");
+        // (The folder joined as this system joins paths.)
+        let main_py = Path::new("/home/u/My ComfyUI").join("main.py");
         assert_eq!(
             plain.line,
-            r#""/home/u/My ComfyUI/venv/bin/python" "/home/u/My ComfyUI/main.py" --cpu"#
+            format!(
+                r#""/home/u/My ComfyUI/venv/bin/python" "{}" --cpu"#,
+                main_py.display()
+            )
         );
         let desktop = start_line(InstallKind::Desktop, "", Path::new(""), &argv(&["--cpu"]));
         assert!(desktop.place.contains("Server-Config"));
