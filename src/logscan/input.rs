@@ -5,10 +5,10 @@
 //! altogether (a workflow PNG, a zip). The first bytes tell which; only the first two are
 //! refused, with what to do instead.
 
-use crate::error::{Error, Result, io_error};
+use crate::error::{Error, io_reason};
 use std::fs::File;
 use std::io::{self, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// How many bytes are looked at to tell a text log from a binary file.
 const SNIFF: usize = 8192;
@@ -28,6 +28,61 @@ pub struct Input {
     pub mentions_comfy: bool,
 }
 
+/// Why a file cannot be read as a log.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LogFileError {
+    #[error("{0} is a folder, not a log file")]
+    Folder(String),
+    /// The system would not open it.
+    #[error("cannot read {}: {}", path.display(), io_reason(source))]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// Opened, but its first bytes could not be read.
+    #[error("cannot read {shown}: {source}")]
+    Read {
+        shown: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{0} is empty")]
+    Empty(String),
+    /// Compressed, an archive, a picture, a program: `kind` in words; `name` as given.
+    #[error("{shown} is {kind}, not a text log")]
+    Binary {
+        shown: String,
+        name: String,
+        kind: &'static str,
+    },
+}
+
+impl From<LogFileError> for Error {
+    fn from(e: LogFileError) -> Error {
+        let message = e.to_string();
+        match e {
+            LogFileError::Folder(_) => Error::usage(message).hint(
+                "pass ComfyUI's console log or its user/comfyui.log, e.g. vrambisect logscan ComfyUI/user/comfyui.log",
+            ),
+            LogFileError::Open { source, .. } => Error::from_io(message, &source),
+            LogFileError::Read { .. } => Error::usage(message),
+            LogFileError::Empty(_) => Error::usage(message).hint(
+                "ComfyUI writes its log to the console (stderr) and, with ComfyUI-Manager or the Desktop app, to user/comfyui.log",
+            ),
+            LogFileError::Binary { kind, name, .. } => Error::usage(message).hint(match kind {
+                "gzip-compressed" => {
+                    format!("decompress it first: gzip -dc {name} | vrambisect logscan -")
+                }
+                "a zip archive" => "unzip it and pass the log inside".to_string(),
+                _ => "pass ComfyUI's console log or its user/comfyui.log".to_string(),
+            }),
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, LogFileError>;
+
 /// Opens `FILE` or `-` and checks that it can be a log.
 pub(crate) fn open(path: &Path) -> Result<Input> {
     let (name, raw): (String, Box<dyn Read>) = if path == Path::new("-") {
@@ -37,11 +92,12 @@ pub(crate) fn open(path: &Path) -> Result<Input> {
         // by its real name.
         let arg = path.to_string_lossy();
         if path.is_dir() {
-            return Err(Error::usage(format!("{arg} is a folder, not a log file")).hint(
-                "pass ComfyUI's console log or its user/comfyui.log, e.g. vrambisect logscan ComfyUI/user/comfyui.log",
-            ));
+            return Err(LogFileError::Folder(arg.to_string()));
         }
-        let file = File::open(path).map_err(|e| io_error("read", path, &e))?;
+        let file = File::open(path).map_err(|source| LogFileError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
         (arg.to_string(), Box::new(file))
     };
     sniff(name, raw)
@@ -58,11 +114,12 @@ pub(crate) fn sniff(name: String, mut raw: Box<dyn Read>) -> Result<Input> {
     (&mut raw)
         .take(SNIFF as u64)
         .read_to_end(&mut head)
-        .map_err(|e| Error::usage(format!("cannot read {shown}: {e}")))?;
+        .map_err(|source| LogFileError::Read {
+            shown: shown.clone(),
+            source,
+        })?;
     if head.is_empty() {
-        return Err(Error::usage(format!("{shown} is empty")).hint(
-            "ComfyUI writes its log to the console (stderr) and, with ComfyUI-Manager or the Desktop app, to user/comfyui.log",
-        ));
+        return Err(LogFileError::Empty(shown));
     }
     let (encoding, skip): (&'static str, usize) = if head.starts_with(&[0xEF, 0xBB, 0xBF]) {
         ("utf-8 (BOM)", 3)
@@ -76,14 +133,7 @@ pub(crate) fn sniff(name: String, mut raw: Box<dyn Read>) -> Result<Input> {
     if !encoding.starts_with("utf-16")
         && let Some(kind) = binary_kind(&head)
     {
-        let hint = match kind {
-            "gzip-compressed" => {
-                format!("decompress it first: gzip -dc {name} | vrambisect logscan -")
-            }
-            "a zip archive" => "unzip it and pass the log inside".to_string(),
-            _ => "pass ComfyUI's console log or its user/comfyui.log".to_string(),
-        };
-        return Err(Error::usage(format!("{shown} is {kind}, not a text log")).hint(hint));
+        return Err(LogFileError::Binary { shown, name, kind });
     }
     head.drain(..skip);
     let start = head
@@ -370,12 +420,22 @@ mod tests {
     #[test]
     fn refusals() {
         let err = |b: &[u8]| read_all(b.to_vec()).unwrap_err();
-        assert!(err(b"").message.ends_with("is empty"));
-        assert!(err(b"\x1f\x8b\x08\x00abc").message.contains("gzip"));
-        assert!(err(b"PK\x03\x04abc").message.contains("zip"));
-        assert!(err(b"\x89PNG\r\n\x1a\n\0\0").message.contains("PNG"));
-        let e = err(b"ELF\0\0\0binary");
+        let kind = |b: &[u8]| match err(b) {
+            LogFileError::Binary { kind, .. } => kind,
+            other => panic!("{other}"),
+        };
+        assert!(matches!(err(b""), LogFileError::Empty(s) if s == "x.log"));
+        assert_eq!(kind(b"\x1f\x8b\x08\x00abc"), "gzip-compressed");
+        assert_eq!(kind(b"PK\x03\x04abc"), "a zip archive");
+        assert!(kind(b"\x89PNG\r\n\x1a\n\0\0").contains("PNG"));
+        // As the user reads it.
+        let e = Error::from(err(b"ELF\0\0\0binary"));
         assert_eq!(e.message, "x.log is a binary file, not a text log");
         assert_eq!(e.exit_code(), crate::error::exit::USAGE);
+        let e = Error::from(err(b"\x1f\x8b\x08\x00abc"));
+        assert_eq!(
+            e.hint.as_deref(),
+            Some("decompress it first: gzip -dc x.log | vrambisect logscan -")
+        );
     }
 }
