@@ -45,17 +45,28 @@ impl std::fmt::Display for Refusal {
 pub(crate) struct Frontend {
     /// `(major, minor)`.
     line: (u32, u32),
+    /// The patch release (a few rules came to two lines at once, in a patch of each).
+    patch: u32,
 }
 
 impl Frontend {
     /// 1.27 (what ComfyUI 0.3.64 pins).
-    pub(crate) const V1_27: Frontend = Frontend { line: (1, 27) };
+    pub(crate) const V1_27: Frontend = Frontend {
+        line: (1, 27),
+        patch: 10,
+    };
     /// 1.42: bypassed root instances left out, group nodes and the audio player as 1.27, an
     /// instance's own values only with `proxyWidgets`.
     #[cfg(test)]
-    pub(crate) const V1_42: Frontend = Frontend { line: (1, 42) };
+    pub(crate) const V1_42: Frontend = Frontend {
+        line: (1, 42),
+        patch: 10,
+    };
     /// 1.58 (the current line).
-    pub(crate) const V1_58: Frontend = Frontend { line: (1, 58) };
+    pub(crate) const V1_58: Frontend = Frontend {
+        line: (1, 58),
+        patch: 1,
+    };
 
     /// The rules of a frontend version (`1.33.4`).
     pub(crate) fn of_version(version: &str) -> Frontend {
@@ -65,6 +76,7 @@ impl Frontend {
             .map(|p| p.parse::<u32>().unwrap_or(0));
         Frontend {
             line: (parts.next().unwrap_or(0), parts.next().unwrap_or(0)),
+            patch: parts.next().unwrap_or(0),
         }
     }
 
@@ -138,6 +150,17 @@ impl Frontend {
     /// own sent: 1.41 to 1.45.
     fn ignores_values_without_proxy_widgets(self) -> bool {
         self.since(41) && !self.since(46)
+    }
+
+    /// Each input of an instance stands for the first of the subgraph's inputs with its name
+    /// (two inputs of one name are one, and make a widget as the first does): up to 1.41.19
+    /// and 1.42.4. From 1.41.20, 1.42.5 and 1.43.0 each stands for its own, in order (the
+    /// subgraph node's `_rebindInputSubgraphSlots`, read in each release's `SubgraphNode.ts`;
+    /// `page158_subgraph_interleaved_inputs` recorded on both sides).
+    fn matches_inputs_by_first_name(self) -> bool {
+        !(self.since(43)
+            || self.line == (1, 42) && self.patch >= 5
+            || self.line == (1, 41) && self.patch >= 20)
     }
 
     /// Whether conversions by this frontend's rules were recorded with all of the pairs.
@@ -683,7 +706,7 @@ impl<'a> Converter<'a> {
                 format!("{} at its default", missing.join(", "))
             };
             let r = refusal(node, "");
-            self.warnings.borrow_mut().push(format!(
+            self.say(format!(
                 "{}: {} saved widget values where this ComfyUI's definition makes {} widgets (saved by another version of the node): mapped by position as the frontend does, {what}",
                 r.node,
                 values.len(),
@@ -717,6 +740,14 @@ impl<'a> Converter<'a> {
         Ok(out)
     }
 
+    /// Adds a warning, once (an instance's values are read for each input they feed).
+    fn say(&self, line: String) {
+        let mut warnings = self.warnings.borrow_mut();
+        if !warnings.contains(&line) {
+            warnings.push(line);
+        }
+    }
+
     /// A widget's value as the frontend sends it: a dynamic prompt processed. A value not of
     /// the kind the input declares (text where a FLOAT is asked for: a value taken from the
     /// wrong place, or saved by another version of the node) is sent as the frontend sends
@@ -726,7 +757,7 @@ impl<'a> Converter<'a> {
             && !w.accepts(&v)
         {
             let shown: String = v.to_string().chars().take(60).collect();
-            self.warnings.borrow_mut().push(format!(
+            self.say(format!(
                 "{}: {} is sent {shown}, which is not the {} the node declares for it (the workflow gives it a value of another kind; ComfyUI will likely reject or misread it)",
                 refusal(node, "").node,
                 w.name,
@@ -822,21 +853,20 @@ impl<'a> Converter<'a> {
             let Some((parent, instance)) = self.scopes[scope].parent else {
                 return Ok(None);
             };
-            // Two inputs of one name: which of them the frontend matches to the instance's
-            // inputs and values differs between lines (page158_subgraph_interleaved_inputs).
-            if !graph.group
-                && let Some(name) = graph.inputs.get(link.origin_slot)
-                && graph.inputs.iter().filter(|n| *n == name).count() > 1
-            {
+            // Two inputs of one name: which of them a link into the instance feeds is not
+            // certain (the frontend lays the instance's saved inputs out by name).
+            let shared = !graph.group && shares_name(graph, link.origin_slot) > 1;
+            if shared && linked_named(instance, &graph.inputs[link.origin_slot]) {
+                let name = &graph.inputs[link.origin_slot];
                 return Err(refusal(
                     instance,
                     &format!(
-                        "its subgraph has {} inputs named {name}: which of them the instance's inputs and values stand for cannot be told",
-                        graph.inputs.iter().filter(|n| *n == name).count()
+                        "its subgraph has {} inputs named {name} and the instance has one linked: which of them the link feeds cannot be told",
+                        shares_name(graph, link.origin_slot)
                     ),
                 ));
             }
-            let outer = outer_slot(graph, instance, link.origin_slot);
+            let outer = outer_slot(graph, instance, link.origin_slot).filter(|_| !shared);
             if let Some(outer) = outer
                 && input_link(instance, outer).is_some()
             {
@@ -872,7 +902,8 @@ impl<'a> Converter<'a> {
             if !graph.group
                 && let Some(values) = self.instance_values(scope, instance)?
             {
-                return Ok(values.get(&link.origin_slot).cloned().map(Source::Value));
+                let slot = self.stands_for(graph, link.origin_slot);
+                return Ok(values.get(&slot).cloned().map(Source::Value));
             }
             return Ok(outer
                 .and_then(|outer| promoted_value(instance, outer))
@@ -906,19 +937,34 @@ impl<'a> Converter<'a> {
         };
         let graph = self.scopes[scope].graph;
         let widget_inputs: Vec<usize> = (0..graph.inputs.len())
-            .filter(|&k| self.feeds_widget(graph, k, 0))
+            .filter(|&k| self.feeds_widget(graph, self.stands_for(graph, k), 0))
             .collect();
         let names: Vec<&str> = widget_inputs
             .iter()
             .map(|&k| graph.inputs[k].as_str())
             .collect();
-        // More values than such inputs (saved for a ComfyUI whose inner nodes make a widget
-        // this one lacks): frontend 1.58 gives them to the inputs in order and drops the
-        // rest, as it does a node's (`pairs-1.58/cur_3d_hunyuan3d_*`: ModelSamplingAuraFlow's
-        // `sampling` value is sent as KSampler's steps). Said, naming the instance.
-        if values.len() > widget_inputs.len() && self.frontend.since(58) {
-            self.warnings.borrow_mut().push(format!(
-                "{}: {} saved widget values for the {} subgraph inputs that feed a widget in this ComfyUI ({}) (saved for one whose nodes make more widgets): mapped by position as frontend {} does, the last {} dropped",
+        // More values than such inputs: the frontend gives them to the inputs in order and
+        // drops the rest, as it does a node's. Placed so where the reason is known, said,
+        // naming the instance: saved for a ComfyUI whose inner nodes make a widget this one
+        // lacks, by 1.58 (`pairs-1.58/cur_3d_hunyuan3d_*`: ModelSamplingAuraFlow's `sampling`
+        // value sent as KSampler's steps), or by a frontend that gives each of two inputs of
+        // one name its own widget, by a line that makes one for the first only
+        // (`page158_subgraph_interleaved_inputs` on 1.27.10).
+        let own_widgets = (0..graph.inputs.len())
+            .filter(|&k| self.feeds_widget(graph, k, 0))
+            .count();
+        let why = if values.len() == own_widgets && own_widgets > widget_inputs.len() {
+            Some("saved by a frontend that gives each of two subgraph inputs of one name a widget")
+        } else if self.frontend.since(58) {
+            Some("saved for one whose nodes make more widgets")
+        } else {
+            None
+        };
+        if values.len() > widget_inputs.len()
+            && let Some(why) = why
+        {
+            self.say(format!(
+                "{}: {} saved widget values for the {} subgraph inputs that feed a widget in this ComfyUI ({}) ({why}): mapped by position as frontend {} does, the last {} dropped",
                 refusal(instance, "").node,
                 values.len(),
                 widget_inputs.len(),
@@ -950,6 +996,19 @@ impl<'a> Converter<'a> {
                 .zip(values.iter().cloned())
                 .collect(),
         ))
+    }
+
+    /// The subgraph input that input `k` of an instance of `graph` stands for: itself, or by
+    /// the rules of lines that match by name, the first input with its name (it makes a
+    /// widget, of that name, when the first does, and sends that widget's value).
+    fn stands_for(&self, graph: &Graph, k: usize) -> usize {
+        match (
+            self.frontend.matches_inputs_by_first_name(),
+            graph.inputs.get(k),
+        ) {
+            (true, Some(name)) => graph.inputs.iter().position(|n| n == name).unwrap_or(k),
+            _ => k,
+        }
     }
 
     /// Whether subgraph input `k` of `graph` feeds a widget: the first of its links that
@@ -1140,6 +1199,26 @@ fn outer_slot(graph: &Graph, instance: &Value, inner: usize) -> Option<usize> {
             .get(inner)
             .and_then(|name| slot_named(instance, "inputs", name)),
     }
+}
+
+/// How many of `graph`'s inputs have the name of its input `k`.
+fn shares_name(graph: &Graph, k: usize) -> usize {
+    graph
+        .inputs
+        .get(k)
+        .map_or(0, |name| graph.inputs.iter().filter(|n| *n == name).count())
+}
+
+/// Whether one of a node's inputs named `name` is linked.
+fn linked_named(node: &Value, name: &str) -> bool {
+    node.get("inputs")
+        .and_then(Value::as_array)
+        .is_some_and(|inputs| {
+            inputs.iter().any(|i| {
+                i.get("name").and_then(Value::as_str) == Some(name)
+                    && i.get("link").and_then(Value::as_i64).is_some()
+            })
+        })
 }
 
 /// The index of the slot named `name` among a node's `inputs` or `outputs`.
