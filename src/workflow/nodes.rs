@@ -118,6 +118,31 @@ impl NodeDefs {
         Ok(out)
     }
 
+    /// The inputs the frontend gives a new node of `class`, in its order: the inputs that
+    /// make no widget (sockets), then those that do, each in the declared order of the
+    /// required then the optional ones; with whether each is a widget's input.
+    pub fn input_layout(&self, class: &str) -> Option<Vec<(String, bool)>> {
+        let def = self.classes.get(class)?;
+        let inputs = def.get("input").and_then(Value::as_object);
+        let mut all = Vec::new();
+        for group in ["required", "optional"] {
+            let Some(specs) = inputs.and_then(|i| i.get(group)).and_then(Value::as_object) else {
+                continue;
+            };
+            for name in ordered_names(def, group, specs) {
+                let Some(spec) = specs.get(&name) else {
+                    continue;
+                };
+                let mut made = Vec::new();
+                let widget = widgets_of(&name, spec, &mut made).is_ok()
+                    && made.first().is_some_and(|w| w.name == name);
+                all.push((name, widget));
+            }
+        }
+        let (widgets, sockets): (Vec<_>, Vec<_>) = all.into_iter().partition(|(_, w)| *w);
+        Some(sockets.into_iter().chain(widgets).collect())
+    }
+
     /// Whether `class` declares an input `name` (required, optional or hidden).
     pub fn has_input(&self, class: &str, name: &str) -> bool {
         self.classes

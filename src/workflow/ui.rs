@@ -163,6 +163,15 @@ impl Frontend {
             || self.line == (1, 41) && self.patch >= 20)
     }
 
+    /// A subgraph input makes a widget from the inner node's input at its link's
+    /// `target_slot`, among the node's inputs as laid out on load (the definition's, then
+    /// saved ones it lacks), not the input that holds the link: up to 1.35.2
+    /// (`link.resolve(..).input` in `SubgraphNode.ts`; from 1.35.3 the input is found by its
+    /// link, "target_slot can't be trusted").
+    fn widget_from_target_slot(self) -> bool {
+        !(self.since(36) || self.line == (1, 35) && self.patch >= 3)
+    }
+
     /// Whether conversions by this frontend's rules were recorded with all of the pairs.
     pub(crate) fn recorded(version: &str) -> bool {
         let v = version.trim();
@@ -955,7 +964,7 @@ impl<'a> Converter<'a> {
             .count();
         let why = if values.len() == own_widgets && own_widgets > widget_inputs.len() {
             Some("saved by a frontend that gives each of two subgraph inputs of one name a widget")
-        } else if self.frontend.since(58) {
+        } else if !self.frontend.ignores_values_without_proxy_widgets() {
             Some("saved for one whose nodes make more widgets")
         } else {
             None
@@ -1050,12 +1059,57 @@ impl<'a> Converter<'a> {
             }
             // The frontend's `getWidgetFromSlot`: the input is marked as a widget's and the
             // node has that widget here (one of a newer version of the node is not).
-            let Some(name) = input.pointer("/widget/name").and_then(Value::as_str) else {
+            let name = match self.frontend.widget_from_target_slot() {
+                true => self.laid_out_widget(node, link.target_slot),
+                false => input
+                    .pointer("/widget/name")
+                    .and_then(Value::as_str)
+                    .map(String::from),
+            };
+            let Some(name) = name else {
                 return false;
             };
             self.widgets(kind_of(node))
                 .is_ok_and(|w| w.iter().any(|w| w.serialized && w.name == name))
         })
+    }
+
+    /// The widget named by input `slot` of `node` as frontends up to 1.35.2 lay a node's
+    /// inputs out on load (`litegraphService`'s `configure`): the definition's inputs
+    /// (sockets, then widget inputs), each replaced by the saved one of its name but marked a
+    /// widget's as the definition says, then the saved inputs the definition lacks, in their
+    /// order. (`cur_3d_hunyuan3d_v2_1`: ModelSamplingAuraFlow saved with `sampling` at slot
+    /// 1, where 0.3.64's lays out `shift`, so the subgraph input `sampling` makes a widget.)
+    fn laid_out_widget(&self, node: &Value, slot: usize) -> Option<String> {
+        let saved: &[Value] = node
+            .get("inputs")
+            .and_then(Value::as_array)
+            .map_or(&[], Vec::as_slice);
+        let saved_named = |name: &str| {
+            saved
+                .iter()
+                .find(|i| i.get("name").and_then(Value::as_str) == Some(name))
+        };
+        let widget_of = |i: &Value| {
+            i.pointer("/widget/name")
+                .and_then(Value::as_str)
+                .map(String::from)
+        };
+        let Some(layout) = self.defs.input_layout(kind_of(node)) else {
+            return saved.get(slot).and_then(widget_of);
+        };
+        let defined = layout.iter().map(|(name, widget)| match widget {
+            true => Some(name.clone()),
+            false => saved_named(name).and_then(widget_of),
+        });
+        let extra = saved
+            .iter()
+            .filter(|i| {
+                let name = i.get("name").and_then(Value::as_str).unwrap_or("");
+                !layout.iter().any(|(n, _)| n == name)
+            })
+            .map(widget_of);
+        defined.chain(extra).nth(slot).flatten()
     }
 
     /// What output `slot` of `node` (in `scope`) stands for, asked for as type `kind`.
