@@ -141,9 +141,10 @@ impl Frontend {
     }
 
     /// A linked widget input whose subgraph input the instance lacks takes the node's k-th
-    /// saved value (see `unpromoted_1_27`): up to 1.34.
+    /// saved value (see `unpromoted_1_27`): up to 1.35.2, with `widget_from_target_slot`
+    /// (1.35.0 and 1.35.2 recorded as 1.34.9, 1.35.3 as 1.35.9).
     fn fills_unpromoted_by_position(self) -> bool {
-        !self.since(35)
+        self.widget_from_target_slot()
     }
 
     /// A subgraph instance saved without `proxyWidgets` has its values ignored, its nodes'
@@ -881,23 +882,35 @@ impl<'a> Converter<'a> {
             {
                 let found = self.resolve_input(parent, instance, outer, depth + 1)?;
                 // A nested instance's promoted widget promoted again by a subgraph input its
-                // own instance lacks: frontend 1.27 fills it, as `unpromoted_1_27` does a
-                // node's, from one of the nested instance's widget values
-                // (page142_subgraph_nested_promoted_again: blur_radius sent as the
-                // blend_factor 0.25), which is not modelled.
+                // own instance lacks: up to 1.35.2 the outer instance's widget for it is a copy
+                // of the widget its link finds (`copied_value`), with that widget's value
+                // (page142_subgraph_nested_promoted_again: blur_radius sent as the nested
+                // instance's blend_factor 0.25, the input at the link's slot as 1.27 lays the
+                // nested instance out).
                 if found.is_none()
-                    && self.frontend.fills_unpromoted_by_position()
+                    && self.frontend.widget_from_target_slot()
                     && !graph.group
                     && self.unpromoted_1_27_applies(parent, instance, outer)
                 {
-                    return Err(refusal(
-                        instance,
-                        &format!(
-                            "its promoted widget {} is promoted again by a subgraph input its outer instance was saved without: which of its values frontend {} sends for it cannot be told",
-                            graph.inputs[link.origin_slot],
-                            self.frontend.name()
-                        ),
-                    ));
+                    let copied = match self.scopes[parent]
+                        .graph
+                        .links
+                        .get(&input_link(instance, outer).unwrap_or_default())
+                    {
+                        Some(l) => self.copied_value(parent, l.origin_slot, 0)?,
+                        None => None,
+                    };
+                    return match copied {
+                        Some(v) => Ok(Some(Source::Value(v))),
+                        None => Err(refusal(
+                            instance,
+                            &format!(
+                                "its promoted widget {} is promoted again by a subgraph input its outer instance was saved without: which value frontend {} sends for it cannot be told",
+                                graph.inputs[link.origin_slot],
+                                self.frontend.name()
+                            ),
+                        )),
+                    };
                 }
                 return Ok(found);
             }
@@ -988,6 +1001,21 @@ impl<'a> Converter<'a> {
                     .collect(),
             ));
         }
+        // Fewer: up to 1.35.2 the values go to the first widgets and the rest keep what
+        // they were made with (`copied_value`; `built_subgraph_nested_promoted_again`, saved
+        // by 1.27.10's page, whose outer instance makes a widget for `mask` too, as its link
+        // lands on the nested instance's `blur_radius`).
+        if values.len() < widget_inputs.len() && self.frontend.widget_from_target_slot() {
+            let mut out: HashMap<usize, Value> = HashMap::new();
+            for (i, &k) in widget_inputs.iter().enumerate() {
+                let value = match values.get(i) {
+                    Some(v) => Some(v.clone()),
+                    None => self.copied_value(scope, k, 0)?,
+                };
+                out.extend(value.map(|v| (k, v)));
+            }
+            return Ok(Some(out));
+        }
         if widget_inputs.len() != values.len() {
             return Err(refusal(
                 instance,
@@ -1026,18 +1054,7 @@ impl<'a> Converter<'a> {
         if depth > MAX_DEPTH {
             return false;
         }
-        let mut ids: Vec<i64> = graph.input_links.get(k).cloned().unwrap_or_default();
-        if ids.is_empty() {
-            // Older saves list no `linkIds`: the links themselves say it.
-            ids = graph
-                .links
-                .iter()
-                .filter(|(_, l)| l.origin == SUBGRAPH_INPUT && l.origin_slot == k)
-                .map(|(id, _)| *id)
-                .collect();
-            ids.sort_unstable();
-        }
-        ids.iter().any(|id| {
+        input_link_ids(graph, k).iter().any(|id| {
             let Some(link) = graph.links.get(id) else {
                 return false;
             };
@@ -1050,11 +1067,8 @@ impl<'a> Converter<'a> {
             if let Some(inner) = self.subgraphs.get(kind_of(node))
                 && !inner.group
             {
-                let name = input.get("name").and_then(Value::as_str).unwrap_or("");
-                return inner
-                    .inputs
-                    .iter()
-                    .position(|n| n == name)
+                return self
+                    .nested_input_at(inner, input, link.target_slot)
                     .is_some_and(|j| self.feeds_widget(inner, j, depth + 1));
             }
             // The frontend's `getWidgetFromSlot`: the input is marked as a widget's and the
@@ -1072,6 +1086,72 @@ impl<'a> Converter<'a> {
             self.widgets(kind_of(node))
                 .is_ok_and(|w| w.iter().any(|w| w.serialized && w.name == name))
         })
+    }
+
+    /// The subgraph input of a nested instance (of `inner`) that a link into its input
+    /// `input`, at `slot`, finds a widget at: up to 1.35.2 the one at that slot, the
+    /// instance's inputs laid out in its subgraph's order on load (`page142_subgraph_nested_
+    /// promoted_again`, saved without some inputs: its `mask` link lands on `blur_radius`);
+    /// later the one named as the input holding the link.
+    fn nested_input_at(&self, inner: &Graph, input: &Value, slot: usize) -> Option<usize> {
+        let j = match self.frontend.widget_from_target_slot() {
+            true => (slot < inner.inputs.len()).then_some(slot)?,
+            false => {
+                let name = input.get("name").and_then(Value::as_str).unwrap_or("");
+                inner.inputs.iter().position(|n| n == name)?
+            }
+        };
+        Some(self.stands_for(inner, j))
+    }
+
+    /// The value an instance's widget for its subgraph input `k` starts with where the
+    /// instance saved none, by the rules of lines that make it from the inner input at a
+    /// link's slot (up to 1.35.2): a copy of the widget the first of `k`'s links finds there
+    /// (see `laid_out_widget` and `nested_input_at`), with that widget's value, the node's own
+    /// or the nested instance's. `scope` is the scope inside the instance.
+    fn copied_value(&self, scope: usize, k: usize, depth: usize) -> Result<Option<Value>, Refusal> {
+        if depth > MAX_DEPTH {
+            return Ok(None);
+        }
+        let graph = self.scopes[scope].graph;
+        for id in input_link_ids(graph, k) {
+            let Some(link) = graph.links.get(&id) else {
+                continue;
+            };
+            let Some(node) = graph.by_id.get(&link.target) else {
+                continue;
+            };
+            if let Some(inner) = self.subgraphs.get(kind_of(node))
+                && !inner.group
+            {
+                let input = node.pointer(&format!("/inputs/{}", link.target_slot));
+                let Some(j) = input
+                    .and_then(|i| self.nested_input_at(inner, i, link.target_slot))
+                    .filter(|&j| self.feeds_widget(inner, j, depth + 1))
+                else {
+                    continue;
+                };
+                let Some(child) = self.scope_of_instance(scope, node) else {
+                    return Ok(None);
+                };
+                if let Some(values) = self.instance_values(child, node)? {
+                    return Ok(values.get(&j).cloned());
+                }
+                return self.copied_value(child, j, depth + 1);
+            }
+            let Some(name) = self.laid_out_widget(node, link.target_slot) else {
+                continue;
+            };
+            let Ok(widgets) = self.widgets(kind_of(node)) else {
+                continue;
+            };
+            let Some(i) = widgets.iter().position(|w| w.serialized && w.name == name) else {
+                continue;
+            };
+            let saved = node.get("widgets_values").and_then(|v| v.get(i)).cloned();
+            return Ok(saved.or_else(|| widgets[i].default.clone()));
+        }
+        Ok(None)
     }
 
     /// The widget named by input `slot` of `node` as frontends up to 1.35.2 lay a node's
@@ -1253,6 +1333,23 @@ fn outer_slot(graph: &Graph, instance: &Value, inner: usize) -> Option<usize> {
             .get(inner)
             .and_then(|name| slot_named(instance, "inputs", name)),
     }
+}
+
+/// The links of subgraph input `k` of `graph`, in the order it keeps them (`linkIds`; older
+/// saves list none, and the links themselves say it).
+fn input_link_ids(graph: &Graph, k: usize) -> Vec<i64> {
+    let ids = graph.input_links.get(k).cloned().unwrap_or_default();
+    if !ids.is_empty() {
+        return ids;
+    }
+    let mut ids: Vec<i64> = graph
+        .links
+        .iter()
+        .filter(|(_, l)| l.origin == SUBGRAPH_INPUT && l.origin_slot == k)
+        .map(|(id, _)| *id)
+        .collect();
+    ids.sort_unstable();
+    ids
 }
 
 /// How many of `graph`'s inputs have the name of its input `k`.
