@@ -430,15 +430,19 @@ mod tests {
         // A grandchild that ignores nothing and sleeps; the shell waits for it.
         let (child, _rx) = sh("sleep 30 & echo $! > grandchild.pid; wait", tmp.path());
         let pid_file = tmp.path().join("grandchild.pid");
+        // (The shell creates the file before it writes the number: read until it parses.)
         let deadline = Instant::now() + Duration::from_secs(5);
-        while !pid_file.exists() && Instant::now() < deadline {
+        let read = || {
+            std::fs::read_to_string(&pid_file)
+                .ok()?
+                .trim()
+                .parse::<i32>()
+                .ok()
+        };
+        while read().is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        let grandchild: i32 = std::fs::read_to_string(&pid_file)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+        let grandchild: i32 = read().expect("the shell wrote the grandchild's pid");
         let pgid = child.pid;
         let stopped = child.terminate(Duration::from_secs(2));
         assert!(stopped.group_empty);
@@ -482,7 +486,14 @@ mod tests {
         );
         let pid_file = tmp.path().join("escaped.pid");
         let deadline = Instant::now() + Duration::from_secs(5);
-        while !pid_file.exists() && Instant::now() < deadline {
+        let read = || {
+            std::fs::read_to_string(&pid_file)
+                .ok()?
+                .trim()
+                .parse::<i32>()
+                .ok()
+        };
+        while read().is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
         let started = Instant::now();
@@ -493,11 +504,7 @@ mod tests {
             started.elapsed()
         );
         // Clean up the escaped sleeper.
-        if let Ok(pid) = std::fs::read_to_string(&pid_file)
-            .unwrap_or_default()
-            .trim()
-            .parse::<i32>()
-        {
+        if let Some(pid) = read() {
             unsafe {
                 libc::kill(pid, libc::SIGKILL);
             }
