@@ -652,28 +652,15 @@ impl Answer for BisectResult {
         }
         write_fixes(out, &self.verdict, style)?;
         if let Some(p) = &self.verdict.prior {
-            let failed = match (p.signatures.is_empty(), p.others_vram_bytes) {
-                (false, None) => format!("failed as {}", p.signatures.join(", ")),
-                (false, Some(b)) => format!(
-                    "failed as {} while other processes held {} of VRAM",
-                    p.signatures.join(", "),
-                    crate::text::bytes(b as i64)
-                ),
-                (true, b) => format!(
-                    "failed while other processes held {} of VRAM",
-                    crate::text::bytes(b.unwrap_or(0) as i64)
-                ),
-            };
             writeln!(
                 out,
-                "  {} {} (run {} {failed}, whose usual fixes among the toggles are {})",
+                "  {} {} ({})",
                 style.dim("tried first:"),
                 p.tried_first.clone().unwrap_or_else(|| format!(
                     "none ({})",
                     p.not_tried.as_deref().unwrap_or("none could run alone")
                 )),
-                p.run,
-                p.flags.join(", ")
+                prior_reason(p)
             )?;
         }
         if let Some(line) = &self.verdict.launcher_line {
@@ -690,6 +677,35 @@ impl Answer for BisectResult {
         }
         Ok(())
     }
+}
+
+/// Why the prior chose what it tried first: the failure, what other processes held, the
+/// user's own flags that keep more in memory and the failure's usual fixes.
+fn prior_reason(p: &crate::bisect::search::Prior) -> String {
+    let mut failed = format!("run {} failed", p.run);
+    if !p.signatures.is_empty() {
+        failed.push_str(&format!(" as {}", p.signatures.join(", ")));
+    }
+    if let Some(b) = p.others_vram_bytes {
+        failed.push_str(&format!(
+            " while other processes held {} of VRAM",
+            crate::text::bytes(b as i64)
+        ));
+    }
+    if !p.own_flags.is_empty() {
+        failed.push_str(&format!(
+            " with your own {}, which keep{} more of what ran out in memory",
+            p.own_flags.join(", "),
+            if p.own_flags.len() == 1 { "s" } else { "" }
+        ));
+    }
+    if !p.flags.is_empty() {
+        failed.push_str(&format!(
+            ", whose usual fixes among the toggles are {}",
+            p.flags.join(", ")
+        ));
+    }
+    failed
 }
 
 /// What the statement adds about the fixes: the alternatives that passed and how they

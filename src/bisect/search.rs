@@ -204,6 +204,19 @@ pub fn past_shortening(step: u64, quick: u32) -> bool {
 /// tried first (ComfyUI's answer to such OOMs: "try `--vram-headroom 1`", #14396).
 const OTHERS_VRAM_PRIOR: u64 = 1 << 30;
 
+/// The user's own flags that raise what a failure of each kind ran out of, taken away first
+/// where the search starts from one (the install's flags as a prior): what their help and
+/// ComfyUI's model management say each keeps in memory.
+const OWN_FLAGS: &[(&str, &[Outcome])] = &[
+    // Models kept in VRAM after use (HIGH_VRAM; Dynamic VRAM's gate is off with it).
+    ("--highvram", &[Outcome::Oom, Outcome::AcceleratorOom]),
+    // Everything, text encoders included, stored and run on the GPU.
+    ("--gpu-only", &[Outcome::Oom, Outcome::AcceleratorOom]),
+    // Every node's outputs kept in RAM (the classic cache; `--high-ram` sets it).
+    ("--cache-classic", &[Outcome::HostOom]),
+    ("--high-ram", &[Outcome::HostOom]),
+];
+
 /// Failed starts after which a configuration counts as one that cannot start here.
 const STARTS_TO_GIVE_UP: usize = 2;
 
@@ -448,6 +461,10 @@ pub struct Prior {
     /// headroom left for them first (`--vram-headroom`, `--reserve-vram`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub others_vram_bytes: Option<u64>,
+    /// The user's own flags that keep more of what that run ran out of in memory
+    /// (`--highvram` where the GPU did), whose removal is tried before the usual fixes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub own_flags: Vec<String>,
 }
 
 /// The state of one search.

@@ -1592,6 +1592,87 @@ mod cheaper {
         assert_eq!(found.fixing_flags, ["--disable-dynamic-vram"]);
     }
 
+    /// Issue 49: the install's flags as a prior. The user runs `--highvram` (models kept in
+    /// VRAM) and the GPU runs out: taking it away runs first, and where it fixes it the
+    /// verdict is the failure and that pass (and the search for a cheaper fix: here none of
+    /// the toggles runs). Where it does not, the prior costs one run, never the verdict.
+    #[test]
+    fn the_users_own_flag_that_keeps_models_in_vram_is_taken_away_first() {
+        struct Signed(Costed);
+        impl Oracle for Signed {
+            fn run(&mut self, config: &Config, kind: RunKind) -> Result<Trial, Stopped> {
+                let mut t = self.0.run(config, kind)?;
+                if t.outcome != Outcome::Pass {
+                    t.signatures = vec!["cuda_oom_native".into()];
+                }
+                Ok(t)
+            }
+        }
+        let sp = space(
+            &["--highvram"],
+            &[
+                "--disable-dynamic-vram",
+                "--disable-pinned-memory",
+                "--disable-async-offload",
+            ],
+        );
+        let run = |fixes: Decide<bool>, settings: Settings| {
+            let mut oracle = Signed(Costed {
+                fixes,
+                speed: Box::new(|_| 1.0),
+                runs: 0,
+            });
+            let mut s = Search::new(&sp, &mut oracle, settings, Vec::new());
+            let found = s.run().unwrap();
+            (found, s.runs)
+        };
+        // Right: the failure, then without --highvram, which passes (in full: the failure
+        // struck before sampling), and nothing else runs for the first fix.
+        let highvram = || -> Decide<bool> { Box::new(|f| !f.iter().any(|x| x == "--highvram")) };
+        let (found, runs) = run(highvram(), first_fix());
+        let prior = found.prior.clone().unwrap();
+        assert_eq!(prior.own_flags, ["--highvram"]);
+        assert_eq!(prior.tried_first.as_deref(), Some("without --highvram"));
+        assert_eq!(found.culprit_flags, ["--highvram"]);
+        assert!(found.fixing_flags.is_empty());
+        assert_eq!(runs, 2);
+        // The default, a cheaper fix looked for: the same answer.
+        let (found, _) = run(highvram(), Settings::default());
+        assert_eq!(found.culprit_flags, ["--highvram"]);
+        // Wrong: only --disable-pinned-memory fixes it. The verdict is the runs', one run
+        // more than a search that did not try --highvram first would need at most.
+        let pinned =
+            || -> Decide<bool> { Box::new(|f| f.iter().any(|x| x == "--disable-pinned-memory")) };
+        let (found, runs) = run(pinned(), first_fix());
+        assert_eq!(
+            found.prior.unwrap().tried_first.as_deref(),
+            Some("without --highvram")
+        );
+        assert_eq!(found.fixing_flags, ["--disable-pinned-memory"]);
+        assert!(runs <= 1 + 1 + ceil_log2(4) + 1, "{runs}");
+        // A failure of another kind (host RAM) does not point at --highvram.
+        struct Ram(Costed);
+        impl Oracle for Ram {
+            fn run(&mut self, config: &Config, kind: RunKind) -> Result<Trial, Stopped> {
+                let mut t = self.0.run(config, kind)?;
+                if t.outcome != Outcome::Pass {
+                    t.outcome = Outcome::HostOom;
+                }
+                Ok(t)
+            }
+        }
+        let mut oracle = Ram(Costed {
+            fixes: highvram(),
+            speed: Box::new(|_| 1.0),
+            runs: 0,
+        });
+        let found = Search::new(&sp, &mut oracle, first_fix(), Vec::new())
+            .run()
+            .unwrap();
+        assert!(found.prior.is_none(), "{:?}", found.prior);
+        assert_eq!(found.culprit_flags, ["--highvram"]);
+    }
+
     #[test]
     fn turning_dynamic_vram_off_undoes_the_headroom_as_the_flag_model_says() {
         let sp = headroom_space();

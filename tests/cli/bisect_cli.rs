@@ -277,6 +277,13 @@ fn a_base_flag_that_causes_it() {
     assert_eq!(doc["verdict"]["kind"], "caused_by");
     assert_eq!(doc["verdict"]["culprit_flags"], json!(["--highvram"]));
     assert_eq!(doc["baseline"]["flags"], json!(["--highvram"]));
+    // The install's flags as a prior: --highvram keeps models in VRAM and the GPU ran out,
+    // so taking it away ran first, right after the failure.
+    let prior = &doc["verdict"]["prior"];
+    assert_eq!(prior["own_flags"], json!(["--highvram"]), "{prior:#}");
+    assert_eq!(prior["tried_first"], "without --highvram");
+    // The failure and that pass are the whole bisect.
+    assert_eq!(doc["runs_total"], 2, "{:#}", doc["configs"]);
 }
 
 #[test]

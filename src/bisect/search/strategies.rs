@@ -205,14 +205,28 @@ impl Search<'_> {
         };
         let keep_wanted = !self.settings.first_fix
             && self.space.keeps_dynamic_vram(&self.space.baseline()) == Some(true);
-        // (Adding the flag: taking away a flag of the user's is not what fixed it upstream.)
+        // Taking away the user's own flags that keep more in memory, first; then adding the
+        // usual fixes (taking away a flag of the user's is not what fixed it upstream).
+        let own = |d: usize| {
+            matches!(self.space.dims[d], crate::bisect::space::Dim::Remove { .. })
+                && prior
+                    .own_flags
+                    .iter()
+                    .any(|f| f == self.space.dims[d].flag())
+        };
         let dims: Vec<usize> = (0..self.space.dims.len())
-            .filter(|d| matches!(self.space.dims[*d], crate::bisect::space::Dim::Add { .. }))
-            .filter(|d| prior.flags.iter().any(|f| f == self.space.dims[*d].flag()))
+            .filter(|d| {
+                own(*d)
+                    || matches!(self.space.dims[*d], crate::bisect::space::Dim::Add { .. })
+                        && prior.flags.iter().any(|f| f == self.space.dims[*d].flag())
+            })
             .collect();
         let rank = |d: &usize| {
             let flag = self.space.dims[*d].flag();
-            prior.flags.iter().position(|f| f == flag)
+            match own(*d) {
+                true => (0, prior.own_flags.iter().position(|f| f == flag)),
+                false => (1, prior.flags.iter().position(|f| f == flag)),
+            }
         };
         let mut ordered = dims.clone();
         ordered.sort_by_key(rank);
@@ -228,13 +242,14 @@ impl Search<'_> {
                         .and_then(|c| self.space.keeps_dynamic_vram(&c))
                         == Some(true))
         });
-        prior
-            .flags
-            .retain(|f| dims.iter().any(|d| self.space.dims[*d].flag() == f));
+        prior.flags.retain(|f| {
+            dims.iter()
+                .any(|d| !own(*d) && self.space.dims[*d].flag() == f)
+        });
         prior.tried_first = pick.map(|d| {
             self.describe_config(&self.space.config(&self.space.strong(&[d])).expect("valid"))
         });
-        if pick.is_none() && !prior.flags.is_empty() {
+        if pick.is_none() && (!prior.flags.is_empty() || !prior.own_flags.is_empty()) {
             prior.not_tried = Some(if keep_wanted {
                 "none of them keeps Dynamic VRAM on, which is looked for first".into()
             } else {
@@ -262,6 +277,20 @@ impl Search<'_> {
         let target = self.target?;
         let base = self.space.baseline().key;
         let others = |r: &Trial| r.cost.others_vram_bytes.filter(|b| *b >= OTHERS_VRAM_PRIOR);
+        // The user's own flags that keep more of what ran out in memory, where the search
+        // may take them away.
+        let own_flags: Vec<String> = self
+            .space
+            .dims
+            .iter()
+            .filter(|d| matches!(d, crate::bisect::space::Dim::Remove { .. }))
+            .map(|d| d.flag().to_string())
+            .filter(|f| {
+                OWN_FLAGS
+                    .iter()
+                    .any(|(own, kinds)| own == f && kinds.contains(&target))
+            })
+            .collect();
         let failed = self
             .tallies
             .iter()
@@ -271,7 +300,7 @@ impl Search<'_> {
                 // (A shortened one where the failure on record stands in for the full run.)
                 (r.kind == RunKind::Full || self.recorded_stands_in())
                     && r.outcome == target
-                    && (!r.signatures.is_empty() || others(r).is_some())
+                    && (!r.signatures.is_empty() || others(r).is_some() || !own_flags.is_empty())
             })?;
         let mut flags: Vec<String> = Vec::new();
         let others_vram_bytes = others(failed);
@@ -289,13 +318,14 @@ impl Search<'_> {
                 }
             }
         }
-        (!flags.is_empty()).then(|| Prior {
+        (!flags.is_empty() || !own_flags.is_empty()).then(|| Prior {
             run: failed.n,
             signatures: failed.signatures.clone(),
             flags,
             tried_first: None,
             not_tried: None,
             others_vram_bytes,
+            own_flags,
         })
     }
 
