@@ -70,10 +70,11 @@ impl Frontend {
 
     /// The rules of a frontend version (`1.33.4`).
     pub(crate) fn of_version(version: &str) -> Frontend {
-        let mut parts = version
-            .trim()
-            .split('.')
-            .map(|p| p.parse::<u32>().unwrap_or(0));
+        // (The leading digits of each part: `1.42.5-rc1` is 1.42.5.)
+        let mut parts = version.trim().split('.').map(|p| {
+            let digits = p.len() - p.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            p[..digits].parse::<u32>().unwrap_or(0)
+        });
         Frontend {
             line: (parts.next().unwrap_or(0), parts.next().unwrap_or(0)),
             patch: parts.next().unwrap_or(0),
@@ -174,9 +175,15 @@ impl Frontend {
     }
 
     /// Whether conversions by this frontend's rules were recorded with all of the pairs.
+    /// (Versions of those lines whose rules are the recorded release's: 1.42 from 1.42.5,
+    /// where its subgraph inputs of one name came to match 1.42.10's.)
     pub(crate) fn recorded(version: &str) -> bool {
-        let v = version.trim();
-        v.starts_with("1.27.") || v.starts_with("1.42.") || v.starts_with("1.58.")
+        let f = Frontend::of_version(version);
+        match f.line {
+            (1, 27) | (1, 58) => true,
+            (1, 42) => f.patch >= 5,
+            _ => false,
+        }
     }
 
     /// The line's name, as the warnings say it.
@@ -247,6 +254,14 @@ struct Scope<'a> {
     prefix: String,
     /// The scope holding the subgraph node, and that node.
     parent: Option<(usize, &'a Value)>,
+}
+
+/// What a link from a subgraph's input finds a widget at (see `Converter::widget_found`).
+enum Found<'g> {
+    /// A node's widget, by name.
+    Widget(&'g Value, String),
+    /// A nested instance's subgraph input.
+    Nested(&'g Graph<'g>, usize),
 }
 
 /// What an input resolves to.
@@ -1010,7 +1025,7 @@ impl<'a> Converter<'a> {
             for (i, &k) in widget_inputs.iter().enumerate() {
                 let value = match values.get(i) {
                     Some(v) => Some(v.clone()),
-                    None => self.copied_value(scope, k, 0)?,
+                    None => self.copied_value(scope, self.stands_for(graph, k), 0)?,
                 };
                 out.extend(value.map(|v| (k, v)));
             }
@@ -1054,54 +1069,69 @@ impl<'a> Converter<'a> {
         if depth > MAX_DEPTH {
             return false;
         }
-        input_link_ids(graph, k).iter().any(|id| {
-            let Some(link) = graph.links.get(id) else {
-                return false;
-            };
-            let Some(node) = graph.by_id.get(&link.target) else {
-                return false;
-            };
-            let Some(input) = node.get("inputs").and_then(|i| i.get(link.target_slot)) else {
-                return false;
-            };
-            if let Some(inner) = self.subgraphs.get(kind_of(node))
-                && !inner.group
-            {
-                return self
-                    .nested_input_at(inner, input, link.target_slot)
-                    .is_some_and(|j| self.feeds_widget(inner, j, depth + 1));
-            }
-            // The frontend's `getWidgetFromSlot`: the input is marked as a widget's and the
-            // node has that widget here (one of a newer version of the node is not).
-            let name = match self.frontend.widget_from_target_slot() {
-                true => self.laid_out_widget(node, link.target_slot),
-                false => input
-                    .pointer("/widget/name")
-                    .and_then(Value::as_str)
-                    .map(String::from),
-            };
-            let Some(name) = name else {
-                return false;
-            };
-            self.widgets(kind_of(node))
-                .is_ok_and(|w| w.iter().any(|w| w.serialized && w.name == name))
-        })
+        input_link_ids(graph, k)
+            .iter()
+            .any(|id| match self.widget_found(graph, *id) {
+                Some(Found::Nested(inner, j)) => self.feeds_widget(inner, j, depth + 1),
+                Some(Found::Widget(node, name)) => self
+                    .widgets(kind_of(node))
+                    .is_ok_and(|w| w.iter().any(|w| w.serialized && w.name == name)),
+                None => false,
+            })
     }
 
-    /// The subgraph input of a nested instance (of `inner`) that a link into its input
-    /// `input`, at `slot`, finds a widget at: up to 1.35.2 the one at that slot, the
-    /// instance's inputs laid out in its subgraph's order on load (`page142_subgraph_nested_
-    /// promoted_again`, saved without some inputs: its `mask` link lands on `blur_radius`);
-    /// later the one named as the input holding the link.
-    fn nested_input_at(&self, inner: &Graph, input: &Value, slot: usize) -> Option<usize> {
-        let j = match self.frontend.widget_from_target_slot() {
-            true => (slot < inner.inputs.len()).then_some(slot)?,
-            false => {
-                let name = input.get("name").and_then(Value::as_str).unwrap_or("");
-                inner.inputs.iter().position(|n| n == name)?
-            }
+    /// What link `id` of `graph` (from one of its subgraph's inputs) finds a widget at, as
+    /// the frontend asks (`getWidgetFromSlot`): up to 1.35.2 the input at the link's
+    /// `target_slot` as the node is laid out on load (see `laid_out_widget`; a nested
+    /// instance's inputs in its subgraph's order, so `page142_subgraph_nested_promoted_again`'s
+    /// `mask` link, saved at slot 4, lands on `blur_radius`), later the input that holds the
+    /// link. A widget of a node by name (whether the node has it is the caller's question),
+    /// or a nested instance's subgraph input.
+    fn widget_found<'g>(&'g self, graph: &Graph<'g>, id: i64) -> Option<Found<'g>> {
+        let link = graph.links.get(&id)?;
+        let node: &'g Value = graph.by_id.get(&link.target)?;
+        let saved = node.get("inputs").and_then(Value::as_array);
+        let holder = || {
+            saved?
+                .iter()
+                .position(|i| i.get("link").and_then(Value::as_i64) == Some(id))
         };
-        Some(self.stands_for(inner, j))
+        let by_slot = self.frontend.widget_from_target_slot();
+        if let Some(inner) = self.subgraphs.get(kind_of(node))
+            && !inner.group
+        {
+            let j = match by_slot {
+                true => (link.target_slot < inner.inputs.len()).then_some(link.target_slot)?,
+                false => {
+                    // The holder's name; of several inputs of that name, the one it stands
+                    // for by its place among them.
+                    let saved = saved?;
+                    let at = holder()?;
+                    let name = saved[at].get("name").and_then(Value::as_str)?;
+                    let before = saved[..at]
+                        .iter()
+                        .filter(|i| i.get("name").and_then(Value::as_str) == Some(name))
+                        .count();
+                    inner
+                        .inputs
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, n)| *n == name)
+                        .nth(before)
+                        .map(|(j, _)| j)?
+                }
+            };
+            return Some(Found::Nested(inner, self.stands_for(inner, j)));
+        }
+        let name = match by_slot {
+            true => self.laid_out_widget(node, link.target_slot)?,
+            false => saved?
+                .get(holder()?)?
+                .pointer("/widget/name")?
+                .as_str()?
+                .to_string(),
+        };
+        Some(Found::Widget(node, name))
     }
 
     /// The value an instance's widget for its subgraph input `k` starts with where the
@@ -1115,41 +1145,31 @@ impl<'a> Converter<'a> {
         }
         let graph = self.scopes[scope].graph;
         for id in input_link_ids(graph, k) {
-            let Some(link) = graph.links.get(&id) else {
-                continue;
-            };
-            let Some(node) = graph.by_id.get(&link.target) else {
-                continue;
-            };
-            if let Some(inner) = self.subgraphs.get(kind_of(node))
-                && !inner.group
-            {
-                let input = node.pointer(&format!("/inputs/{}", link.target_slot));
-                let Some(j) = input
-                    .and_then(|i| self.nested_input_at(inner, i, link.target_slot))
-                    .filter(|&j| self.feeds_widget(inner, j, depth + 1))
-                else {
-                    continue;
-                };
-                let Some(child) = self.scope_of_instance(scope, node) else {
-                    return Ok(None);
-                };
-                if let Some(values) = self.instance_values(child, node)? {
-                    return Ok(values.get(&j).cloned());
+            match self.widget_found(graph, id) {
+                Some(Found::Nested(inner, j)) if self.feeds_widget(inner, j, depth + 1) => {
+                    let link = &graph.links[&id];
+                    let node = graph.by_id[&link.target];
+                    let Some(child) = self.scope_of_instance(scope, node) else {
+                        return Ok(None);
+                    };
+                    if let Some(values) = self.instance_values(child, node)? {
+                        return Ok(values.get(&j).cloned());
+                    }
+                    return self.copied_value(child, j, depth + 1);
                 }
-                return self.copied_value(child, j, depth + 1);
+                Some(Found::Widget(node, name)) => {
+                    let Ok(widgets) = self.widgets(kind_of(node)) else {
+                        continue;
+                    };
+                    let Some(i) = widgets.iter().position(|w| w.serialized && w.name == name)
+                    else {
+                        continue;
+                    };
+                    let saved = node.get("widgets_values").and_then(|v| v.get(i)).cloned();
+                    return Ok(saved.or_else(|| widgets[i].default.clone()));
+                }
+                _ => {}
             }
-            let Some(name) = self.laid_out_widget(node, link.target_slot) else {
-                continue;
-            };
-            let Ok(widgets) = self.widgets(kind_of(node)) else {
-                continue;
-            };
-            let Some(i) = widgets.iter().position(|w| w.serialized && w.name == name) else {
-                continue;
-            };
-            let saved = node.get("widgets_values").and_then(|v| v.get(i)).cloned();
-            return Ok(saved.or_else(|| widgets[i].default.clone()));
         }
         Ok(None)
     }

@@ -4,6 +4,12 @@
 
 use super::*;
 
+/// Shortened passes in a row, none failing, beside a full failure, after which a failure said
+/// to be flaky (`--repeat`) no longer explains them and shortened runs are set aside: a
+/// failure that shows 7 times in 10 lets 3 through 2.7% of the time. (A fixed number, so a
+/// resumed session decides as the first did.)
+const LUCKY_PASSES: usize = 3;
+
 impl Search<'_> {
     /// Whether the failure on record struck well past the steps a shortened run keeps (its
     /// log's progress bar stopped there): a shortened check could not show it.
@@ -169,15 +175,13 @@ impl Search<'_> {
             .or(reference.filter(|r| r.before_sampling()));
         // Failures said to be flaky (`--repeat`): a lucky pass of the shortened check is no
         // reason to set shortened runs aside; checks go on until one fails as the workflow
-        // did, or until luck would explain their passes less than one time in twenty.
+        // did, or `LUCKY_PASSES` have passed.
         if self.settings.repeat > 1
             && let Some(r) = reference
         {
             match checks.iter().find(|c| c.fails_as(r)) {
                 Some(c) => check = Some(c),
-                None if !checks.is_empty() && checks.len() < self.lucky_passes(target) => {
-                    check = None
-                }
+                None if !checks.is_empty() && checks.len() < LUCKY_PASSES => check = None,
                 None => {}
             }
         }
@@ -206,7 +210,6 @@ impl Search<'_> {
         // Fixed for the session (not `self.flaky`, which a resumed session learns only later),
         // so a resume rebuilds the same state.
         let flaky = self.settings.repeat > 1;
-        let lucky = self.lucky_passes(target);
         for t in &self.tallies {
             let find = |kind: RunKind, failed: bool| {
                 t.trials.iter().find(|r| {
@@ -225,11 +228,10 @@ impl Search<'_> {
             }
             // A failure said to be flaky: a configuration without the fix passes now and
             // then, so its shortened passes beside a full failure say the shortened copy
-            // hides the failure only when flakiness would explain them less than one time in
-            // twenty (see `lucky_passes`), with no shortened run of it failing.
+            // hides the failure only past `LUCKY_PASSES`, with no shortened run of it failing.
             let disagrees = !flaky || {
                 let quick = t.trials.iter().filter(|r| r.kind == RunKind::Quick);
-                quick.clone().all(|r| r.outcome == Outcome::Pass) && quick.count() >= lucky
+                quick.clone().all(|r| r.outcome == Outcome::Pass) && quick.count() >= LUCKY_PASSES
             };
             if disagrees
                 && let (Some(q), Some(f)) = (find(RunKind::Quick, false), find(RunKind::Full, true))
@@ -251,25 +253,6 @@ impl Search<'_> {
             }
         }
         self.quick = QuickState::Reproduces { reference, check };
-    }
-
-    /// How many shortened passes in a row, none failing, a configuration that failed in full
-    /// needs before a flaky failure's luck stops explaining them: the least k with
-    /// (1 − rate)^k < 0.05, at the failure rate of the user's flags' full runs so far
-    /// ((failures + 1) / (runs + 2): 3 after one failure, 2 after three of three), from 2 to 4.
-    pub(super) fn lucky_passes(&self, target: Outcome) -> usize {
-        let base = self.space.baseline().key;
-        let full: Vec<&Trial> = self
-            .tallies
-            .iter()
-            .filter(|t| t.config.key == base)
-            .flat_map(|t| &t.trials)
-            .filter(|r| r.kind == RunKind::Full)
-            .collect();
-        let failed = full.iter().filter(|r| r.outcome == target).count();
-        let rate = (failed as f64 + 1.0) / (full.len() as f64 + 2.0);
-        let k = (0.05f64.ln() / (1.0 - rate).ln()).floor() as usize + 1;
-        k.clamp(2, 4)
     }
 
     /// Why shortened runs would not pay, from the failing full run of the user's flags

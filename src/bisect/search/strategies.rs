@@ -291,17 +291,21 @@ impl Search<'_> {
                     .any(|(own, kinds)| own == f && kinds.contains(&target))
             })
             .collect();
-        let failed = self
-            .tallies
-            .iter()
-            .filter(|t| t.config.key == base)
-            .flat_map(|t| &t.trials)
-            .find(|r| {
-                // (A shortened one where the failure on record stands in for the full run.)
-                (r.kind == RunKind::Full || self.recorded_stands_in())
-                    && r.outcome == target
-                    && (!r.signatures.is_empty() || others(r).is_some() || !own_flags.is_empty())
-            })?;
+        // The first failing run of the user's flags that says something (a known failure,
+        // other processes' VRAM); else, where their own flags point, the first that failed.
+        // (A shortened one where the failure on record stands in for the full run.)
+        let failing = || {
+            self.tallies
+                .iter()
+                .filter(|t| t.config.key == base)
+                .flat_map(|t| &t.trials)
+                .filter(|r| {
+                    (r.kind == RunKind::Full || self.recorded_stands_in()) && r.outcome == target
+                })
+        };
+        let failed = failing()
+            .find(|r| !r.signatures.is_empty() || others(r).is_some())
+            .or_else(|| failing().find(|_| !own_flags.is_empty()))?;
         let mut flags: Vec<String> = Vec::new();
         let others_vram_bytes = others(failed);
         if others_vram_bytes.is_some() {

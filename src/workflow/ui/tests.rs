@@ -467,6 +467,12 @@ fn the_served_frontend_decides_and_a_difference_is_said() {
     assert_eq!(Frontend::of_version("1.27.10"), Frontend::V1_27);
     assert_eq!(Frontend::of_version("1.58.1"), Frontend::V1_58);
     assert_eq!(Frontend::of_version("1.42.10"), Frontend::V1_42);
+    assert_eq!(
+        Frontend::of_version("1.42.5-rc1"),
+        Frontend::of_version("1.42.5")
+    );
+    assert!(Frontend::recorded("1.42.5") && Frontend::recorded("1.27.1"));
+    assert!(!Frontend::recorded("1.42.4") && !Frontend::recorded("1.43.0"));
     let mut ui = read(fixtures().join("pairs/template_video_wan2_2_14B_s2v.ui.json"));
     let text = |ui: &Value| Workflow::parse(&ui.to_string()).unwrap();
     // Served 1.27.10, saved by 1.58.1: converted as 1.27 queues it, the differing nodes named.
