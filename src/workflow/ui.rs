@@ -108,17 +108,17 @@ impl Frontend {
     }
 
     /// PreviewAny's own widgets as this frontend makes them (`fixtures/ui-workflows/
-    /// VERSIONS.md`), in place of the `preview` of 1.27 (sent ""): from 1.40, `previewMode`,
-    /// which takes the node's first saved value (1.42.10's `configure` fills only the widgets
-    /// it keeps in `widgets_values`, in order, and `preview_markdown` and `preview_text` are
-    /// not kept), `false` without one, then those two, sent ""; from 1.43 none. (1.34 to 1.39
-    /// send `preview` and `previewMode`: not recorded, so `preview` alone here.)
+    /// VERSIONS.md`), in place of the `preview` of 1.27 (sent ""): from 1.34, `previewMode`
+    /// too, which takes the node's first saved value (the two `preview` widgets are not kept
+    /// in `widgets_values`, 1.38.14's `previewAny.ts`), `false` without one; from 1.40,
+    /// `previewMode` as before then `preview_markdown` and `preview_text`, sent "" (1.42.10's
+    /// `configure` fills only the widgets it keeps, in order); from 1.43 none.
     fn preview_any_widgets(self, widgets: Vec<Widget>) -> Vec<Widget> {
-        if !self.since(40) {
+        if !self.since(34) {
             return widgets;
         }
         let own = |w: &Widget| w.frontend_only && w.name == "preview";
-        let mut out: Vec<Widget> = widgets.into_iter().filter(|w| !own(w)).collect();
+        let (preview, mut out): (Vec<Widget>, Vec<Widget>) = widgets.into_iter().partition(own);
         if self.since(43) {
             return out;
         }
@@ -132,6 +132,10 @@ impl Frontend {
             kind: String::new(),
         };
         out.push(frontend("previewMode", Value::Bool(false), false));
+        if !self.since(40) {
+            out.extend(preview);
+            return out;
+        }
         out.push(frontend(
             "preview_markdown",
             Value::String(String::new()),

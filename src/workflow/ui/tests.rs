@@ -458,7 +458,7 @@ fn each_rule_changes_at_the_version_it_was_recorded_to() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 35);
+    assert_eq!(checked, 37);
 }
 
 #[test]
