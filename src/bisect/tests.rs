@@ -772,7 +772,9 @@ fn a_rare_flaky_failure_gets_the_budget_its_rate_needs() {
 /// every verdict is confirmed on the workflow as it is.
 mod quick {
     use super::super::scripted::{Scripted, flag_set};
-    use super::super::search::{Oracle, RunKind, Search, Settings, Stopped, Trial, VerdictKind};
+    use super::super::search::{
+        Oracle, RunKind, Search, Settings, Stopped, Tally, Trial, VerdictKind,
+    };
     use super::super::space::Config;
     use super::{SWITCHES, first_fix, has, space};
     use crate::outcome::Outcome;
@@ -875,14 +877,14 @@ mod quick {
         }
     }
 
-    #[test]
-    fn a_full_run_that_disagrees_sends_the_search_back_to_full_runs() {
-        // The shortened search settles on --disable-pinned-memory (it splits first); its
-        // confirmation fails, and the search goes on in full to the real fix.
+    /// A search of `--disable-pinned-memory` (which fixes only the shortened runs) and
+    /// `--disable-dynamic-vram` (the fix): it must find the fix and set shortened runs aside
+    /// because of the first. Its configurations and runs.
+    fn misled(settings: Settings) -> Vec<Tally> {
         let toggles = ["--disable-pinned-memory", "--disable-dynamic-vram"];
         let sp = space(&[], &toggles);
         let mut oracle = QuickMisleads;
-        let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new());
+        let mut search = Search::new(&sp, &mut oracle, settings, Vec::new());
         let found = search.run().unwrap();
         assert_eq!(found.kind, VerdictKind::FixedBy);
         assert_eq!(found.fixing_flags, ["--disable-dynamic-vram"]);
@@ -893,9 +895,84 @@ mod quick {
             why.starts_with("--disable-pinned-memory passed shortened (run "),
             "{why}"
         );
+        search.tallies
+    }
+
+    /// One configuration's lucky shortened pass beside its full failure (a session resumed
+    /// with those runs): with `--repeat 3` the failure is said to be flaky, and shortened
+    /// runs stay in use; without it they are set aside at once.
+    #[test]
+    fn one_lucky_shortened_pass_of_a_configuration_keeps_shortened_runs_when_flaky() {
+        let toggles = ["--disable-pinned-memory", "--disable-dynamic-vram"];
+        let sp = space(&[], &toggles);
+        let trial = |n: u32, fixed: bool, kind: RunKind| Trial {
+            n,
+            ..oom_unless(fixed, kind)
+        };
+        let pinned = sp.config(&sp.strong(&[0])).unwrap();
+        let runs = vec![
+            Tally {
+                config: sp.baseline(),
+                trials: vec![
+                    trial(1, false, RunKind::Full),
+                    trial(2, false, RunKind::Quick),
+                ],
+            },
+            Tally {
+                config: pinned,
+                trials: vec![
+                    trial(3, true, RunKind::Quick),
+                    trial(4, false, RunKind::Full),
+                ],
+            },
+        ];
+        let resumed = |repeat: u32| {
+            let mut oracle = DynamicVramFixes;
+            let settings = Settings {
+                repeat,
+                ..first_fix()
+            };
+            let mut search = Search::new(&sp, &mut oracle, settings, runs.clone());
+            let found = search.run().unwrap();
+            assert_eq!(found.fixing_flags, ["--disable-dynamic-vram"]);
+            found.quick
+        };
+        assert!(
+            matches!(resumed(3), QuickState::Reproduces { .. }),
+            "{:?}",
+            resumed(3)
+        );
+        let QuickState::SetAside(why) = resumed(1) else {
+            panic!("{:?}", resumed(1))
+        };
+        assert!(
+            why.starts_with("--disable-pinned-memory passed shortened (run 3)"),
+            "{why}"
+        );
+    }
+
+    /// Fixes shortened and full runs alike with `--disable-dynamic-vram` alone.
+    struct DynamicVramFixes;
+
+    impl Oracle for DynamicVramFixes {
+        fn run(&mut self, config: &Config, kind: RunKind) -> Result<Trial, Stopped> {
+            Ok(oom_unless(
+                has(&flag_set(config), "--disable-dynamic-vram"),
+                kind,
+            ))
+        }
+        fn can_shorten(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_full_run_that_disagrees_sends_the_search_back_to_full_runs() {
+        // The shortened search settles on --disable-pinned-memory (it splits first); its
+        // confirmation fails, and the search goes on in full to the real fix.
+        let tallies = misled(first_fix());
         // Every pass the verdict rests on is a full one.
-        let fix = search
-            .tallies
+        let fix = tallies
             .iter()
             .find(|t| t.config.flags == ["--disable-dynamic-vram"])
             .unwrap();
@@ -911,25 +988,11 @@ mod quick {
     /// shortened runs that truly hide the failure still are.
     #[test]
     fn a_flaky_failures_shortened_runs_are_set_aside_only_past_luck() {
-        let toggles = ["--disable-pinned-memory", "--disable-dynamic-vram"];
-        let sp = space(&[], &toggles);
-        let settings = Settings {
+        let tallies = misled(Settings {
             repeat: 3,
             ..first_fix()
-        };
-        let mut oracle = QuickMisleads;
-        let mut search = Search::new(&sp, &mut oracle, settings, Vec::new());
-        let found = search.run().unwrap();
-        assert_eq!(found.fixing_flags, ["--disable-dynamic-vram"]);
-        let QuickState::SetAside(why) = &found.quick else {
-            panic!("{:?}", found.quick)
-        };
-        assert!(
-            why.starts_with("--disable-pinned-memory passed shortened (run "),
-            "{why}"
-        );
-        let pinned = search
-            .tallies
+        });
+        let pinned = tallies
             .iter()
             .find(|t| t.config.flags == ["--disable-pinned-memory"])
             .unwrap();

@@ -424,25 +424,28 @@ mod tests {
         assert_eq!(log.lines().count(), 3);
     }
 
+    /// The pid a shell wrote to `path`, waited for up to 5 s (the shell creates the file
+    /// before it writes the number: read until it parses).
+    fn pid_written(path: &std::path::Path) -> Option<i32> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let pid = std::fs::read_to_string(path)
+                .ok()
+                .and_then(|t| t.trim().parse().ok());
+            if pid.is_some() || Instant::now() >= deadline {
+                return pid;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     #[test]
     fn terminate_reaches_grandchildren() {
         let tmp = tempfile::tempdir().unwrap();
         // A grandchild that ignores nothing and sleeps; the shell waits for it.
         let (child, _rx) = sh("sleep 30 & echo $! > grandchild.pid; wait", tmp.path());
-        let pid_file = tmp.path().join("grandchild.pid");
-        // (The shell creates the file before it writes the number: read until it parses.)
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let read = || {
-            std::fs::read_to_string(&pid_file)
-                .ok()?
-                .trim()
-                .parse::<i32>()
-                .ok()
-        };
-        while read().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let grandchild: i32 = read().expect("the shell wrote the grandchild's pid");
+        let grandchild =
+            pid_written(&tmp.path().join("grandchild.pid")).expect("the shell wrote the pid");
         let pgid = child.pid;
         let stopped = child.terminate(Duration::from_secs(2));
         assert!(stopped.group_empty);
@@ -484,18 +487,7 @@ mod tests {
             "setsid sleep 30 & echo $! > escaped.pid; sleep 30",
             tmp.path(),
         );
-        let pid_file = tmp.path().join("escaped.pid");
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let read = || {
-            std::fs::read_to_string(&pid_file)
-                .ok()?
-                .trim()
-                .parse::<i32>()
-                .ok()
-        };
-        while read().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let escaped = pid_written(&tmp.path().join("escaped.pid"));
         let started = Instant::now();
         let _ = child.terminate(Duration::from_millis(500));
         assert!(
@@ -504,7 +496,7 @@ mod tests {
             started.elapsed()
         );
         // Clean up the escaped sleeper.
-        if let Some(pid) = read() {
+        if let Some(pid) = escaped {
             unsafe {
                 libc::kill(pid, libc::SIGKILL);
             }

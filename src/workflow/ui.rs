@@ -145,13 +145,6 @@ impl Frontend {
         out
     }
 
-    /// A linked widget input whose subgraph input the instance lacks takes the node's k-th
-    /// saved value (see `unpromoted_1_27`): up to 1.35.2, with `widget_from_target_slot`
-    /// (1.35.0 and 1.35.2 recorded as 1.34.9, 1.35.3 as 1.35.9).
-    fn fills_unpromoted_by_position(self) -> bool {
-        self.widget_from_target_slot()
-    }
-
     /// A subgraph instance saved without `proxyWidgets` has its values ignored, its nodes'
     /// own sent: 1.41 to 1.45.
     fn ignores_values_without_proxy_widgets(self) -> bool {
@@ -174,6 +167,10 @@ impl Frontend {
     /// saved ones it lacks), not the input that holds the link: up to 1.35.2
     /// (`link.resolve(..).input` in `SubgraphNode.ts`; from 1.35.3 the input is found by its
     /// link, "target_slot can't be trusted").
+    ///
+    /// The same change ended 1.27's k-th saved value for a linked widget input whose
+    /// subgraph input the instance lacks (see `unpromoted_1_27`; 1.35.0 and 1.35.2 recorded
+    /// as 1.34.9, 1.35.3 as 1.35.9).
     fn widget_from_target_slot(self) -> bool {
         !(self.since(36) || self.line == (1, 35) && self.patch >= 3)
     }
@@ -817,7 +814,7 @@ impl<'a> Converter<'a> {
         slot: usize,
         widgets: &[Widget],
     ) -> Option<Value> {
-        if !self.frontend.fills_unpromoted_by_position() {
+        if !self.frontend.widget_from_target_slot() {
             return None;
         }
         let graph = self.scopes[scope].graph;
