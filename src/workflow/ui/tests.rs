@@ -45,16 +45,6 @@ fn pair(name: &str) {
 fn pair_of(name: &str, dir: &str, frontend: Frontend) {
     let ui = read(fixtures().join(format!("pairs/{name}.ui.json")));
     let expected = read(fixtures().join(format!("{dir}/{name}.api.json")));
-    if let Some((_, lines, why)) = REFUSED.iter().find(|(n, _, _)| *n == name)
-        && lines.contains(&frontend)
-    {
-        // Not certain: refused, naming the instance, never a guess at what was queued.
-        let err = convert_for(&ui, &defs(), frontend)
-            .err()
-            .unwrap_or_else(|| panic!("{name}: converted, though {why}"));
-        assert!(err.reason.contains("cannot be told"), "{name}: {err}");
-        return;
-    }
     let (got, _) =
         convert_for(&ui, &defs(), frontend).unwrap_or_else(|r| panic!("{name}: refused: {r}"));
     let expected = bare(expected.as_object().unwrap());
@@ -79,11 +69,6 @@ fn pair_of(name: &str, dir: &str, frontend: Frontend) {
         panic!("{name}: differs from the frontend's\n{}", diff.join("\n"));
     }
 }
-
-/// Pairs whose conversion is refused by the rules of some lines, and why: what the frontend
-/// queued there is recorded, but the instance's saved values cannot be placed with
-/// certainty (a line that ignores them, 1.42 without `proxyWidgets`, converts them).
-const REFUSED: &[(&str, &[Frontend], &str)] = &[];
 
 /// The features of each pair, as `pairs.json` tags them.
 fn manifest() -> Vec<(String, Vec<String>)> {
