@@ -692,6 +692,12 @@ impl<'a> Search<'a> {
             if let Some(settled) = self.settled(&self.evidence_of(&config)) {
                 return Ok(settled);
             }
+            // A shortened run ended otherwise before any failed as the user's flags did:
+            // their shortened run says whether it counts.
+            if self.check_due() {
+                self.run_kind(&self.space.baseline(), RunKind::Quick)?;
+                continue;
+            }
             self.run_once(&config)?;
         }
     }
@@ -856,8 +862,9 @@ impl<'a> Search<'a> {
             Strategy::Matrix => self.matrix()?,
         };
         let Some(choice) = found else {
-            // Confirmed on the workflow as it is: the configuration with the most changes.
-            if self.next_kind() == RunKind::Quick && !self.flaky {
+            // Confirmed on the workflow as it is: the configuration with the most changes
+            // (where shortened runs counted).
+            if matches!(self.quick, QuickState::Reproduces { .. }) && !self.flaky {
                 let all: Vec<usize> = (0..self.space.dims.len()).collect();
                 let everything = self.largest_valid(&all);
                 // (A shortened failure before any sampling step is that run already.)

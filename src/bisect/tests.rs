@@ -781,6 +781,14 @@ mod quick {
     use crate::session::failure::FailedAt;
     use crate::session::quick::{QuickState, Recorded};
 
+    /// Shortened runs of the user's flags.
+    fn own_quick(search: &Search) -> u32 {
+        let own = search.tallies.iter().filter(|t| t.config.choice.is_empty());
+        own.flat_map(|t| &t.trials)
+            .filter(|t| t.kind == RunKind::Quick)
+            .count() as u32
+    }
+
     fn kinds(search: &Search) -> (usize, usize) {
         let all = || search.tallies.iter().flat_map(|t| &t.trials);
         let quick = all().filter(|t| t.kind == RunKind::Quick).count();
@@ -789,6 +797,7 @@ mod quick {
 
     #[test]
     fn a_culprit_found_on_shortened_runs_is_confirmed_in_full() {
+        let mut checked = 0;
         for culprit in 0..6 {
             let toggles = &SWITCHES[..6];
             let fix = toggles[culprit].to_string();
@@ -799,12 +808,57 @@ mod quick {
             let found = search.run().unwrap();
             assert_eq!(found.kind, VerdictKind::FixedBy);
             assert_eq!(found.fixing_flags, [toggles[culprit]]);
+            // The check is the first shortened run that failed as the baseline did; the
+            // user's flags run shortened only where a shortened pass came first.
+            let QuickState::Reproduces {
+                reference: 1,
+                check,
+            } = found.quick
+            else {
+                panic!("culprit {culprit}: {:?}", found.quick)
+            };
+            let quick: Vec<&Trial> = {
+                let mut q: Vec<&Trial> = search
+                    .tallies
+                    .iter()
+                    .flat_map(|t| &t.trials)
+                    .filter(|t| t.kind == RunKind::Quick)
+                    .collect();
+                q.sort_by_key(|t| t.n);
+                q
+            };
+            let own: Vec<u32> = search
+                .tallies
+                .iter()
+                .filter(|t| t.config.choice.is_empty())
+                .flat_map(|t| &t.trials)
+                .filter(|t| t.kind == RunKind::Quick)
+                .map(|t| t.n)
+                .collect();
+            if quick[0].outcome == Outcome::Pass {
+                assert_eq!(
+                    (own.as_slice(), check),
+                    (&[quick[0].n + 1][..], quick[0].n + 1)
+                );
+                checked += 1;
+            } else {
+                assert_eq!(
+                    (own.as_slice(), check),
+                    (&[][..], quick[0].n),
+                    "culprit {culprit}"
+                );
+            }
+            // A resumed session reads the same from the same runs.
+            let fix = toggles[culprit].to_string();
+            let mut replay = Scripted::deterministic(Box::new(move |s| has(s, &fix)));
+            replay.quick = Some(true);
+            let runs = search.tallies.clone();
+            let mut resumed = Search::new(&sp, &mut replay, first_fix(), runs);
+            let again = resumed.run().unwrap();
             assert_eq!(
-                found.quick,
-                QuickState::Reproduces {
-                    reference: 1,
-                    check: 2
-                }
+                (again.quick, resumed.runs),
+                (found.quick.clone(), search.runs),
+                "culprit {culprit}"
             );
             // The baseline and the confirmation are the only full runs.
             let (quick, full) = kinds(&search);
@@ -817,10 +871,12 @@ mod quick {
                 .max_by_key(|t| t.n);
             assert_eq!(last.unwrap().kind, RunKind::Full);
         }
+        // Both ways are taken among the six.
+        assert!((1..6).contains(&checked), "{checked} of 6 made the check");
     }
 
     #[test]
-    fn a_failure_that_needs_the_whole_length_costs_one_shortened_run() {
+    fn a_failure_that_needs_the_whole_length_costs_two_shortened_runs() {
         for culprit in 0..6 {
             let toggles = &SWITCHES[..6];
             let rule = |c: usize| {
@@ -837,15 +893,17 @@ mod quick {
             let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new());
             let found = search.run().unwrap();
             assert_eq!(found.fixing_flags, without.fixing_flags);
-            assert_eq!(search.runs, runs_off + 1, "culprit {culprit}");
+            // The first shortened run passes, so the shortened run of the user's flags is
+            // made next; it passes too, and both are set aside.
+            assert_eq!(search.runs, runs_off + 2, "culprit {culprit}");
             let QuickState::SetAside(why) = &found.quick else {
                 panic!("{:?}", found.quick)
             };
             assert_eq!(
                 why,
-                "the shortened run of your flags (run 2) passed, where your workflow failed with oom in node 3 (run 1)"
+                "the shortened run of your flags (run 3) passed, where your workflow failed with oom in node 3 (run 1)"
             );
-            assert_eq!(kinds(&search).0, 1);
+            assert_eq!(kinds(&search).0, 2);
         }
     }
 
@@ -1126,13 +1184,18 @@ mod quick {
                 .find(|t| t.config.choice.is_empty())
                 .unwrap();
             assert!(baseline.trials.iter().all(|t| t.kind == RunKind::Full));
-            // One run fewer than where the failure came after a step.
+            // Where the failure came after a step, the same runs, and the shortened run of
+            // the user's flags where a shortened pass came before any shortened failure.
             let fix = toggles[culprit].to_string();
             let mut late = Scripted::deterministic(Box::new(move |s| has(s, &fix)));
             late.quick = Some(true);
             let mut checked = Search::new(&sp, &mut late, first_fix(), Vec::new());
             checked.run().unwrap();
-            assert_eq!(search.runs + 1, checked.runs, "culprit {culprit}");
+            assert_eq!(
+                search.runs + own_quick(&checked),
+                checked.runs,
+                "culprit {culprit}"
+            );
         }
     }
 
@@ -1295,7 +1358,9 @@ mod quick {
             "{:?}",
             found.quick
         );
-        // Without --repeat, the one check decides (shortened runs set aside).
+        // Without --repeat, the one check decides (shortened runs set aside). (One toggle,
+        // so that the first shortened run passes and calls the check.)
+        let sp = space(&[], &["--disable-mmap"]);
         let mut oracle = LuckyOnce { quick_baselines: 0 };
         let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new());
         let found = search.run().unwrap();
@@ -1350,10 +1415,12 @@ mod quick {
                 }
             );
             assert_eq!(first_run(&search), RunKind::Quick);
-            // The confirmation is the only full run: one fewer than without the record.
+            // The confirmation is the only full run: the shortened check stands for the
+            // full baseline (without the record, the check is made only where a shortened
+            // pass came before any shortened failure).
             assert_eq!(kinds(&search).1, 1, "{culprit}");
             assert_eq!(kinds(&without).1, 2, "{culprit}");
-            assert_eq!(search.runs + 1, without.runs, "{culprit}");
+            assert_eq!(search.runs + own_quick(&without), without.runs, "{culprit}");
             let on_record = found.failure_on_record.expect("it stood in");
             assert_eq!(
                 (on_record.file.as_str(), on_record.line),

@@ -19,6 +19,12 @@ pub enum QuickState {
     /// The shortened run of the baseline (run `check`) failed as the full one did (run
     /// `reference`): the search runs shortened.
     Reproduces { reference: u32, check: u32 },
+    /// The user's flags failed in full once sampling had begun (run `reference`), and no
+    /// shortened run failed as they did yet: the search runs shortened, the first shortened
+    /// run that fails so is the check (a failing run of theirs shortened would say no more),
+    /// and a shortened run that ends otherwise first calls the shortened run of their flags
+    /// before it counts. (Deterministic failures only: `--repeat` checks their flags first.)
+    Presumed { reference: u32 },
     /// Shortened runs were set aside (why); the search goes on in full.
     SetAside(String),
 }
@@ -191,7 +197,13 @@ pub(crate) fn summarize_quick(
                 out.statement = format!("All runs were full: {why}.");
             }
         }
-        QuickState::Untried => out.state = "not_used".into(),
+        QuickState::Presumed { .. } if runs_quick > 0 => {
+            out.state = "unchecked".into();
+            out.steps = steps;
+            out.statement = "Shortened runs were made, but none failed as your workflow did yet and the shortened run of your flags was not made: they do not count."
+                .into();
+        }
+        QuickState::Untried | QuickState::Presumed { .. } => out.state = "not_used".into(),
     }
     out
 }

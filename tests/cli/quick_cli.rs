@@ -77,6 +77,50 @@ fn dynamic_vram_oom(extra: Value) -> Value {
 }
 
 #[test]
+fn a_shortened_run_that_fails_as_the_workflow_did_stands_for_the_check() {
+    // An OOM at VAE decode, after sampling: the first shortened run (the known failure's
+    // usual fix, pinned memory off) fails there as the workflow did, which shows what the
+    // shortened run of the user's flags would: it is never made.
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"timing": {"step_time": 0.1}, "rules": [
+            {"when": {"flags": {"--disable-smart-memory": true}}, "effect": "pass"},
+            {"effect": "oom", "node": "VAEDecode"}
+        ]}),
+    );
+    let toggles = [
+        "--toggle",
+        "--disable-pinned-memory",
+        "--toggle",
+        "--disable-smart-memory",
+    ];
+    let (code, doc, _tmp) = bisect(&install, &toggles);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(
+        doc["verdict"]["fixing_flags"],
+        json!(["--disable-smart-memory"])
+    );
+    let runs = runs(&doc);
+    assert_eq!(
+        runs,
+        [
+            (1, "full".into(), "oom".into()),
+            (2, "quick".into(), "oom".into()),
+            // The one change left, likely to pass: in full at once.
+            (3, "full".into(), "pass".into()),
+        ]
+    );
+    assert_eq!(
+        doc["configs"][1]["changes"],
+        json!(["--disable-pinned-memory"])
+    );
+    let own = doc["configs"][0]["each_run"].as_array().unwrap();
+    assert_eq!(own.len(), 1, "{own:?}");
+    assert_eq!(doc["quick"]["reproduced_by_run"], 2);
+    assert_eq!(doc["quick"]["reference_run"], 1);
+}
+
+#[test]
 fn the_search_runs_shortened_once_one_fails_as_the_workflow_does() {
     // The failure strikes at the first sampling step, so the shortened copy is checked.
     let install = FakeComfy::new("0.38.1", dynamic_vram_oom(json!({"at_step": 1})));
@@ -87,9 +131,14 @@ fn the_search_runs_shortened_once_one_fails_as_the_workflow_does() {
         json!(["--disable-dynamic-vram"])
     );
     let runs = runs(&doc);
-    // Run 1 is the workflow as it is; run 2 its shortened copy, which fails the same way.
+    // Run 1 is the workflow as it is. Run 2, the first shortened one, passes (without
+    // Dynamic VRAM), so before it counts run 3 is the shortened copy of the user's flags,
+    // which fails the same way.
     assert_eq!(runs[0], (1, "full".into(), "oom".into()));
-    assert_eq!(runs[1], (2, "quick".into(), "oom".into()));
+    assert_eq!(runs[1], (2, "quick".into(), "pass".into()), "{runs:?}");
+    assert_eq!(runs[2], (3, "quick".into(), "oom".into()), "{runs:?}");
+    assert_eq!(doc["configs"][0]["changes"], json!(["(your flags)"]));
+    assert_eq!(doc["configs"][0]["each_run"][1]["n"], 3);
     // The verdict's run is the last, in full, and passes.
     let last = runs.last().unwrap();
     assert_eq!((last.1.as_str(), last.2.as_str()), ("full", "pass"));
@@ -100,14 +149,14 @@ fn the_search_runs_shortened_once_one_fails_as_the_workflow_does() {
     let quick = &doc["quick"];
     assert_eq!(quick["state"], "used");
     assert_eq!(quick["steps"], 2);
-    assert_eq!(quick["reproduced_by_run"], 2);
+    assert_eq!(quick["reproduced_by_run"], 3);
     assert_eq!(quick["reference_run"], 1);
     assert_eq!(quick["confirmed_by_run"], last.0);
     assert_eq!(quick["runs_full"], 2);
     let statement = doc["verdict"]["statement"].as_str().unwrap();
     assert!(
         statement.contains(&format!(
-            "Searched on 2-step runs, which fail as your workflow does (run 2); confirmed on your workflow (run {})",
+            "Searched on 2-step runs, which fail as your workflow does (run 3); confirmed on your workflow (run {})",
             last.0
         )),
         "{statement}"
@@ -132,7 +181,7 @@ fn the_search_runs_shortened_once_one_fails_as_the_workflow_does() {
     // The stand-in's log shows the 2 steps it sampled.
     let log = std::fs::read_to_string(
         tmp.path()
-            .join(format!("session/runs/{:03}/comfyui.log", runs[2].0)),
+            .join(format!("session/runs/{:03}/comfyui.log", runs[1].0)),
     )
     .unwrap();
     assert!(log.contains("2/2"), "{log}");

@@ -11,6 +11,18 @@ use super::*;
 const LUCKY_PASSES: usize = 3;
 
 impl Search<'_> {
+    /// Whether the shortened run of the user's flags is due before the next run: shortened
+    /// runs are presumed to show the failure, and one ended otherwise before any failed as
+    /// it did (see [`QuickState::Presumed`]).
+    pub(super) fn check_due(&self) -> bool {
+        matches!(self.quick, QuickState::Presumed { .. })
+            && self
+                .tallies
+                .iter()
+                .flat_map(|t| &t.trials)
+                .any(|t| t.kind == RunKind::Quick)
+    }
+
     /// Whether the failure on record struck well past the steps a shortened run keeps (its
     /// log's progress bar stopped there): a shortened check could not show it.
     pub(super) fn recorded_past_shortening(&self) -> bool {
@@ -98,7 +110,7 @@ impl Search<'_> {
     /// The kind of run the search makes now.
     pub(super) fn next_kind(&self) -> RunKind {
         match self.quick {
-            QuickState::Reproduces { .. } => RunKind::Quick,
+            QuickState::Reproduces { .. } | QuickState::Presumed { .. } => RunKind::Quick,
             _ => RunKind::Full,
         }
     }
@@ -184,6 +196,24 @@ impl Search<'_> {
                 None if !checks.is_empty() && checks.len() < LUCKY_PASSES => check = None,
                 None => {}
             }
+        }
+        // A deterministic failure that struck once sampling had begun: no shortened run of
+        // the user's flags first. The first shortened run that fails as they did shows what
+        // that check would (see [`QuickState::Presumed`]).
+        if check.is_none()
+            && checks.is_empty()
+            && self.settings.repeat <= 1
+            && let Some(r) = reference
+        {
+            let shown = all()
+                .filter(|t| t.kind == RunKind::Quick && t.fails_as(r))
+                .min_by_key(|t| t.n)
+                .map(|t| t.n);
+            match shown {
+                Some(check) => self.settle_quick(target, r.n, check),
+                None => self.quick = QuickState::Presumed { reference: r.n },
+            }
+            return;
         }
         let (Some(reference), Some(check)) = (reference, check) else {
             self.quick = QuickState::Untried;
