@@ -566,6 +566,7 @@ impl<'a> Search<'a> {
     /// Runs `config` once more: shortened while shortened runs reproduce the failure (unless
     /// the search prefers a full run for this one).
     fn run_once(&mut self, config: &Config) -> Result<Outcome, Stopped> {
+        self.check_if_due()?;
         let kind = self.prefer.unwrap_or_else(|| self.next_kind());
         self.run_kind(config, kind)
     }
@@ -692,10 +693,8 @@ impl<'a> Search<'a> {
             if let Some(settled) = self.settled(&self.evidence_of(&config)) {
                 return Ok(settled);
             }
-            // A shortened run ended otherwise before any failed as the user's flags did:
-            // their shortened run says whether it counts.
-            if self.check_due() {
-                self.run_kind(&self.space.baseline(), RunKind::Quick)?;
+            // (A check made here may settle this configuration's shortened run.)
+            if self.check_if_due()? {
                 continue;
             }
             self.run_once(&config)?;

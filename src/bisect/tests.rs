@@ -1657,34 +1657,112 @@ mod quick {
     fn a_session_stopped_midway_resumes_to_the_same_verdict() {
         let toggles = &SWITCHES[..6];
         let sp = space(&[], toggles);
-        let rule = || Box::new(|s: &std::collections::BTreeSet<String>| has(s, "--cpu-vae"));
-        let mut whole = Scripted::deterministic(rule());
-        whole.quick = Some(true);
-        let mut search = Search::new(&sp, &mut whole, first_fix(), Vec::new());
-        let found = search.run().unwrap();
-        let runs = search.runs;
-        for stop_at in 1..runs {
-            let mut inner = Scripted::deterministic(rule());
-            inner.quick = Some(true);
-            let mut first = super::StopAfter {
-                inner: &mut inner,
-                left: stop_at,
-                ran: Vec::new(),
-            };
-            let mut search = Search::new(&sp, &mut first, first_fix(), Vec::new());
-            assert_eq!(search.run().unwrap().kind, VerdictKind::Incomplete);
-            let tallies = search.tallies.clone();
-            let mut again = Scripted::deterministic(rule());
-            again.quick = Some(true);
-            let mut resumed = Search::new(&sp, &mut again, first_fix(), tallies);
-            let second = resumed.run().unwrap();
-            assert_eq!(
-                second.fixing_flags, found.fixing_flags,
-                "stopped at {stop_at}"
-            );
-            assert_eq!(second.quick, found.quick, "stopped at {stop_at}");
-            assert_eq!(resumed.runs, runs, "stopped at {stop_at}");
+        // No fix among the toggles, and one the first shortened run passes with (so a stop
+        // can fall between that pass and the shortened run of the user's flags it calls).
+        let mut unchecked = 0;
+        let passes_first = toggles
+            .iter()
+            .copied()
+            .find(|fix| {
+                let fix = fix.to_string();
+                let mut o = Scripted::deterministic(Box::new(move |s| has(s, &fix)));
+                o.quick = Some(true);
+                let mut search = Search::new(&sp, &mut o, first_fix(), Vec::new());
+                search.run().unwrap();
+                let all = search.tallies.iter().flat_map(|t| &t.trials);
+                let first = all.filter(|t| t.kind == RunKind::Quick).min_by_key(|t| t.n);
+                first.is_some_and(|t| t.outcome == Outcome::Pass)
+            })
+            .expect("one fix the first shortened run passes with");
+        for fix in ["--cpu-vae", passes_first] {
+            let rule = move || Box::new(move |s: &std::collections::BTreeSet<String>| has(s, fix));
+            let mut whole = Scripted::deterministic(rule());
+            whole.quick = Some(true);
+            let mut search = Search::new(&sp, &mut whole, first_fix(), Vec::new());
+            let found = search.run().unwrap();
+            let runs = search.runs;
+            for stop_at in 1..runs {
+                let mut inner = Scripted::deterministic(rule());
+                inner.quick = Some(true);
+                let mut first = super::StopAfter {
+                    inner: &mut inner,
+                    left: stop_at,
+                    ran: Vec::new(),
+                };
+                let mut search = Search::new(&sp, &mut first, first_fix(), Vec::new());
+                let stopped = search.run().unwrap();
+                assert_eq!(stopped.kind, VerdictKind::Incomplete);
+                if matches!(stopped.quick, QuickState::Presumed { .. }) && kinds(&search).0 > 0 {
+                    unchecked += 1;
+                }
+                let tallies = search.tallies.clone();
+                let mut again = Scripted::deterministic(rule());
+                again.quick = Some(true);
+                let mut resumed = Search::new(&sp, &mut again, first_fix(), tallies);
+                let second = resumed.run().unwrap();
+                assert_eq!(
+                    second.fixing_flags, found.fixing_flags,
+                    "{fix} stopped at {stop_at}"
+                );
+                assert_eq!(second.quick, found.quick, "{fix} stopped at {stop_at}");
+                assert_eq!(resumed.runs, runs, "{fix} stopped at {stop_at}");
+            }
         }
+        assert_eq!(unchecked, 1, "one stop falls before the check");
+    }
+
+    /// A failure that shows as flaky in the runs of the user's flags (a full pass, then a
+    /// full failure) at `--repeat 1`: their shortened run is made first, as for `--repeat`,
+    /// and the flaky search counts its shortened runs.
+    #[test]
+    fn a_failure_seen_to_be_flaky_gets_the_shortened_run_of_your_flags_first() {
+        struct PassesFirst {
+            inner: Scripted,
+            full_baselines: u32,
+        }
+        impl Oracle for PassesFirst {
+            fn run(&mut self, c: &Config, kind: RunKind) -> Result<Trial, Stopped> {
+                let mut t = self.inner.run(c, kind)?;
+                if kind == RunKind::Full && c.choice.is_empty() {
+                    self.full_baselines += 1;
+                    if self.full_baselines == 1 {
+                        t.outcome = Outcome::Pass;
+                    }
+                }
+                Ok(t)
+            }
+            fn can_shorten(&self) -> bool {
+                true
+            }
+        }
+        let toggles = &SWITCHES[..6];
+        let sp = space(&[], toggles);
+        let fix = toggles[3].to_string();
+        let mut inner = Scripted::deterministic(Box::new(move |s| has(s, &fix)));
+        inner.quick = Some(true);
+        let mut oracle = PassesFirst {
+            inner,
+            full_baselines: 0,
+        };
+        let mut search = Search::new(&sp, &mut oracle, first_fix(), Vec::new());
+        let found = search.run().unwrap();
+        assert_eq!(found.fixing_flags, [toggles[3]]);
+        // (At --repeat 1 the full pass beside the shortened failure then sets shortened
+        // runs aside, as it did before shortened runs were presumed.)
+        assert_eq!(own_quick(&search), 1, "{:?}", found.quick);
+        let first_quick = search
+            .tallies
+            .iter()
+            .flat_map(|t| {
+                t.trials
+                    .iter()
+                    .map(move |r| (r, t.config.choice.is_empty()))
+            })
+            .filter(|(r, _)| r.kind == RunKind::Quick)
+            .min_by_key(|(r, _)| r.n)
+            .map(|(r, own)| (r.n, own));
+        assert_eq!(first_quick, Some((3, true)));
+        assert!(search.runs < 40, "{} runs", search.runs);
     }
 }
 

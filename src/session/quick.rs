@@ -16,14 +16,16 @@ pub enum QuickState {
     Off(Option<String>),
     /// Not tried yet: the baseline has not failed in full, or its shortened run is next.
     Untried,
-    /// The shortened run of the baseline (run `check`) failed as the full one did (run
-    /// `reference`): the search runs shortened.
+    /// A shortened run (run `check`: of the user's flags, or the first of any configuration
+    /// that failed as they did) failed as their full one did (run `reference`): the search
+    /// runs shortened.
     Reproduces { reference: u32, check: u32 },
     /// The user's flags failed in full once sampling had begun (run `reference`), and no
     /// shortened run failed as they did yet: the search runs shortened, the first shortened
     /// run that fails so is the check (a failing run of theirs shortened would say no more),
     /// and a shortened run that ends otherwise first calls the shortened run of their flags
-    /// before it counts. (Deterministic failures only: `--repeat` checks their flags first.)
+    /// before it counts. (Without `--repeat`, and only where no full run of their flags
+    /// passed before: a failure said or seen to be flaky checks their flags first.)
     Presumed { reference: u32 },
     /// Shortened runs were set aside (why); the search goes on in full.
     SetAside(String),
@@ -80,11 +82,13 @@ pub struct QuickSummary {
     /// `--quick` as given: `auto`, `off` or a number of steps.
     pub asked: String,
     /// `used` (the search ran shortened), `set_aside` (it did, then went on in full),
-    /// `not_used` (every run was full).
+    /// `not_used` (every run was full), `unchecked` (stopped after shortened runs, none of
+    /// which failed as the workflow did, before the shortened run of your flags).
     pub state: String,
     /// The sampling steps of a shortened run.
     pub steps: Option<u64>,
-    /// The shortened run of your flags that failed as your workflow does, and that full run.
+    /// The shortened run that failed as your workflow does (of your flags, or the first of
+    /// any configuration), and that full run.
     pub reproduced_by_run: Option<u32>,
     pub reference_run: Option<u32>,
     /// The full run the verdict was confirmed by.
@@ -239,4 +243,41 @@ pub(crate) fn known_shortening<'a>(
 pub(crate) fn kept_prompt(dir: &Path) -> Option<serde_json::Map<String, serde_json::Value>> {
     let text = std::fs::read_to_string(dir.join(folder::WORKFLOW)).ok()?;
     serde_json::from_str(&text).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(n: u32, kind: RunKind, outcome: Outcome) -> RunSummary {
+        RunSummary {
+            n,
+            kind,
+            outcome,
+            duration_ms: 1000,
+        }
+    }
+
+    #[test]
+    fn a_session_stopped_before_its_shortened_runs_counted_says_so() {
+        let state = QuickState::Presumed { reference: 1 };
+        let runs = [
+            run(1, RunKind::Full, Outcome::Oom),
+            run(2, RunKind::Quick, Outcome::Pass),
+        ];
+        let out = summarize_quick(&state, &runs, Quick::Auto, Some(2), None, None);
+        assert_eq!(out.state, "unchecked");
+        assert_eq!(out.reproduced_by_run, None);
+        assert!(
+            out.statement.contains("they do not count"),
+            "{}",
+            out.statement
+        );
+        // Stopped before any shortened run: nothing shortened was used.
+        let out = summarize_quick(&state, &runs[..1], Quick::Auto, Some(2), None, None);
+        assert_eq!(
+            (out.state.as_str(), out.statement.as_str()),
+            ("not_used", "")
+        );
+    }
 }

@@ -43,7 +43,8 @@ impl Search<'_> {
                 }
                 self.target = Some(first);
                 self.refresh_quick();
-                // Shortened runs are used only once one has failed as the workflow does.
+                // Shortened runs count only once one has failed as the workflow does: the
+                // shortened run of these flags now, unless none is needed first.
                 if self.quick == QuickState::Untried {
                     self.run_kind(&base, RunKind::Quick)?;
                     continue;

@@ -23,6 +23,17 @@ impl Search<'_> {
                 .any(|t| t.kind == RunKind::Quick)
     }
 
+    /// Makes the shortened run of the user's flags where it is due: a shortened run ended
+    /// otherwise before any failed as their full run did, and it says whether that run
+    /// counts. Whether it ran.
+    pub(super) fn check_if_due(&mut self) -> Result<bool, Stopped> {
+        if !self.check_due() {
+            return Ok(false);
+        }
+        self.run_kind(&self.space.baseline(), RunKind::Quick)?;
+        Ok(true)
+    }
+
     /// Whether the failure on record struck well past the steps a shortened run keeps (its
     /// log's progress bar stopped there): a shortened check could not show it.
     pub(super) fn recorded_past_shortening(&self) -> bool {
@@ -101,9 +112,24 @@ impl Search<'_> {
         // Where the failure struck before sampling, a shortened failure is the same run.
         let same_run = check_before_sampling
             || matches!(self.quick, QuickState::Reproduces { reference, check } if reference == check);
-        let quick_fail = mean(RunKind::Quick, false).or(same_run.then_some(full_fail))?;
+        // Before any shortened run counts (see [`QuickState::Presumed`]): a shortened
+        // failure as the full one less the steps it cuts, and a shortened pass calls the
+        // shortened run of the user's flags as well.
+        let presumed = match self.quick {
+            QuickState::Presumed { reference } => self
+                .tallies
+                .iter()
+                .flat_map(|t| &t.trials)
+                .find(|t| t.n == reference)
+                .and_then(|r| self.shortened_costs(r))
+                .map(|(_, check)| check * 1000.0),
+            _ => None,
+        };
+        let quick_fail = mean(RunKind::Quick, false)
+            .or(same_run.then_some(full_fail))
+            .or(presumed)?;
         // A shortened pass not measured yet lasts at least as long as a shortened failure.
-        let quick_pass = mean(RunKind::Quick, true).unwrap_or(quick_fail);
+        let quick_pass = mean(RunKind::Quick, true).unwrap_or(quick_fail) + presumed.unwrap_or(0.0);
         ((1.0 - p) * (full_fail - quick_fail).max(0.0) < p * quick_pass).then_some(RunKind::Full)
     }
 
@@ -115,9 +141,9 @@ impl Search<'_> {
         }
     }
 
-    /// Decides [`QuickState`] from the runs so far: the shortened run of the baseline against
-    /// its first full failure, then every configuration's shortened runs against its full
-    /// ones. Set aside, shortened runs stay set aside.
+    /// Decides [`QuickState`] from the runs so far: the shortened run of the baseline (or,
+    /// where none was needed, the first shortened run that failed as it did) against its
+    /// first full failure, then every configuration's shortened runs against its full ones. Set aside, shortened runs stay set aside.
     pub(super) fn refresh_quick(&mut self) {
         if matches!(self.quick, QuickState::SetAside(_)) {
             return;
@@ -200,10 +226,15 @@ impl Search<'_> {
         // A deterministic failure that struck once sampling had begun: no shortened run of
         // the user's flags first. The first shortened run that fails as they did shows what
         // that check would (see [`QuickState::Presumed`]).
+        // (Not where a full run of the user's flags passed before the one that failed: that
+        // failure is flaky, and the flaky search needs their shortened run.)
         if check.is_none()
             && checks.is_empty()
             && self.settings.repeat <= 1
             && let Some(r) = reference
+            && !trials
+                .iter()
+                .any(|t| t.kind == RunKind::Full && t.outcome == Outcome::Pass && t.n < r.n)
         {
             let shown = all()
                 .filter(|t| t.kind == RunKind::Quick && t.fails_as(r))
@@ -285,6 +316,22 @@ impl Search<'_> {
         self.quick = QuickState::Reproduces { reference, check };
     }
 
+    /// From the failing full run of the user's flags (`r`): the seconds a shortened pass
+    /// saves (the steps it cuts, at the seconds per step measured) and what their shortened
+    /// failure costs (their failing run less the steps it got past that a shortened one
+    /// cuts), where the run measured its steps.
+    pub(super) fn shortened_costs(&self, r: &Trial) -> Option<(f64, f64)> {
+        let (full, quick) = r.sampling_steps?;
+        let per_step = r.cost.seconds_per_step?;
+        let pass_saves = full.saturating_sub(quick) as f64 * per_step;
+        let done = r.failed_step.unwrap_or(full).min(full);
+        let fail_saves = done.saturating_sub(quick) as f64 * per_step;
+        Some((
+            pass_saves,
+            (r.duration_ms as f64 / 1000.0 - fail_saves).max(0.0),
+        ))
+    }
+
     /// Why shortened runs would not pay, from the failing full run of the user's flags
     /// (`r`): the seconds a shortened run saves (the steps it cuts, at the seconds per step
     /// measured; a failure saves only the steps it got past) over the runs a search takes
@@ -295,14 +342,11 @@ impl Search<'_> {
     pub(super) fn shortening_does_not_pay(&self, r: &Trial) -> Option<String> {
         let (full, quick) = r.sampling_steps?;
         let per_step = r.cost.seconds_per_step?;
-        let cut = full.saturating_sub(quick);
-        if cut == 0 {
+        let (pass_saves, check) = self.shortened_costs(r)?;
+        if full <= quick {
             return None;
         }
-        let pass_saves = cut as f64 * per_step;
-        let done = r.failed_step.unwrap_or(full).min(full);
-        let fail_saves = done.saturating_sub(quick) as f64 * per_step;
-        let check = (r.duration_ms as f64 / 1000.0 - fail_saves).max(0.0);
+        let fail_saves = r.duration_ms as f64 / 1000.0 - check;
         let k = self.space.dims.len().max(1) as f64;
         let runs = 2.0 + k.log2().ceil();
         let saved = runs * (pass_saves + fail_saves) / 2.0;
