@@ -937,7 +937,7 @@ impl Reporter for BisectProgress {
                 available >> 20
             )),
             RunEvent::Interrupting => self.line.say(
-                "interrupting: the current run ends cleanly; resume later with --resume (press Ctrl-C again to kill ComfyUI now)".into(),
+                "interrupting: the current run is stopped and made again on --resume; every finished run is kept (press Ctrl-C again to kill ComfyUI now)".into(),
             ),
             RunEvent::Notice(text) => self.line.say(format!("note: {text}")),
             _ => {}

@@ -457,7 +457,9 @@ pub(crate) fn statement(
                 r.source()
             )
         }
-        Some((full, Some(short))) => format!("fails {full} with your flags ({what}; {short})"),
+        Some((full, Some(short))) => {
+            format!("fails {full} in full with your flags ({what}; {short})")
+        }
         Some((full, None)) => format!("fails {full} with your flags ({what})"),
         None => format!(
             "fails {}/{} with your flags ({what})",
@@ -466,7 +468,7 @@ pub(crate) fn statement(
     };
     let passes = verdict
         .map(|t| match split_counts(t, &|r| r.outcome == Outcome::Pass) {
-            (full, Some(short)) => format!("{full} ({short})"),
+            (full, Some(short)) => format!("{full} in full ({short})"),
             (full, None) => full,
         })
         .unwrap_or_default();

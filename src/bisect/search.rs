@@ -816,10 +816,7 @@ impl<'a> Search<'a> {
             Err(Stopped::Failed(e)) => Err(e),
             Err(stop) => {
                 let mut why = match stop {
-                    Stopped::Budget => format!(
-                        "the run budget ({} runs) was spent before a verdict",
-                        self.budget
-                    ),
+                    Stopped::Budget => format!("the run budget ({} runs) was spent", self.budget),
                     _ => "interrupted: continue with --resume".to_string(),
                 };
                 let mut found = self.verdict(VerdictKind::Incomplete, None, None);
@@ -866,12 +863,12 @@ impl<'a> Search<'a> {
             if matches!(self.quick, QuickState::Reproduces { .. }) && !self.flaky {
                 let all: Vec<usize> = (0..self.space.dims.len()).collect();
                 let everything = self.largest_valid(&all);
-                // (A shortened failure before any sampling step is that run already.)
+                // (A shortened failure before any sampling step is that run already; a full
+                // one, made so at once, is it.)
                 let same_run = |c: &Config| {
-                    self.evidence_of(c)
-                        .trials
-                        .iter()
-                        .any(|t| t.kind == RunKind::Quick && t.before_sampling())
+                    self.evidence_of(c).trials.iter().any(|t| {
+                        t.kind == RunKind::Full || t.kind == RunKind::Quick && t.before_sampling()
+                    })
                 };
                 if let Some(config) = self.space.config(&self.space.strong(&everything))
                     && !same_run(&config)

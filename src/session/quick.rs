@@ -146,7 +146,7 @@ pub(crate) fn summarize_quick(
     let secs = |ms: u64| crate::duration::format_duration(std::time::Duration::from_millis(ms));
     let cost = match full_runs_estimate_ms {
         Some(full) if runs_quick > 0 => format!(
-            " ComfyUI time {}; in full about {}.",
+            " ComfyUI time {}; the same runs in full about {}.",
             secs(time_spent_ms),
             secs(full)
         ),

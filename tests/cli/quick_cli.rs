@@ -605,3 +605,36 @@ fn a_failed_log_that_shows_no_failure_is_said_and_a_missing_one_refused() {
     assert!(!std::path::Path::new(&out2).exists());
     install.assert_nothing_left();
 }
+
+#[test]
+fn no_fix_after_sampling_runs_every_change_together_in_full_once() {
+    // An OOM at VAE decode that nothing fixes: the run of every change together would be
+    // run again in full to confirm NO FIX FOUND, so it is made in full at once.
+    let install = FakeComfy::new(
+        "0.38.1",
+        json!({"timing": {"step_time": 0.1}, "rules": [{"effect": "oom", "node": "VAEDecode"}]}),
+    );
+    let toggles = [
+        "--toggle",
+        "--disable-pinned-memory",
+        "--toggle",
+        "--disable-smart-memory",
+        "--toggle",
+        "--disable-mmap",
+    ];
+    let (code, doc, _tmp) = support::on_install("bisect", &install, TWENTY, "session", &toggles);
+    assert_eq!(code, 1, "{doc:#}");
+    assert_eq!(doc["verdict"]["kind"], "no_fix_found");
+    let runs = runs(&doc);
+    let everything = doc["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["changes"].as_array().unwrap().len() == 3)
+        .expect("every change together ran");
+    let each = everything["each_run"].as_array().unwrap();
+    assert_eq!(each.len(), 1, "{runs:?}");
+    assert_eq!(each[0]["kind"], "full");
+    // The toggles plus two: the user's flags and every change together.
+    assert_eq!(runs.len(), 5, "{runs:?}");
+}

@@ -34,6 +34,19 @@ impl Search<'_> {
         Ok(true)
     }
 
+    /// Whether the failing full run of the user's flags failed before its first sampling
+    /// step, where a shortened failure is that same run.
+    pub(super) fn failure_before_sampling(&self) -> bool {
+        let base = self.space.baseline().key;
+        let target = self.target;
+        self.tallies
+            .iter()
+            .filter(|t| t.config.key == base)
+            .flat_map(|t| &t.trials)
+            .find(|r| r.kind == RunKind::Full && Some(r.outcome) == target)
+            .is_some_and(|r| r.before_sampling())
+    }
+
     /// Whether the failure on record struck well past the steps a shortened run keeps (its
     /// log's progress bar stopped there): a shortened check could not show it.
     pub(super) fn recorded_past_shortening(&self) -> bool {

@@ -143,7 +143,17 @@ impl Search<'_> {
                 let all = self.largest_valid(&bits(open));
                 let mask = all.iter().fold(0, |m, d| m | 1 << d);
                 if mask != 0 && !known.iter().any(|(q, _)| *q == mask) {
-                    self.evaluate(&self.space.strong(&all))?;
+                    // In full at once where a shortened failure would be run again in full
+                    // (NO FIX FOUND is confirmed so) and is not that run already.
+                    if self.next_kind() == RunKind::Quick
+                        && !self.flaky
+                        && !self.failure_before_sampling()
+                    {
+                        self.prefer = Some(RunKind::Full);
+                    }
+                    let evaluated = self.evaluate(&self.space.strong(&all));
+                    self.prefer = None;
+                    evaluated?;
                     asked.push(mask);
                     continue;
                 }
