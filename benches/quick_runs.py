@@ -57,6 +57,8 @@ CASES = [
     ("OOM past step 10", SIX, ["--disable-dynamic-vram"], {"at_step": 12}, 1),
     # The default toggles of an install with Dynamic VRAM, and nothing fixes it.
     ("no fix, the default toggles", None, None, {}, 1),
+    # Nothing fixes an OOM that strikes after sampling.
+    ("no fix, OOM at VAE decode", SIX, None, {"node": "VAEDecode"}, 1),
 ]
 
 
