@@ -11,23 +11,15 @@ use super::*;
 const LUCKY_PASSES: usize = 3;
 
 impl Search<'_> {
-    /// Whether the shortened run of the user's flags is due before the next run: shortened
-    /// runs are presumed to show the failure, and one ended otherwise before any failed as
-    /// it did (see [`QuickState::Presumed`]).
-    pub(super) fn check_due(&self) -> bool {
-        matches!(self.quick, QuickState::Presumed { .. })
-            && self
-                .tallies
-                .iter()
-                .flat_map(|t| &t.trials)
-                .any(|t| t.kind == RunKind::Quick)
-    }
-
-    /// Makes the shortened run of the user's flags where it is due: a shortened run ended
-    /// otherwise before any failed as their full run did, and it says whether that run
-    /// counts. Whether it ran.
+    /// Makes the shortened run of the user's flags where it is due: shortened runs are
+    /// presumed to show the failure (see [`QuickState::Presumed`]) and one ended otherwise
+    /// before any failed as their full run did; the check says whether that run counts.
+    /// Whether it ran.
     pub(super) fn check_if_due(&mut self) -> Result<bool, Stopped> {
-        if !self.check_due() {
+        let shortened = self.tallies.iter().flat_map(|t| &t.trials);
+        let due = matches!(self.quick, QuickState::Presumed { .. })
+            && shortened.clone().any(|t| t.kind == RunKind::Quick);
+        if !due {
             return Ok(false);
         }
         self.run_kind(&self.space.baseline(), RunKind::Quick)?;
@@ -135,7 +127,7 @@ impl Search<'_> {
                 .flat_map(|t| &t.trials)
                 .find(|t| t.n == reference)
                 .and_then(|r| self.shortened_costs(r))
-                .map(|(_, check)| check * 1000.0),
+                .map(|(_, _, check)| check * 1000.0),
             _ => None,
         };
         let quick_fail = mean(RunKind::Quick, false)
@@ -156,7 +148,8 @@ impl Search<'_> {
 
     /// Decides [`QuickState`] from the runs so far: the shortened run of the baseline (or,
     /// where none was needed, the first shortened run that failed as it did) against its
-    /// first full failure, then every configuration's shortened runs against its full ones. Set aside, shortened runs stay set aside.
+    /// first full failure, then every configuration's shortened runs against its full ones.
+    /// Set aside, shortened runs stay set aside.
     pub(super) fn refresh_quick(&mut self) {
         if matches!(self.quick, QuickState::SetAside(_)) {
             return;
@@ -329,20 +322,18 @@ impl Search<'_> {
         self.quick = QuickState::Reproduces { reference, check };
     }
 
-    /// From the failing full run of the user's flags (`r`): the seconds a shortened pass
-    /// saves (the steps it cuts, at the seconds per step measured) and what their shortened
-    /// failure costs (their failing run less the steps it got past that a shortened one
-    /// cuts), where the run measured its steps.
-    pub(super) fn shortened_costs(&self, r: &Trial) -> Option<(f64, f64)> {
+    /// From the failing full run of the user's flags (`r`), where it measured its steps, in
+    /// seconds: what a shortened pass saves (the steps it cuts, at the seconds per step
+    /// measured), what a shortened failure saves (the steps it got past that a shortened one
+    /// cuts), and what their shortened failure costs (their failing run less that).
+    pub(super) fn shortened_costs(&self, r: &Trial) -> Option<(f64, f64, f64)> {
         let (full, quick) = r.sampling_steps?;
         let per_step = r.cost.seconds_per_step?;
         let pass_saves = full.saturating_sub(quick) as f64 * per_step;
         let done = r.failed_step.unwrap_or(full).min(full);
         let fail_saves = done.saturating_sub(quick) as f64 * per_step;
-        Some((
-            pass_saves,
-            (r.duration_ms as f64 / 1000.0 - fail_saves).max(0.0),
-        ))
+        let check = (r.duration_ms as f64 / 1000.0 - fail_saves).max(0.0);
+        Some((pass_saves, fail_saves, check))
     }
 
     /// Why shortened runs would not pay, from the failing full run of the user's flags
@@ -355,11 +346,10 @@ impl Search<'_> {
     pub(super) fn shortening_does_not_pay(&self, r: &Trial) -> Option<String> {
         let (full, quick) = r.sampling_steps?;
         let per_step = r.cost.seconds_per_step?;
-        let (pass_saves, check) = self.shortened_costs(r)?;
+        let (pass_saves, fail_saves, check) = self.shortened_costs(r)?;
         if full <= quick {
             return None;
         }
-        let fail_saves = r.duration_ms as f64 / 1000.0 - check;
         let k = self.space.dims.len().max(1) as f64;
         let runs = 2.0 + k.log2().ceil();
         let saved = runs * (pass_saves + fail_saves) / 2.0;
