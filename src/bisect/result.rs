@@ -156,11 +156,35 @@ pub struct ConfigResult {
     /// The most RAM kept per prompt in a run of it, when RAM grew (null otherwise).
     #[serde(default)]
     pub ram_growth_per_prompt_bytes: Option<i64>,
+    /// The mean time of every run of it, shortened and full together (`each_run` has each).
     pub mean_duration_ms: u64,
     pub run_dirs: Vec<PathBuf>,
     /// Every run of it, in order: its number, `quick` or `full`, outcome and time.
     #[serde(default)]
     pub each_run: Vec<RunSummary>,
+}
+
+impl ConfigResult {
+    /// The mean time of a run, full and shortened apart: `12.3 s`, `4.1 s shortened`, or
+    /// `12.3 s, 4.1 s shortened` (a result without each run's kind gives the mean of all).
+    pub fn time_text(&self) -> String {
+        let secs = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
+        let mean = |kind: RunKind| {
+            let ms: Vec<u64> = self
+                .each_run
+                .iter()
+                .filter(|r| r.kind == kind)
+                .map(|r| r.duration_ms)
+                .collect();
+            (!ms.is_empty()).then(|| ms.iter().sum::<u64>() / ms.len() as u64)
+        };
+        match (mean(RunKind::Full), mean(RunKind::Quick)) {
+            (Some(full), Some(quick)) => format!("{}, {} shortened", secs(full), secs(quick)),
+            (None, Some(quick)) => format!("{} shortened", secs(quick)),
+            (Some(full), None) => secs(full),
+            (None, None) => secs(self.mean_duration_ms),
+        }
+    }
 }
 
 /// The whole result (`bisect --json`, `result.json` in the session folder).
@@ -598,7 +622,7 @@ impl Answer for BisectResult {
                     ),
                     None => gib(c.peak_ram_bytes),
                 }),
-                Cell::new(format!("{:.1} s", c.mean_duration_ms as f64 / 1000.0)),
+                Cell::new(c.time_text()),
             ]);
         }
         if !self.configs.is_empty() {
@@ -676,9 +700,44 @@ impl Answer for BisectResult {
         )?;
         if let Some(line) = &self.continue_with {
             writeln!(out, "  continue with: {line}")?;
+            if line.contains(" --max-runs ") {
+                writeln!(
+                    out,
+                    "  {} its --max-runs raises the run budget, which this session spent",
+                    style.dim("note:")
+                )?;
+            }
         }
         Ok(())
     }
+}
+
+/// The search for a cheaper fix in words, its tries and the confirmation in full apart: "took
+/// 3 of up to 13 more runs: 2 looked for a cheaper fix, 1 confirmed the recommendation in full"
+/// ("looked for a cheaper fix in 2 of up to 13 more runs" where no confirmation was needed).
+fn cheaper_text(c: &Cheaper) -> String {
+    let tried = c.runs.saturating_sub(c.confirmations);
+    let mut text = match c.confirmations {
+        0 => format!(
+            "looked for a cheaper fix in {tried} of up to {} more runs",
+            c.budget
+        ),
+        _ => format!(
+            "took {} of up to {} more runs: {tried} looked for a cheaper fix",
+            c.runs, c.budget
+        ),
+    };
+    match c.confirmations {
+        0 => {}
+        1 => text.push_str(", 1 confirmed the recommendation in full"),
+        n => text.push_str(&format!(
+            ", {n} confirmation runs in full (a fix that fails its confirmation is dropped)"
+        )),
+    }
+    if let Some(why) = &c.cut_short {
+        text.push_str(&format!(" (cut short: {why})"));
+    }
+    text
 }
 
 /// Why the prior chose what it tried first: the failure, what other processes held, the
@@ -812,17 +871,79 @@ fn write_fixes(out: &mut dyn Write, v: &Verdict, style: &Style) -> io::Result<()
         && !c.first_fix
         && c.budget > 0
     {
-        writeln!(
-            out,
-            "  {} looked for a cheaper fix in {} of up to {} more runs{}",
-            style.dim("search:"),
-            c.runs,
-            c.budget,
-            c.cut_short
-                .as_deref()
-                .map(|w| format!(" (cut short: {w})"))
-                .unwrap_or_default()
-        )?;
+        writeln!(out, "  {} {}", style.dim("search:"), cheaper_text(c))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(runs: &[(RunKind, u64)]) -> ConfigResult {
+        ConfigResult {
+            untestable_here: false,
+            flags: vec![],
+            changes: vec!["(your flags)".into()],
+            outcome: Outcome::Pass,
+            runs: runs.len(),
+            passes: runs.len(),
+            failures: 0,
+            unresolved: 0,
+            peak_vram_bytes: None,
+            peak_ram_bytes: None,
+            ram_growth_per_prompt_bytes: None,
+            mean_duration_ms: 7_000,
+            run_dirs: vec![],
+            each_run: runs
+                .iter()
+                .enumerate()
+                .map(|(i, (kind, ms))| RunSummary {
+                    n: i as u32 + 1,
+                    kind: *kind,
+                    outcome: Outcome::Pass,
+                    duration_ms: *ms,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_time_column_keeps_shortened_and_full_runs_apart() {
+        use RunKind::{Full, Quick};
+        assert_eq!(
+            config(&[(Full, 12_000), (Full, 14_000)]).time_text(),
+            "13.0 s"
+        );
+        assert_eq!(config(&[(Quick, 4_100)]).time_text(), "4.1 s shortened");
+        assert_eq!(
+            config(&[(Quick, 4_000), (Full, 12_300), (Quick, 4_200)]).time_text(),
+            "12.3 s, 4.1 s shortened"
+        );
+        // A result written before each run's kind was kept: the mean of all.
+        assert_eq!(config(&[]).time_text(), "7.0 s");
+    }
+
+    #[test]
+    fn the_cheaper_search_says_its_tries_and_its_confirmation_apart() {
+        let c = |runs, confirmations, cut_short: Option<&str>| Cheaper {
+            first_fix: false,
+            budget: 13,
+            runs,
+            cut_short: cut_short.map(str::to_string),
+            confirmations,
+        };
+        assert_eq!(
+            cheaper_text(&c(3, 1, None)),
+            "took 3 of up to 13 more runs: 2 looked for a cheaper fix, 1 confirmed the recommendation in full"
+        );
+        assert_eq!(
+            cheaper_text(&c(4, 0, Some("its 13 runs were spent"))),
+            "looked for a cheaper fix in 4 of up to 13 more runs (cut short: its 13 runs were spent)"
+        );
+        assert_eq!(
+            cheaper_text(&c(5, 2, None)),
+            "took 5 of up to 13 more runs: 3 looked for a cheaper fix, 2 confirmation runs in full (a fix that fails its confirmation is dropped)"
+        );
+    }
 }

@@ -945,7 +945,7 @@ fn verdict_and_matrix(o: &mut String, res: &crate::bisect::result::BisectResult)
             c.runs,
             gib(c.peak_vram_bytes),
             ram,
-            secs(c.mean_duration_ms),
+            c.time_text(),
             runs.join(", ")
         );
     }

@@ -533,6 +533,20 @@ fn a_spent_budget_names_max_runs_in_the_advice() {
     for c in doc["configs"].as_array().unwrap() {
         assert!(c["runs"].as_u64().unwrap() >= 1, "{c}");
     }
+    // Resumed as it is, the budget is still spent: the text says why the advice raises it.
+    let again = support::vrambisect()
+        .args(["bisect", "--resume"])
+        .arg(&session)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert_eq!(again.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!("continue with: {advice}\n"))
+            && text
+                .contains("note: its --max-runs raises the run budget, which this session spent"),
+        "{text}"
+    );
     // Taking the advice finishes the bisect.
     let args: Vec<&str> = advice.split(' ').skip(1).collect();
     let (code, done, _) = support::json(&args);
