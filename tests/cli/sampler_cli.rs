@@ -215,31 +215,41 @@ fn the_environment_variable_points_at_nvml() {
 #[test]
 fn the_fake_comfyui_is_followed_through_nvml_and_its_own_view() {
     let install = FakeComfy::new("0.38.1", Value::Null);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut comfy = Command::new("python3")
-        .args([
-            "main.py",
-            "--port",
-            &port.to_string(),
-            "--disable-auto-launch",
-        ])
-        .current_dir(install.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let url = format!("http://127.0.0.1:{port}");
     let state = install.gpu_state();
-    assert!(
-        wait_until(Duration::from_secs(20), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() && state.exists()
-        }),
-        "the fake ComfyUI did not come up"
-    );
+    // A port chosen free can be taken by another test's ComfyUI before the stand-in binds it:
+    // the stand-in then exits, and another port is tried.
+    let (mut comfy, port) = (0..5)
+        .find_map(|_| {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let mut comfy = Command::new("python3")
+                .args([
+                    "main.py",
+                    "--port",
+                    &port.to_string(),
+                    "--disable-auto-launch",
+                ])
+                .current_dir(install.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let up = wait_until(Duration::from_secs(20), || {
+                matches!(comfy.try_wait(), Ok(Some(_)))
+                    || (std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() && state.exists())
+            });
+            if up && matches!(comfy.try_wait(), Ok(None)) {
+                return Some((comfy, port));
+            }
+            let _ = comfy.kill();
+            let _ = comfy.wait();
+            None
+        })
+        .expect("the fake ComfyUI did not come up");
+    let url = format!("http://127.0.0.1:{port}");
     let gpu = fake_gpu();
     let out = sample_cmd(
         &gpu,
