@@ -461,9 +461,15 @@ fn comfyui_check(req: &Request) -> (Check, Option<(Install, Chosen)>) {
                 )),
                 Err(e) => details.push(format!("git: {e}")),
             }
-            if install.is_stand_in() {
+            if install.is_bundled_stand_in() {
                 details.push(
                     "this is vrambisect's stand-in for ComfyUI (fixtures/fake-comfyui): it needs no torch, comfy-aimdo or GPU"
+                        .into(),
+                );
+            } else if install.is_stand_in() {
+                // Copies stand for real installs in tests: checked as one, and said so.
+                details.push(
+                    "a copy of vrambisect's stand-in for ComfyUI: checked as a real install is, so a Python without torch or comfy-aimdo fails here (the bundled fixtures/fake-comfyui itself counts them as expected)"
                         .into(),
                 );
             }

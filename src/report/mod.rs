@@ -158,6 +158,9 @@ fn redact(
         let mut tally = Redactions::new();
         let bytes = match e.content {
             Content::Text(t) => match redactor {
+                // Their header and keys are names of the file's own structure.
+                Some(r) if e.name.ends_with(".csv") => r.csv(&t, &mut tally).into_bytes(),
+                Some(r) if e.name.ends_with(".jsonl") => r.json_lines(&t, &mut tally).into_bytes(),
                 Some(r) => r.text(&t, &mut tally).into_bytes(),
                 None => t.into_bytes(),
             },
@@ -295,6 +298,13 @@ fn finish(req: &Request, output: &Path, f: Finish) -> Result<Built> {
         runs,
     } = f;
     let (mut to_pack, redaction, per_file) = redact(entries, redactor.as_ref(), req.redact);
+    if let Some(r) = &redactor {
+        for name in r.names_in_paths_only() {
+            warnings.push(format!(
+                "the user name '{name}' is also a word of ComfyUI's code and logs, so it was removed from paths only: look for it in file names and prompts before filing"
+            ));
+        }
+    }
 
     // Pack, tightening the limits while the zip is too big.
     let kinds_text: Vec<(String, usize)> = redaction

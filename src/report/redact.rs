@@ -126,6 +126,19 @@ fn generic(name: &str) -> bool {
     GENERIC_NAMES.iter().any(|g| g.eq_ignore_ascii_case(name))
 }
 
+/// The words of ComfyUI's code and logs (`scripts/redaction-vocabulary.py` writes the list).
+/// A user name that is one of them ("model", "max", "mark") is redacted in paths only:
+/// replaced wherever it stands it would turn `model_management` into `[user]_management`,
+/// and where it stands as that word it names nobody.
+const VOCABULARY: &str = include_str!("vocabulary.txt");
+
+/// Whether `name` is one word of ComfyUI's code and logs.
+pub(crate) fn is_vocabulary_word(name: &str) -> bool {
+    static WORDS: OnceLock<std::collections::HashSet<&'static str>> = OnceLock::new();
+    let words = WORDS.get_or_init(|| VOCABULARY.lines().map(str::trim).collect());
+    words.contains(name.to_ascii_lowercase().as_str())
+}
+
 /// The machine's own names, which are redacted wherever they appear.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Identity {
@@ -174,13 +187,21 @@ impl Identity {
         }
     }
 
-    /// Adds a user name (ignored when generic or shorter than 3 characters).
+    /// Adds a user name (ignored when generic or shorter than 3 characters), and each word
+    /// of a name of several (`Marta Lopez`: also `Marta`, `Lopez`, which a prompt or a file
+    /// name may hold alone).
     pub fn add_user(&mut self, name: &str) {
         let name = name.trim();
         if name.chars().count() < 3 || generic(name) || self.users.iter().any(|u| u == name) {
             return;
         }
         self.users.push(name.to_string());
+        let parts: Vec<&str> = name.split_whitespace().collect();
+        if parts.len() > 1 {
+            for part in parts {
+                self.add_user(part);
+            }
+        }
     }
 
     /// Adds a host name, and its first label when it is a dotted name.
@@ -413,6 +434,8 @@ pub struct Redactor {
     users: Option<Regex>,
     short_users: Option<Regex>,
     hosts: Option<Regex>,
+    /// User names that are words of ComfyUI's code and logs: redacted in paths only.
+    in_paths_only: Vec<String>,
 }
 
 /// `\bNAME\b` for several names, longest first, case-insensitive.
@@ -589,25 +612,76 @@ impl Redactor {
         // A name of five characters or more is removed inside longer names too
         // (`alice_portrait_v3`); a short one only where it stands alone, or `max` would turn
         // `max_split_size_mb` into `[user]_split_size_mb`.
-        let (long, short): (Vec<String>, Vec<String>) = identity
+        let (words, names): (Vec<String>, Vec<String>) = identity
             .users
             .iter()
             .cloned()
-            .partition(|u| u.chars().count() >= 5);
+            .partition(|u| is_vocabulary_word(u));
+        let (long, short): (Vec<String>, Vec<String>) =
+            names.into_iter().partition(|u| u.chars().count() >= 5);
         Redactor {
             homes,
             users: name_pattern(&long),
             short_users: word_pattern(&short),
             hosts: word_pattern(&identity.hosts),
+            in_paths_only: words,
         }
+    }
+
+    /// User names redacted in paths only, being words of ComfyUI's code and logs ("model"):
+    /// the user is told to look for them elsewhere before filing.
+    pub fn names_in_paths_only(&self) -> &[String] {
+        &self.in_paths_only
     }
 
     /// Redacts one text, counting into `tally`.
     pub fn text(&self, s: &str, tally: &mut Redactions) -> String {
+        self.text_with(s, tally, true)
+    }
+
+    /// Redacts a name of the file's own structure (a JSON key, a CSV header): every rule but
+    /// this machine's bare user and host names, which would turn a key `max` into `[user]`.
+    pub fn key(&self, s: &str, tally: &mut Redactions) -> String {
+        self.text_with(s, tally, false)
+    }
+
+    /// Redacts a CSV file: its header as names of its structure, every other line as text.
+    pub fn csv(&self, s: &str, tally: &mut Redactions) -> String {
+        match s.split_once('\n') {
+            Some((header, rest)) => {
+                format!("{}\n{}", self.key(header, tally), self.text(rest, tally))
+            }
+            None => self.key(s, tally),
+        }
+    }
+
+    /// Redacts JSON lines: each line that parses as JSON by its structure, any other as text.
+    pub fn json_lines(&self, s: &str, tally: &mut Redactions) -> String {
+        s.split_inclusive('\n')
+            .map(|line| {
+                let body = line.trim_end_matches(['\n', '\r']);
+                match serde_json::from_str::<Value>(body) {
+                    Ok(mut v) if !body.trim().is_empty() => {
+                        let before = v.clone();
+                        self.json(&mut v, tally);
+                        if v == before {
+                            return line.to_string();
+                        }
+                        let mut out = v.to_string();
+                        out.push_str(&line[body.len()..]);
+                        out
+                    }
+                    _ => self.text(line, tally),
+                }
+            })
+            .collect()
+    }
+
+    fn text_with(&self, s: &str, tally: &mut Redactions, names: bool) -> String {
         let r = rules();
         let out = self.secrets(s, tally);
         let out = self.places(&out, tally);
-        let out = self.people(&out, tally);
+        let out = self.people(&out, tally, names);
         let out = redact_ipv4(&r.ipv4, &out, tally);
         redact_ipv6(&r.ipv6, &out, tally)
     }
@@ -723,7 +797,7 @@ impl Redactor {
     }
 
     /// Home folders and user names in every path form, then this machine's host and user names wherever they stand.
-    fn people(&self, s: &str, tally: &mut Redactions) -> String {
+    fn people(&self, s: &str, tally: &mut Redactions, names: bool) -> String {
         let r = rules();
         let mut out = s.to_string();
         for re in &self.homes {
@@ -749,6 +823,9 @@ impl Redactor {
             "/var/folders/[temp]/",
             tally,
         );
+        if !names {
+            return out;
+        }
         // Host names first: `alice-desktop` is the host, not the user `alice` and a suffix.
         for (re, kind, placeholder) in [
             (&self.hosts, Kind::HostName, "[host]"),
@@ -769,7 +846,7 @@ impl Redactor {
             Value::Object(map) => {
                 let old = std::mem::take(map);
                 for (k, mut val) in old {
-                    let key = self.text(&k, tally);
+                    let key = self.key(&k, tally);
                     if k == "current_inputs" && !val.is_null() {
                         bump(tally, Kind::ErrorInputs);
                         val = Value::String(INPUTS_REMOVED.into());
@@ -1317,10 +1394,53 @@ mod tests {
     }
 
     #[test]
+    fn a_user_name_that_is_a_word_of_comfyui_goes_from_paths_only() {
+        let mut id = Identity::default();
+        id.add_home("/home/model");
+        id.add_user("model");
+        let r = Redactor::new(&id);
+        let line = "  File \"/home/model/ComfyUI/comfy/model_management.py\", line 527, in load_models_gpu\n    comfy.model_management.load_models_gpu([model] + models)";
+        let (out, t) = red(&r, line);
+        assert_eq!(
+            out,
+            "  File \"~/ComfyUI/comfy/model_management.py\", line 527, in load_models_gpu\n    comfy.model_management.load_models_gpu([model] + models)"
+        );
+        assert_eq!(t.get(&Kind::UserName), None);
+        assert_eq!(r.names_in_paths_only(), ["model"]);
+        assert!(is_vocabulary_word("Model") && !is_vocabulary_word("marta"));
+    }
+
+    #[test]
+    fn json_keys_csv_headers_and_json_lines_keep_their_names() {
+        let mut id = Identity::default();
+        id.add_user("marta");
+        id.add_host("studio-pc");
+        let r = Redactor::new(&id);
+        let mut t = Redactions::new();
+        // A key is the file's structure; a value is what the user wrote.
+        let mut v =
+            serde_json::json!({"marta": "by marta", "/home/marta/x": 1, "studio-pc": "studio-pc"});
+        r.json(&mut v, &mut t);
+        assert_eq!(
+            v,
+            serde_json::json!({"marta": "by [user]", "/home/[user]/x": 1, "studio-pc": "[host]"})
+        );
+        let csv = "t_ms,marta,studio-pc\n0,marta,1\n";
+        assert_eq!(r.csv(csv, &mut t), "t_ms,marta,studio-pc\n0,[user],1\n");
+        let lines = "{\"b\":1, \"a\":\"x\"}\n{\"marta\":\"marta\"}\r\nnot json marta\n";
+        assert_eq!(
+            r.json_lines(lines, &mut t),
+            "{\"b\":1, \"a\":\"x\"}\n{\"marta\":\"[user]\"}\r\nnot json [user]\n",
+            "a line with nothing to redact is kept byte for byte"
+        );
+    }
+
+    #[test]
     fn identity_learns_names_from_paths() {
         let mut id = Identity::default();
         id.learn(r#"File "C:\\Users\\Zoë Quinn\\ComfyUI\\main.py" and /home/ubuntu/x and /Users/marco/y"#);
-        assert_eq!(id.users, ["Zoë Quinn", "marco"]);
+        // Each word of a name of several too: a prompt or a file name may hold one alone.
+        assert_eq!(id.users, ["Zoë Quinn", "Zoë", "Quinn", "marco"]);
         let r = Redactor::new(&id);
         let (out, t) = red(&r, "owner: Zoë Quinn; by marco.");
         assert_eq!(out, "owner: [user]; by [user].");
@@ -1420,8 +1540,21 @@ mod evidence {
         ] {
             assert_eq!(red(keep), keep);
         }
-        // A short user name standing alone still goes.
-        assert_eq!(red("logged in as max"), "logged in as [user]");
+        // "max" is a word of ComfyUI's code and logs: it goes from paths only.
+        assert_eq!(red("logged in as max"), "logged in as max");
+        assert_eq!(red("/home/max/ComfyUI/main.py"), "~/ComfyUI/main.py");
+        assert_eq!(red(r"C:\Users\max\ComfyUI"), r"C:\Users\[user]\ComfyUI");
+        assert_eq!(r.names_in_paths_only(), ["max"]);
+        // A short user name that is no such word goes where it stands alone, not inside a
+        // longer name.
+        let mut id = super::Identity::default();
+        id.add_user("bob");
+        let bob = super::Redactor::new(&id);
+        let mut t = super::Redactions::new();
+        assert_eq!(
+            bob.text("logged in as bob; bob_split_size", &mut t),
+            "logged in as [user]; bob_split_size"
+        );
         for (text, secret) in [
             (
                 "Cookie: a=1; comfy_session=Xy12Ab34Cd; cf_clearance=Zz99Yy88",
