@@ -160,17 +160,25 @@ impl Predicted {
                 self.vram_state
             ));
         }
-        // The log names async offload and pinned memory only when they are on.
-        if let Some(streams) = logged.async_offload_streams
-            && self.async_offload_streams != Some(streams)
-        {
-            out.push(format!(
+        // The log names async offload and pinned memory only when they are on: 0 streams is
+        // a log without the line, which is off, as the flags may well predict.
+        let predicted = self.async_offload_streams.filter(|&n| n > 0);
+        match logged.async_offload_streams {
+            Some(0) => {
+                if let Some(n) = predicted {
+                    out.push(format!(
+                        "the log has no 'Using async weight offloading' line (off), the flags predict {n} streams"
+                    ));
+                }
+            }
+            Some(streams) if predicted != Some(streams) => out.push(format!(
                 "the log says async offload runs with {streams} streams, the flags predict {}",
-                match self.async_offload_streams {
+                match predicted {
                     Some(n) => format!("{n} streams"),
                     None => "it off".into(),
                 }
-            ));
+            )),
+            _ => {}
         }
         if logged.pinned_memory == Some(true) && !self.pinned_memory {
             out.push("the log says pinned memory is on, the flags predict it off".into());
@@ -968,6 +976,24 @@ mod tests {
             run(&[], &linux())
                 .disagreements(&StartupFacts::default())
                 .is_empty()
+        );
+        // A finished startup without the offloading line is async offload off (0 streams):
+        // what --cpu predicts, and against a prediction of streams, said as the missing line.
+        let without_the_line = StartupFacts {
+            async_offload_streams: Some(0),
+            ..StartupFacts::default()
+        };
+        assert!(
+            run(&["--cpu"], &linux())
+                .disagreements(&without_the_line)
+                .is_empty()
+        );
+        let said = run(&["--cpu", "--async-offload"], &linux()).disagreements(&without_the_line);
+        assert_eq!(
+            said,
+            [
+                "the log has no 'Using async weight offloading' line (off), the flags predict 2 streams"
+            ]
         );
     }
 }

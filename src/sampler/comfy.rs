@@ -166,6 +166,9 @@ pub struct ComfyProbe {
     nvml: Vec<(u32, Option<String>)>,
     series: Vec<SeriesDef>,
     answered: bool,
+    /// Set by the poller on any answer, even one a later error replaced before a sample
+    /// took it (a short run: ComfyUI answered, then was stopped before the next sample).
+    polled_answer: Arc<std::sync::atomic::AtomicBool>,
     last_error: Option<(String, String)>,
     pending: Vec<Unavailable>,
     cpu_noted: bool,
@@ -199,6 +202,7 @@ impl ComfyProbe {
             nvml,
             series,
             answered: false,
+            polled_answer: Arc::default(),
             last_error: None,
             pending: Vec::new(),
             cpu_noted: false,
@@ -211,10 +215,14 @@ impl ComfyProbe {
             return;
         }
         let url = Arc::clone(&self.url);
+        let answered = Arc::clone(&self.polled_answer);
         let agent = agent();
         let poll = move || {
             let target = url.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
             let reading = fetch(&agent, &target);
+            if reading.is_ok() {
+                answered.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             Some((target, reading))
         };
         match Poller::spawn("vrambisect-comfy", self.period, false, poll) {
@@ -284,7 +292,11 @@ impl Probe for ComfyProbe {
 
     fn final_unavailable(&mut self) -> Vec<Unavailable> {
         // A last look: the final poll may have landed after the last sample.
-        match (&self.last_error, self.answered) {
+        let answered = self.answered
+            || self
+                .polled_answer
+                .load(std::sync::atomic::Ordering::Relaxed);
+        match (&self.last_error, answered) {
             (Some((url, e)), false) => vec![Unavailable::new(
                 "comfy",
                 format!("ComfyUI never answered at {url}: {e}"),
@@ -307,6 +319,25 @@ impl Probe for ComfyProbe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_a_later_error_replaced_is_still_an_answer() {
+        let mut probe = ComfyProbe::new(vec![], Duration::from_millis(100));
+        probe.last_error = Some((
+            "http://127.0.0.1:1/system_stats".into(),
+            "io: Connection reset by peer".into(),
+        ));
+        let said = probe.final_unavailable();
+        assert!(
+            said[0].reason.starts_with("ComfyUI never answered at"),
+            "{said:?}"
+        );
+        // The poller saw an answer before ComfyUI was stopped; no sample took it.
+        probe
+            .polled_answer
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(probe.final_unavailable().is_empty());
+    }
 
     fn gpu(index: u32, name: &str) -> ComfyDevice {
         ComfyDevice {
