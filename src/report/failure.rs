@@ -33,6 +33,24 @@ fn user_file(path: &Path, name: &str) -> Result<super::FileText> {
         .map_err(|why| Error::usage(format!("{} {why}", path.display())))
 }
 
+/// `--log -`: the log piped in, kept in a temporary file while the bundle is built (it is
+/// read as a file is: the head and tail of a long one).
+fn spool_stdin() -> Result<tempfile::NamedTempFile> {
+    use std::io::IsTerminal;
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Err(Error::usage(
+            "--log - reads ComfyUI's log from standard input, which is a terminal here",
+        )
+        .hint("pipe the log in (… | vrambisect report --log -), or give --log the log file"));
+    }
+    let mut file = tempfile::NamedTempFile::new()
+        .map_err(|e| crate::error::io_error("create", &std::env::temp_dir(), &e))?;
+    std::io::copy(&mut stdin.lock(), &mut file)
+        .map_err(|e| crate::error::io_error("read", Path::new("standard input"), &e))?;
+    Ok(file)
+}
+
 fn read_log(path: &Path) -> Result<String> {
     Ok(match user_file(path, "comfyui.log")? {
         super::FileText::Text(t) => t,
@@ -68,12 +86,19 @@ fn execution_error(history: &Value) -> Option<&Value> {
 
 /// Builds the bundle.
 pub(crate) fn build(req: &Request, files: &FailureFiles) -> Result<super::Built> {
-    let log = read_log(&files.log)?;
-    let reading = logscan::scan_bytes(
-        &files.log.display().to_string(),
-        log.as_bytes(),
-        logscan::Mode::Prefilter,
-    )?;
+    let from_stdin = files.log == Path::new("-");
+    let spooled = if from_stdin {
+        Some(spool_stdin()?)
+    } else {
+        None
+    };
+    let log = read_log(spooled.as_ref().map_or(files.log.as_path(), |f| f.path()))?;
+    let label = if from_stdin {
+        "standard input".to_string()
+    } else {
+        files.log.display().to_string()
+    };
+    let reading = logscan::scan_bytes(&label, log.as_bytes(), logscan::Mode::Prefilter)?;
     let workflow = files
         .workflow
         .as_deref()
@@ -84,21 +109,22 @@ pub(crate) fn build(req: &Request, files: &FailureFiles) -> Result<super::Built>
         .as_deref()
         .map(|p| read_json(p, "--history"))
         .transpose()?;
-    let source_dir = crate::paths::canonical(files.log.parent().unwrap_or(Path::new(".")));
+    let source_dir = match from_stdin {
+        true => crate::paths::canonical(Path::new(".")),
+        false => crate::paths::canonical(files.log.parent().unwrap_or(Path::new("."))),
+    };
     let output = req.output.clone().unwrap_or_else(|| {
-        let stem = files
-            .log
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "log".into());
+        let stem = match from_stdin {
+            true => Some("stdin".to_string()),
+            false => files
+                .log
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned()),
+        }
+        .unwrap_or_else(|| "log".into());
         PathBuf::from(format!("vrambisect-report-{stem}.zip"))
     });
-    if output.extension().and_then(|e| e.to_str()) != Some("zip") {
-        return Err(
-            Error::usage(format!("{} does not end in .zip", output.display()))
-                .hint("give --output a file name ending in .zip"),
-        );
-    }
+    super::check_output(&output)?;
     let (comfyui, comfyui_unknown) = match (&req.comfyui, super::install_from_log(&log)) {
         (Some(d), _) => (Some((d.clone(), "--comfyui".to_string())), None),
         (None, Some(d)) => (Some((d, "the log (custom node paths)".to_string())), None),

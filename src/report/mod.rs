@@ -207,6 +207,26 @@ fn redact(
 
 /// Builds the bundle and writes the zip: collect what was recorded, capture the machine,
 /// draw the pictures, write ISSUE.md, redact every file, pack.
+/// The zip's path, checked before any work: a name ending in `.zip`, in a folder that exists
+/// (a mistyped folder is said, not made).
+fn check_output(output: &Path) -> Result<()> {
+    if output.extension().and_then(|e| e.to_str()) != Some("zip") {
+        return Err(
+            Error::usage(format!("{} does not end in .zip", output.display()))
+                .hint("give --output a file name ending in .zip"),
+        );
+    }
+    if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty())
+        && !parent.is_dir()
+    {
+        return Err(
+            Error::usage(format!("the folder {} does not exist", parent.display()))
+                .hint("create it, or give --output a path in a folder that exists"),
+        );
+    }
+    Ok(())
+}
+
 pub fn build(req: &Request) -> Result<Built> {
     if let Some(files) = &req.failure {
         return failure::build(req, files);
@@ -220,12 +240,7 @@ pub fn build(req: &Request) -> Result<Built> {
         .output
         .clone()
         .unwrap_or_else(|| default_output(&src.dir));
-    if output.extension().and_then(|e| e.to_str()) != Some("zip") {
-        return Err(
-            Error::usage(format!("{} does not end in .zip", output.display()))
-                .hint("give --output a file name ending in .zip"),
-        );
-    }
+    check_output(&output)?;
     let mut collected = collect(&src);
     let env = environment(req, &src, &collected.logs);
     collected.entries.push(Entry {

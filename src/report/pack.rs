@@ -182,9 +182,6 @@ pub(super) fn write_zip(files: &[PackFile]) -> zip::result::ZipResult<Vec<u8>> {
 
 /// Writes beside the target, then renames, so a failed write leaves no half zip.
 pub(super) fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| io_error("create", parent, &e))?;
-    }
     let tmp = path.with_extension("zip.part");
     let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
     written.map_err(|e| {

@@ -597,3 +597,41 @@ fn report_without_a_source_names_both_forms() {
     );
     assert!(!text(&out).contains("logscan"), "{}", text(&out));
 }
+
+#[test]
+fn report_reads_a_log_piped_in_as_dash() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let log = std::fs::read(support::fixture(
+        "logs/real/05-vbar-oom-traceback-tail-portable.log",
+    ))
+    .unwrap();
+    let mut child = vrambisect()
+        .args(["report", "--json", "--log", "-"])
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&log).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["source_kind"], "failure");
+    // Named after standard input, in the current folder; no temporary path in the bundle.
+    let zip = dir.path().join("vrambisect-report-stdin.zip");
+    assert!(zip.is_file(), "{doc:#}");
+    let mut archive = zip::ZipArchive::new(std::fs::File::open(&zip).unwrap()).unwrap();
+    let tmp = std::env::temp_dir().to_string_lossy().into_owned();
+    for i in 0..archive.len() {
+        let mut file = archive.by_index(i).unwrap();
+        let name = file.name().unwrap().to_string();
+        let mut body = String::new();
+        std::io::Read::read_to_string(&mut file, &mut body).unwrap();
+        assert!(!body.contains(&tmp), "{name} names {tmp}");
+        if name == "comfyui.log" {
+            assert!(body.contains("in partially_load"), "{body}");
+        }
+    }
+}

@@ -784,6 +784,17 @@ fn bad_folders_and_outputs_are_usage_errors() {
     let out = report(f, &f.session, &["--output", "bundle.tar"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not end in .zip"));
+    // A mistyped folder is said, not made.
+    let missing = tmp.path().join("no-such-folder");
+    let target = missing.join("bundle.zip");
+    let out = report(f, &f.session, &["--output", target.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("the folder {} does not exist", missing.display())),
+        "{err}"
+    );
+    assert!(!missing.exists());
 }
 
 /// Copies a folder (links as links).
