@@ -331,6 +331,12 @@ fn render_inputs(e: &Explanation, style: &Style, out: &mut dyn Write) -> io::Res
         )?;
         writeln!(out, "    {err}")?;
         writeln!(out)?;
+        // The rest would read as if ComfyUI ran: it is what the flags would set.
+        writeln!(
+            out,
+            "{}",
+            style.dim("What the flags would set if ComfyUI accepted them:")
+        )?;
     } else if e.accepted.is_none() {
         writeln!(
             out,
@@ -659,6 +665,7 @@ mod tests {
         for needle in [
             "ComfyUI will refuse to start",
             "argument --lowvram: not allowed with argument --highvram",
+            "What the flags would set if ComfyUI accepted them:",
             "Dynamic VRAM   off: --highvram turns it off",
             "600 MiB",
             "Conflicts",

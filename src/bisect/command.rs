@@ -187,9 +187,14 @@ pub(crate) fn run(
         && o.entries.is_empty()
         && !o.space.dims.is_empty()
     {
+        // On an install that predates Dynamic VRAM no fix keeps it on: faster is cheaper.
+        let cheaper = match o.space.has_dynamic_vram() {
+            true => "one that keeps Dynamic VRAM on, or faster",
+            false => "a faster one",
+        };
         let _ = writeln!(
             err,
-            "after a first fix, up to {n} more runs look for a cheaper one (one that keeps Dynamic VRAM on, or faster); --first-fix stops at the first"
+            "after a first fix, up to {n} more runs look for a cheaper one ({cheaper}); --first-fix stops at the first"
         );
     }
     let launcher_line = launcher_line(&o.spec, &o.target.python);

@@ -319,7 +319,8 @@ pub(crate) fn build(
         untestable,
         runs_total,
     );
-    if !quick.statement.is_empty() {
+    // How the runs were made says nothing where none finished.
+    if !quick.statement.is_empty() && runs_total > 0 {
         statement.push(' ');
         statement.push_str(&quick.statement);
     }

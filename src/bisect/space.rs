@@ -292,6 +292,11 @@ impl Space {
         self
     }
 
+    /// Whether this ComfyUI has Dynamic VRAM at all (0.3.64 and the like predate it).
+    pub fn has_dynamic_vram(&self) -> bool {
+        self.ctx.has_dynamic_vram()
+    }
+
     /// Whether a configuration keeps Dynamic VRAM on, as the flag model predicts.
     pub fn keeps_dynamic_vram(&self, config: &Config) -> Option<bool> {
         let parsed = argparse::parse(&self.flags, &config.flags, self.ctx.version.as_ref());

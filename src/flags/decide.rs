@@ -69,7 +69,7 @@ impl Context {
     }
 
     /// Whether this version has Dynamic VRAM at all (0.15.0 and later; unknown = yes).
-    fn has_dynamic_vram(&self) -> bool {
+    pub(crate) fn has_dynamic_vram(&self) -> bool {
         self.version
             .as_ref()
             .is_none_or(|v| *v >= version::dynamic_vram_release())

@@ -305,6 +305,20 @@ fn an_install_without_dynamic_vram_gets_the_memory_flags_it_has() {
     let toggles = doc["toggles"].to_string();
     assert!(!toggles.contains("--disable-dynamic-vram"), "{toggles}");
     assert!(toggles.contains("--reserve-vram=1"), "{toggles}");
+    // No fix here keeps Dynamic VRAM on: the search for a cheaper one says it looks for a
+    // faster one.
+    let tmp = tempfile::tempdir().unwrap();
+    let session = tmp.path().join("s");
+    let out = bisect_command(&install, &["--max-runs", "1", "--output"])
+        .arg(&session)
+        .args(["--", "--cpu"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("up to 8 more runs look for a cheaper one (a faster one)"),
+        "{err}"
+    );
     // A Dynamic VRAM toggle named on this install is refused before any run.
     let out = bisect_command(&install, &["--toggle", "--disable-dynamic-vram"])
         .output()
