@@ -752,6 +752,8 @@ fn launcher_line(
         .as_ref()
         .and_then(|p| launcher::read_file(p, &[]).ok());
     let python = python.path.display().to_string();
+    // The whole path: the line works from whatever folder it is pasted in.
+    let main_py = spec.comfyui.join("main.py").display().to_string();
     move |flags: &[String]| {
         let mut parts: Vec<String> = match &launch {
             Some(l) => l
@@ -761,7 +763,7 @@ fn launcher_line(
                 .chain(&l.script)
                 .cloned()
                 .collect(),
-            None => vec![python.clone(), "main.py".into()],
+            None => vec![python.clone(), main_py.clone()],
         };
         parts.extend(flags.iter().cloned());
         crate::text::command_line(&parts)

@@ -115,6 +115,8 @@ fn shared() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
         let root = fixture_root();
+        // Where the tests write their zips (report makes no folder).
+        std::fs::create_dir_all(root.join("out")).unwrap();
         let home = root.join("home/alice.smith");
         let message = "CUDA out of memory. Tried to allocate 1.14 GiB. While loading C:\\Users\\Alice Smith\\models\\x.safetensors from https://bob:hunter2pass@models.example.com/x with token hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456 (peer 203.0.113.7)";
         let install = Installed::new(
