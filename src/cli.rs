@@ -531,7 +531,7 @@ pub struct LogscanArgs {
 // A folder, or a log the user has: both forms in the usage line when neither is given.
 #[command(group(clap::ArgGroup::new("source").required(true).args(["dir", "log"])))]
 pub struct ReportArgs {
-    /// A run folder (vrambisect run --output) or a bisect session folder.
+    /// A run folder (vrambisect run --output), or a bisect or regress session folder.
     #[arg(help_heading = "Inputs", value_name = "DIR")]
     #[arg(conflicts_with = "log")]
     pub dir: Option<PathBuf>,

@@ -81,9 +81,12 @@ pub fn scan(input: input::Input, mode: Mode) -> Result<LogReport> {
                 "give ComfyUI's console output saved to a file, or its user/comfyui.log".to_string()
             }
         };
+        let lines = match stats.lines {
+            1 => "its only line is not".to_string(),
+            n => format!("none of its {n} lines is"),
+        };
         return Err(Error::usage(format!(
-            "{shown} does not look like a ComfyUI log: none of its {} lines is a ComfyUI startup, prompt or error line",
-            stats.lines
+            "{shown} does not look like a ComfyUI log: {lines} a ComfyUI startup, prompt or error line"
         ))
         .hint(hint));
     }

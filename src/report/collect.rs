@@ -140,6 +140,9 @@ fn comfyui_dir(
     if let Some(spec) = &src.spec {
         return (Some((spec.comfyui.clone(), "session.json".into())), None);
     }
+    if let Some(spec) = src.regress.as_ref().and_then(|r| r.spec.as_ref()) {
+        return (Some((spec.comfyui.clone(), "session.json".into())), None);
+    }
     if let Some(d) = log.and_then(install_from_log) {
         return (Some((d, "the run's log (custom node paths)".into())), None);
     }
@@ -346,7 +349,13 @@ pub(super) fn environment(
         python: req
             .python
             .clone()
-            .or_else(|| src.spec.as_ref().and_then(|s| s.python.clone())),
+            .or_else(|| src.spec.as_ref().and_then(|s| s.python.clone()))
+            .or_else(|| {
+                src.regress
+                    .as_ref()
+                    .and_then(|r| r.spec.as_ref())
+                    .map(|s| s.python.clone())
+            }),
         run: primary.and_then(|d| {
             Some(RunFacts {
                 label: format!("run {}", d.label),

@@ -1,5 +1,5 @@
 //! `vrambisect report DIR`: a zip bundle for an upstream ComfyUI issue, made from a run
-//! folder or a bisect session folder.
+//! folder, or a bisect or regress session folder.
 //!
 //! The zip's root holds `ISSUE.md` (ComfyUI's bug template, filled in), `README.md` (what
 //! each file is), `environment.json`, `workflow.json`, for a bisect `result.json`,

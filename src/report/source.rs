@@ -94,6 +94,8 @@ pub(crate) struct Source {
 pub(crate) struct Regress {
     pub result: Option<crate::regress::RegressResult>,
     pub journal: Vec<crate::regress::Tested>,
+    /// What the session was started with (its checkout and Python), where readable.
+    pub spec: Option<crate::regress::Spec>,
 }
 
 impl Regress {
@@ -348,6 +350,7 @@ pub(crate) fn open(dir: &Path) -> Result<Source, SourceError> {
             regress: Some(Regress {
                 result: load_json(&dir, &regress.result(), &mut skipped),
                 journal,
+                spec: load_json(&dir, &regress.spec(), &mut skipped),
             }),
             result: None,
             spec: None,

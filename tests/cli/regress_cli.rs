@@ -194,6 +194,11 @@ fn finds_the_commit_that_broke_the_workflow_in_few_runs() {
     let title = issue.lines().find(|l| l.starts_with("# ")).unwrap();
     assert!(title.starts_with("# Regression between "), "{title}");
     assert!(issue.contains("\"commit 7\""), "{issue}");
+    // The checkout the session names is where its custom nodes are read.
+    assert!(
+        !issue.contains("The custom nodes installed are not known"),
+        "{issue}"
+    );
 }
 
 #[test]
