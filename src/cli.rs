@@ -602,8 +602,8 @@ const EXAMPLES_BISECT: &str = "Examples:
 
 const EXAMPLES_REGRESS: &str = "Examples:
   vrambisect regress --comfyui ~/ComfyUI --workflow flux_api.json --good v0.3.64
-  vrambisect regress --comfyui ~/ComfyUI --workflow wan_api.json --good v0.3.60 --bad v0.3.64 -- --reserve-vram 1
-  vrambisect regress --comfyui ~/ComfyUI --workflow flux_api.json --good v0.3.64 --regress oom --repeat 3
+  vrambisect regress --workflow wan_api.json --good v0.3.60 --bad v0.3.64 -- --reserve-vram 1
+  vrambisect regress --workflow flux_api.json --good v0.3.64 --regress oom --repeat 3
   vrambisect regress --resume vrambisect-sessions/regress-20261201-101500-b3c1";
 
 const EXAMPLES_SAMPLE: &str = "Examples:
@@ -618,7 +618,7 @@ const EXAMPLES_LOGSCAN: &str = "Examples:
 const EXAMPLES_REPORT: &str = "Examples:
   vrambisect report vrambisect-sessions/bisect-20261129-160002-a76c
   vrambisect report vrambisect-runs/run-20261129-145700-1a2b --output issue.zip
-  vrambisect report --log ComfyUI/user/comfyui.log --workflow my-workflow.json   (nothing rerun)";
+  vrambisect report --log ComfyUI/user/comfyui.log --workflow workflow.json   (nothing rerun)";
 
 const EXAMPLES_DOCTOR: &str = "Examples:
   python -m vrambisect doctor

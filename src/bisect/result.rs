@@ -626,6 +626,20 @@ impl Answer for BisectResult {
                 Cell::new(c.time_text()),
             ]);
         }
+        // A narrow terminal wraps the configurations between their changes, never inside a
+        // flag (a flag split in two is a flag copied wrong).
+        let cells: Vec<String> = self.configs.iter().map(|c| c.changes.join(", ")).collect();
+        let longest = cells
+            .iter()
+            .flat_map(|c| c.split_whitespace())
+            .map(|word| word.chars().count() + 2) // and the cell's padding
+            .max()
+            .unwrap_or(0);
+        if let Some(col) = table.column_mut(0) {
+            col.set_constraint(comfy_table::ColumnConstraint::LowerBoundary(
+                comfy_table::Width::Fixed(longest.min(usize::from(u16::MAX)) as u16),
+            ));
+        }
         if !self.configs.is_empty() {
             writeln!(out, "{table}")?;
             writeln!(out)?;

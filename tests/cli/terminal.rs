@@ -54,6 +54,25 @@ fn the_readme_bisect_finishes_in_a_sized_terminal() {
 }
 
 #[test]
+fn a_narrow_terminal_wraps_the_table_between_flags_never_inside_one() {
+    let screen = readme_bisect_finishes_on(60, 60);
+    // Every flag of the configurations stands whole on one line of the table.
+    for flag in [
+        "--disable-pinned-memory,",
+        "--disable-async-offload,",
+        "--disable-nvml-pressure,",
+        "--vram-headroom",
+    ] {
+        assert!(
+            screen
+                .lines()
+                .any(|l| l.starts_with('|') && l.contains(&format!("| {flag}"))),
+            "{flag} is split:\n{screen}"
+        );
+    }
+}
+
+#[test]
 fn the_readme_bisect_finishes_in_a_terminal_that_reports_no_size() {
     let screen = readme_bisect_finishes_on(0, 0);
     // A width of 0 is "unknown", not "wrap everything to one character".
