@@ -836,4 +836,44 @@ mod tests {
         use clap::CommandFactory;
         super::Cli::command().debug_assert();
     }
+
+    /// Every example of the help parses as it is written, and fits one line of help shown
+    /// without a terminal (clap wraps there, and a wrapped example reads as two commands).
+    #[test]
+    fn every_example_parses_and_fits_a_line() {
+        use clap::Parser;
+        let all = [
+            super::EXAMPLES_EXTENSION,
+            super::EXAMPLES_EXPLAIN,
+            super::EXAMPLES_RUN,
+            super::EXAMPLES_BISECT,
+            super::EXAMPLES_REGRESS,
+            super::EXAMPLES_SAMPLE,
+            super::EXAMPLES_LOGSCAN,
+            super::EXAMPLES_REPORT,
+            super::EXAMPLES_DOCTOR,
+        ];
+        let mut checked = 0;
+        for line in all.iter().flat_map(|e| e.lines().skip(1)) {
+            assert!(line.chars().count() <= 96, "too long for a line: {line}");
+            // What follows the command: a note in brackets, a redirection.
+            let command = line
+                .split("   (")
+                .next()
+                .unwrap()
+                .split(" < ")
+                .next()
+                .unwrap();
+            let words: Vec<&str> = command.split_whitespace().collect();
+            let Some(at) = words.iter().position(|w| *w == "vrambisect") else {
+                continue; // `git bisect run vrambisect …` starts elsewhere
+            };
+            let argv = &words[at..];
+            if let Err(e) = super::Cli::try_parse_from(argv) {
+                panic!("{line}: {e}");
+            }
+            checked += 1;
+        }
+        assert!(checked >= 25, "{checked}");
+    }
 }
