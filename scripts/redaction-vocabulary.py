@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Writes src/report/vocabulary.txt: the words of ComfyUI's code and logs. A user name that is one of them ("model", "max") is redacted in paths only: replaced
-wherever it stands, it would turn `model_management` into `[user]_management` and a JSON key
-"max" into "[user]", and a reader could not tell such a word is anybody's name anyway.
+"""Writes src/report/vocabulary.txt: the words of ComfyUI's code and logs.
+
+A user name that is one of them ("model", "max") is redacted only where it is a folder of a
+path: replaced wherever it stands, it would turn `model_management` into `[user]_management`
+and a JSON key "max" into "[user]", and a reader could not tell such a word is anybody's name
+anyway. Of about 300 common first and last names, only those that are also words (mark, max,
+white, green, long) are in the list; look through it after a new ComfyUI version.
 
     scripts/redaction-vocabulary.py --comfyui /path/to/ComfyUI
 
 A word counts when it is in at least 3 of ComfyUI's Python files (comfy/, comfy_extras/,
 comfy_execution/, comfy_api/, app/ and the top folder), or in 2 of the recorded logs under
-fixtures/captures/logs; words of 3 letters or more, lower case. vrambisect's own files need no
-list: their JSON keys and CSV headers are never searched for names.
+fixtures/captures/logs; words of 3 letters or more, lower case.
 """
 import argparse
 import collections

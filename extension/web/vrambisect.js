@@ -100,6 +100,7 @@ const CSS = `
 .vrambisect-panel .vb-bar{height:6px;background:#3a3c41;border-radius:3px;overflow:hidden;margin:6px 0}
 .vrambisect-panel .vb-bar>div{height:100%;background:#4caf50}
 .vrambisect-panel .vb-error{color:#ff7b72}
+.vrambisect-panel .vb-warning{color:#e3b341}
 .vrambisect-panel a{color:#7cb7ff}
 `;
 
@@ -381,6 +382,10 @@ class Panel {
       el("div", {}, "Downloaded ", el("a", { href: api.apiURL(`/vrambisect/report/${encodeURIComponent(r.name)}`), download: r.name }, r.name),
         r.diagnosed ? " (with the diagnosis's runs)." : " (the failure as it happened: nothing was rerun)."),
       el("div", { class: "vb-label" }, red.enabled ? `Redacted: ${kinds || "nothing needed it"}.` : "Not redacted."),
+      // What the program warns of (a user name kept where it is also a word, a bundle over
+      // GitHub's limit): read before filing.
+      ...((r.report && Array.isArray(r.report.warnings)) ? r.report.warnings : [])
+        .map((w) => el("div", { class: "vb-warning" }, `Check before filing: ${w}`)),
       r.template ? el("div", {}, "Attach it to a new issue: ", el("a", { href: r.template, target: "_blank", rel: "noopener noreferrer" }, "ComfyUI's bug report form")) : null);
   }
 

@@ -593,55 +593,8 @@ use crate::text::gib_or_dash as gib;
 impl Answer for BisectResult {
     /// Prints the matrix, the verdict and the line to use.
     fn render(&self, style: &Style, out: &mut dyn Write) -> io::Result<()> {
-        let mut table = crate::output::table();
-        table.set_header(vec![
-            "configuration",
-            "outcome",
-            "passes/runs",
-            "peak VRAM",
-            "peak RAM",
-            "time",
-        ]);
-        for c in &self.configs {
-            let mut outcome = c.outcome.to_string();
-            if c.untestable_here {
-                outcome = format!("untestable here ({outcome})");
-            }
-            if c.unresolved > 0 {
-                outcome.push_str(&format!(" ({} unresolved)", c.unresolved));
-            }
-            table.add_row(vec![
-                Cell::new(c.changes.join(", ")),
-                Cell::new(outcome),
-                Cell::new(format!("{}/{}", c.passes, c.runs)),
-                Cell::new(gib(c.peak_vram_bytes)),
-                Cell::new(match c.ram_growth_per_prompt_bytes {
-                    Some(g) => format!(
-                        "{} (+{}/prompt kept)",
-                        gib(c.peak_ram_bytes),
-                        crate::text::bytes(g)
-                    ),
-                    None => gib(c.peak_ram_bytes),
-                }),
-                Cell::new(c.time_text()),
-            ]);
-        }
-        // A narrow terminal wraps the configurations between their changes, never inside a
-        // flag (a flag split in two is a flag copied wrong).
-        let cells: Vec<String> = self.configs.iter().map(|c| c.changes.join(", ")).collect();
-        let longest = cells
-            .iter()
-            .flat_map(|c| c.split_whitespace())
-            .map(|word| word.chars().count() + 2) // and the cell's padding
-            .max()
-            .unwrap_or(0);
-        if let Some(col) = table.column_mut(0) {
-            col.set_constraint(comfy_table::ColumnConstraint::LowerBoundary(
-                comfy_table::Width::Fixed(longest.min(usize::from(u16::MAX)) as u16),
-            ));
-        }
         if !self.configs.is_empty() {
-            writeln!(out, "{table}")?;
+            writeln!(out, "{}", self.matrix())?;
             writeln!(out)?;
         }
         if let Some(why) = &self.toggle_set {
@@ -724,6 +677,71 @@ impl Answer for BisectResult {
             }
         }
         Ok(())
+    }
+}
+
+impl BisectResult {
+    /// The table of every configuration that ran. On a terminal too narrow for it, each change
+    /// of a configuration gets a line of its own, and the column is never narrower than the
+    /// longest change: a flag (or a flag and its value) is never split, or it is copied wrong.
+    fn matrix(&self) -> comfy_table::Table {
+        let build = |joiner: &str| {
+            let mut table = crate::output::table();
+            table.set_header(vec![
+                "configuration",
+                "outcome",
+                "passes/runs",
+                "peak VRAM",
+                "peak RAM",
+                "time",
+            ]);
+            for c in &self.configs {
+                let mut outcome = c.outcome.to_string();
+                if c.untestable_here {
+                    outcome = format!("untestable here ({outcome})");
+                }
+                if c.unresolved > 0 {
+                    outcome.push_str(&format!(" ({} unresolved)", c.unresolved));
+                }
+                table.add_row(vec![
+                    Cell::new(c.changes.join(joiner)),
+                    Cell::new(outcome),
+                    Cell::new(format!("{}/{}", c.passes, c.runs)),
+                    Cell::new(gib(c.peak_vram_bytes)),
+                    Cell::new(match c.ram_growth_per_prompt_bytes {
+                        Some(g) => format!(
+                            "{} (+{}/prompt kept)",
+                            gib(c.peak_ram_bytes),
+                            crate::text::bytes(g)
+                        ),
+                        None => gib(c.peak_ram_bytes),
+                    }),
+                    Cell::new(c.time_text()),
+                ]);
+            }
+            table
+        };
+        let table = build(", ");
+        // Its width unwrapped: every column's widest content, its padding and the borders.
+        let widths = table.column_max_content_widths();
+        let natural = widths.iter().map(|w| usize::from(*w) + 3).sum::<usize>() + 1;
+        if table.width().is_none_or(|w| usize::from(w) >= natural) {
+            return table;
+        }
+        let mut table = build(",\n");
+        let longest = self
+            .configs
+            .iter()
+            .flat_map(|c| c.changes.iter())
+            .map(|change| change.chars().count() + 3) // its comma and the cell's padding
+            .max()
+            .unwrap_or(0);
+        if let Some(col) = table.column_mut(0) {
+            col.set_constraint(comfy_table::ColumnConstraint::LowerBoundary(
+                comfy_table::Width::Fixed(longest.min(usize::from(u16::MAX)) as u16),
+            ));
+        }
+        table
     }
 }
 

@@ -48,16 +48,28 @@ pub(super) fn file_text(
             true => (PRIMARY_LOG_HEAD, PRIMARY_LOG_TAIL),
             false => (STEPS[0].log_head, STEPS[0].log_tail),
         };
-        let log = inside::read_log(root, path, head, tail)?;
-        let mut text = plain_log(&String::from_utf8_lossy(&log.head));
-        if let Some(cut) = log.cut {
-            text.push_str(&format!("… [{cut}{TRIM_MARKER}\n"));
-            text.push_str(&plain_log(&String::from_utf8_lossy(&log.tail)));
-        }
-        return Ok(FileText::Text(text));
+        return Ok(FileText::Text(log_text(inside::read_log(
+            root, path, head, tail,
+        )?)));
     }
     let bytes = inside::read(root, path, MAX_CSV)?;
     Ok(FileText::Text(String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+/// A log as the bundle holds it: its ends, the cut marked, colour codes removed.
+fn log_text(log: inside::LogEnds) -> String {
+    let mut text = plain_log(&String::from_utf8_lossy(&log.head));
+    if let Some(cut) = log.cut {
+        text.push_str(&format!("… [{cut}{TRIM_MARKER}\n"));
+        text.push_str(&plain_log(&String::from_utf8_lossy(&log.tail)));
+    }
+    text
+}
+
+/// ComfyUI's log piped in (`report --log -`), kept as a log file of the bundle is.
+pub(super) fn stdin_log_text() -> std::io::Result<String> {
+    let ends = inside::read_log_from(std::io::stdin().lock(), PRIMARY_LOG_HEAD, PRIMARY_LOG_TAIL)?;
+    Ok(log_text(ends))
 }
 
 /// A log with its colour codes removed (they are noise in an editor and on GitHub).
@@ -376,7 +388,14 @@ pub(super) fn environment(
         nvml_lib: req.nvml_lib.clone(),
         ask_python: true,
     };
-    machine::capture(&inputs)
+    let mut env = machine::capture(&inputs);
+    if src.kind == SourceKind::Regress {
+        // The checkout's commit now is neither end of the regression.
+        env.comfyui_git = machine::Item::missing(
+            "a regress session ran several commits of the checkout: ISSUE.md lists each, with its runs",
+        );
+    }
+    env
 }
 
 /// The pictures: a memory timeline per run, and the run matrix of a bisect. Returns the

@@ -33,22 +33,17 @@ fn user_file(path: &Path, name: &str) -> Result<super::FileText> {
         .map_err(|why| Error::usage(format!("{} {why}", path.display())))
 }
 
-/// `--log -`: the log piped in, kept in a temporary file while the bundle is built (it is
-/// read as a file is: the head and tail of a long one).
-fn spool_stdin() -> Result<tempfile::NamedTempFile> {
+/// `--log -`: the log piped in, read as a log file is (its head and tail where it is long).
+fn read_stdin() -> Result<String> {
     use std::io::IsTerminal;
-    let stdin = std::io::stdin();
-    if stdin.is_terminal() {
+    if std::io::stdin().is_terminal() {
         return Err(Error::usage(
             "--log - reads ComfyUI's log from standard input, which is a terminal here",
         )
         .hint("pipe the log in (… | vrambisect report --log -), or give --log the log file"));
     }
-    let mut file = tempfile::NamedTempFile::new()
-        .map_err(|e| crate::error::io_error("create", &std::env::temp_dir(), &e))?;
-    std::io::copy(&mut stdin.lock(), &mut file)
-        .map_err(|e| crate::error::io_error("read", Path::new("standard input"), &e))?;
-    Ok(file)
+    super::collect::stdin_log_text()
+        .map_err(|e| crate::error::io_error("read", Path::new("standard input"), &e))
 }
 
 fn read_log(path: &Path) -> Result<String> {
@@ -87,12 +82,10 @@ fn execution_error(history: &Value) -> Option<&Value> {
 /// Builds the bundle.
 pub(crate) fn build(req: &Request, files: &FailureFiles) -> Result<super::Built> {
     let from_stdin = files.log == Path::new("-");
-    let spooled = if from_stdin {
-        Some(spool_stdin()?)
-    } else {
-        None
+    let log = match from_stdin {
+        true => read_stdin()?,
+        false => read_log(&files.log)?,
     };
-    let log = read_log(spooled.as_ref().map_or(files.log.as_path(), |f| f.path()))?;
     let label = if from_stdin {
         "standard input".to_string()
     } else {

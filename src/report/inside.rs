@@ -5,7 +5,7 @@
 //! bounded memory: the head and the tail, the middle counted and cut.
 
 use std::fmt;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::Read;
 use std::path::{Component, Path};
 
 /// Why a path under the folder was left out.
@@ -146,47 +146,66 @@ pub(crate) fn read_log(
     head: usize,
     tail: usize,
 ) -> Result<LogEnds, Skipped> {
-    let mut file = open(root, path)?;
+    let file = open(root, path)?;
     let unreadable = |e: std::io::Error| Skipped::Unreadable(e.to_string());
     let len = file.metadata().map_err(unreadable)?.len();
-    if len <= (head + tail + 4096) as u64 {
-        let mut all = Vec::new();
-        // As long as it was: a log still being written is not followed.
-        (&mut file)
-            .take(len)
-            .read_to_end(&mut all)
-            .map_err(unreadable)?;
+    // As long as it was: a log still being written is not followed.
+    read_log_from(file.take(len), head, tail).map_err(unreadable)
+}
+
+/// Bytes past `head + tail` a log may have and still be kept whole.
+const SLACK: usize = 4096;
+
+/// What [`read_log`] keeps of any reader (a file, standard input): memory for the head and
+/// the tail only.
+pub(crate) fn read_log_from(
+    mut reader: impl Read,
+    head: usize,
+    tail: usize,
+) -> std::io::Result<LogEnds> {
+    let mut first = Vec::new();
+    (&mut reader).take(head as u64).read_to_end(&mut first)?;
+    // The rest, its last `tail + SLACK` bytes kept, the lines of what goes by counted.
+    let cap = tail + SLACK;
+    let mut rest: std::collections::VecDeque<u8> = std::collections::VecDeque::new();
+    let (mut passed, mut passed_lines) = (0u64, 0usize);
+    let mut buf = vec![0; 1 << 16];
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        rest.extend(&buf[..n]);
+        if rest.len() > cap {
+            let drop = rest.len() - cap;
+            passed_lines += rest.range(..drop).filter(|&&b| b == b'\n').count();
+            rest.drain(..drop);
+            passed += drop as u64;
+        }
+    }
+    let total = first.len() as u64 + passed + rest.len() as u64;
+    if total <= (head + tail + SLACK) as u64 {
+        // Nothing went by (that takes more than `head + cap` bytes): all of it is here.
+        first.extend(rest);
         return Ok(LogEnds {
-            head: all,
+            head: first,
             tail: Vec::new(),
             cut: None,
         });
     }
-    let mut first = vec![0; head];
-    file.read_exact(&mut first).map_err(unreadable)?;
-    // Whole lines only: what is after the last line end counts as the middle's.
+    let rest: Vec<u8> = rest.into();
+    let split = rest.len() - tail;
+    let mut cut = passed_lines + rest[..split].iter().filter(|&&b| b == b'\n').count();
+    // Whole lines only: what is after the head's last line end counts as the middle's.
     let keep = first
         .iter()
         .rposition(|&b| b == b'\n')
         .map_or(head, |i| i + 1);
-    let mut cut = first[keep..].iter().filter(|&&b| b == b'\n').count();
     first.truncate(keep);
-    let tail_start = len - tail as u64;
-    let mut middle = (&mut file).take(tail_start - head as u64);
-    let mut buf = vec![0; 1 << 16];
-    loop {
-        let n = middle.read(&mut buf).map_err(unreadable)?;
-        if n == 0 {
-            break;
-        }
-        cut += buf[..n].iter().filter(|&&b| b == b'\n').count();
-    }
-    file.seek(SeekFrom::Start(tail_start)).map_err(unreadable)?;
-    let mut last = Vec::with_capacity(tail);
-    file.take(tail as u64)
-        .read_to_end(&mut last)
-        .map_err(unreadable)?;
-    // From the first line start on; the partial line before it was counted with the middle.
+    let mut last = rest[split..].to_vec();
+    // From the first line start on; the partial line before it is counted with the middle.
     if let Some(i) = last.iter().position(|&b| b == b'\n') {
         cut += 1;
         last.drain(..=i);
@@ -273,5 +292,32 @@ mod tests {
             cut,
         } = read_log(tmp.path(), &path, 1 << 20, 1 << 20).unwrap();
         assert_eq!((all.len(), rest.len(), cut), (text.len(), 0, None));
+    }
+
+    /// Standard input: a reader that gives a few bytes at a time keeps what the file does.
+    #[test]
+    fn a_log_read_from_a_stream_keeps_what_the_file_keeps() {
+        struct Trickle<'a>(&'a [u8]);
+        impl Read for Trickle<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = buf.len().min(self.0.len()).min(7);
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("comfyui.log");
+        let text: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&path, &text).unwrap();
+        for (head, tail) in [(1000, 2000), (100_000, 100_000), (0, 500), (1 << 20, 0)] {
+            let file = read_log(tmp.path(), &path, head, tail).unwrap();
+            let stream = read_log_from(Trickle(text.as_bytes()), head, tail).unwrap();
+            assert_eq!(
+                (stream.head, stream.tail, stream.cut),
+                (file.head, file.tail, file.cut),
+                "{head} {tail}"
+            );
+        }
     }
 }

@@ -158,9 +158,6 @@ fn redact(
         let mut tally = Redactions::new();
         let bytes = match e.content {
             Content::Text(t) => match redactor {
-                // Their header and keys are names of the file's own structure.
-                Some(r) if e.name.ends_with(".csv") => r.csv(&t, &mut tally).into_bytes(),
-                Some(r) if e.name.ends_with(".jsonl") => r.json_lines(&t, &mut tally).into_bytes(),
                 Some(r) => r.text(&t, &mut tally).into_bytes(),
                 None => t.into_bytes(),
             },
@@ -205,8 +202,6 @@ fn redact(
     (to_pack, redaction, per_file)
 }
 
-/// Builds the bundle and writes the zip: collect what was recorded, capture the machine,
-/// draw the pictures, write ISSUE.md, redact every file, pack.
 /// The zip's path, checked before any work: a name ending in `.zip`, in a folder that exists
 /// (a mistyped folder is said, not made).
 fn check_output(output: &Path) -> Result<()> {
@@ -227,6 +222,8 @@ fn check_output(output: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Builds the bundle and writes the zip: collect what was recorded, capture the machine,
+/// draw the pictures, write ISSUE.md, redact every file, pack.
 pub fn build(req: &Request) -> Result<Built> {
     if let Some(files) = &req.failure {
         return failure::build(req, files);
@@ -316,7 +313,7 @@ fn finish(req: &Request, output: &Path, f: Finish) -> Result<Built> {
     if let Some(r) = &redactor {
         for name in r.names_in_paths_only() {
             warnings.push(format!(
-                "the user name '{name}' is also a word of ComfyUI's code and logs, so it was removed from paths only: look for it in file names and prompts before filing"
+                "the user name '{name}' is also a word of ComfyUI's code and logs, so it was removed only where it is a folder of a path: look for it in file names and prompts before filing"
             ));
         }
     }

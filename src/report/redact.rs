@@ -192,7 +192,10 @@ impl Identity {
     /// name may hold alone).
     pub fn add_user(&mut self, name: &str) {
         let name = name.trim();
-        if name.chars().count() < 3 || generic(name) || self.users.iter().any(|u| u == name) {
+        if name.chars().count() < 3
+            || generic(name)
+            || self.users.iter().any(|u| u.eq_ignore_ascii_case(name))
+        {
             return;
         }
         self.users.push(name.to_string());
@@ -436,6 +439,8 @@ pub struct Redactor {
     hosts: Option<Regex>,
     /// User names that are words of ComfyUI's code and logs: redacted in paths only.
     in_paths_only: Vec<String>,
+    /// Those names as a whole segment of any path (`/media/max/`, `D:\max\`).
+    path_segments: Option<Regex>,
 }
 
 /// `\bNAME\b` for several names, longest first, case-insensitive.
@@ -448,6 +453,19 @@ fn word_pattern(names: &[String]) -> Option<Regex> {
 /// only letters and digits continue a name.
 fn name_pattern(names: &[String]) -> Option<Regex> {
     names_pattern(names, "[^A-Za-z0-9]", "[^A-Za-z0-9]")
+}
+
+/// Any of `names` (case-insensitive) as a whole segment of a path: a separator on each side.
+fn segment_pattern(names: &[String]) -> Option<Regex> {
+    if names.is_empty() {
+        return None;
+    }
+    let alts: Vec<String> = names.iter().map(|n| regex::escape(n)).collect();
+    Regex::new(&format!(
+        r"(?i)(?P<pre>[/\\])(?:{})(?P<post>[/\\])",
+        alts.join("|")
+    ))
+    .ok()
 }
 
 /// Any of `names` (longest first, case-insensitive) between a `before` and an `after` class.
@@ -624,6 +642,7 @@ impl Redactor {
             users: name_pattern(&long),
             short_users: word_pattern(&short),
             hosts: word_pattern(&identity.hosts),
+            path_segments: segment_pattern(&words),
             in_paths_only: words,
         }
     }
@@ -636,52 +655,10 @@ impl Redactor {
 
     /// Redacts one text, counting into `tally`.
     pub fn text(&self, s: &str, tally: &mut Redactions) -> String {
-        self.text_with(s, tally, true)
-    }
-
-    /// Redacts a name of the file's own structure (a JSON key, a CSV header): every rule but
-    /// this machine's bare user and host names, which would turn a key `max` into `[user]`.
-    pub fn key(&self, s: &str, tally: &mut Redactions) -> String {
-        self.text_with(s, tally, false)
-    }
-
-    /// Redacts a CSV file: its header as names of its structure, every other line as text.
-    pub fn csv(&self, s: &str, tally: &mut Redactions) -> String {
-        match s.split_once('\n') {
-            Some((header, rest)) => {
-                format!("{}\n{}", self.key(header, tally), self.text(rest, tally))
-            }
-            None => self.key(s, tally),
-        }
-    }
-
-    /// Redacts JSON lines: each line that parses as JSON by its structure, any other as text.
-    pub fn json_lines(&self, s: &str, tally: &mut Redactions) -> String {
-        s.split_inclusive('\n')
-            .map(|line| {
-                let body = line.trim_end_matches(['\n', '\r']);
-                match serde_json::from_str::<Value>(body) {
-                    Ok(mut v) if !body.trim().is_empty() => {
-                        let before = v.clone();
-                        self.json(&mut v, tally);
-                        if v == before {
-                            return line.to_string();
-                        }
-                        let mut out = v.to_string();
-                        out.push_str(&line[body.len()..]);
-                        out
-                    }
-                    _ => self.text(line, tally),
-                }
-            })
-            .collect()
-    }
-
-    fn text_with(&self, s: &str, tally: &mut Redactions, names: bool) -> String {
         let r = rules();
         let out = self.secrets(s, tally);
         let out = self.places(&out, tally);
-        let out = self.people(&out, tally, names);
+        let out = self.people(&out, tally);
         let out = redact_ipv4(&r.ipv4, &out, tally);
         redact_ipv6(&r.ipv6, &out, tally)
     }
@@ -797,7 +774,7 @@ impl Redactor {
     }
 
     /// Home folders and user names in every path form, then this machine's host and user names wherever they stand.
-    fn people(&self, s: &str, tally: &mut Redactions, names: bool) -> String {
+    fn people(&self, s: &str, tally: &mut Redactions) -> String {
         let r = rules();
         let mut out = s.to_string();
         for re in &self.homes {
@@ -823,8 +800,9 @@ impl Redactor {
             "/var/folders/[temp]/",
             tally,
         );
-        if !names {
-            return out;
+        // A name that is also a word of ComfyUI's: where it is a whole path segment.
+        if let Some(re) = &self.path_segments {
+            out = replace_words(re, &out, Kind::UserName, "[user]", tally);
         }
         // Host names first: `alice-desktop` is the host, not the user `alice` and a suffix.
         for (re, kind, placeholder) in [
@@ -846,7 +824,7 @@ impl Redactor {
             Value::Object(map) => {
                 let old = std::mem::take(map);
                 for (k, mut val) in old {
-                    let key = self.key(&k, tally);
+                    let key = self.text(&k, tally);
                     if k == "current_inputs" && !val.is_null() {
                         bump(tally, Kind::ErrorInputs);
                         val = Value::String(INPUTS_REMOVED.into());
@@ -1407,32 +1385,28 @@ mod tests {
         );
         assert_eq!(t.get(&Kind::UserName), None);
         assert_eq!(r.names_in_paths_only(), ["model"]);
+        // A whole segment of any path goes: another drive, a mount, a repository's owner.
+        for (text, want) in [
+            (
+                "/media/model/disk/ComfyUI/main.py",
+                "/media/[user]/disk/ComfyUI/main.py",
+            ),
+            (r"D:\model\ComfyUI\main.py", r"D:\[user]\ComfyUI\main.py"),
+            (
+                "https://github.com/Model/nodes/",
+                "https://github.com/[user]/nodes/",
+            ),
+            // As a word, or the end of a path, it stays.
+            ("model", "model"),
+            ("load model/", "load model/"),
+            (
+                "checkpoints/model.safetensors",
+                "checkpoints/model.safetensors",
+            ),
+        ] {
+            assert_eq!(red(&r, text).0, want, "{text}");
+        }
         assert!(is_vocabulary_word("Model") && !is_vocabulary_word("marta"));
-    }
-
-    #[test]
-    fn json_keys_csv_headers_and_json_lines_keep_their_names() {
-        let mut id = Identity::default();
-        id.add_user("marta");
-        id.add_host("studio-pc");
-        let r = Redactor::new(&id);
-        let mut t = Redactions::new();
-        // A key is the file's structure; a value is what the user wrote.
-        let mut v =
-            serde_json::json!({"marta": "by marta", "/home/marta/x": 1, "studio-pc": "studio-pc"});
-        r.json(&mut v, &mut t);
-        assert_eq!(
-            v,
-            serde_json::json!({"marta": "by [user]", "/home/[user]/x": 1, "studio-pc": "[host]"})
-        );
-        let csv = "t_ms,marta,studio-pc\n0,marta,1\n";
-        assert_eq!(r.csv(csv, &mut t), "t_ms,marta,studio-pc\n0,[user],1\n");
-        let lines = "{\"b\":1, \"a\":\"x\"}\n{\"marta\":\"marta\"}\r\nnot json marta\n";
-        assert_eq!(
-            r.json_lines(lines, &mut t),
-            "{\"b\":1, \"a\":\"x\"}\n{\"marta\":\"[user]\"}\r\nnot json [user]\n",
-            "a line with nothing to redact is kept byte for byte"
-        );
     }
 
     #[test]

@@ -199,6 +199,15 @@ fn finds_the_commit_that_broke_the_workflow_in_few_runs() {
         !issue.contains("The custom nodes installed are not known"),
         "{issue}"
     );
+    // Its commit now is neither end of the regression: not given as the install's.
+    let env: Value = serde_json::from_slice(&files["environment.json"]).unwrap();
+    assert!(
+        env["comfyui_git"]["missing"]
+            .as_str()
+            .unwrap()
+            .contains("ran several commits"),
+        "{env:#}"
+    );
 }
 
 #[test]

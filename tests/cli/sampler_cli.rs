@@ -241,6 +241,9 @@ fn the_fake_comfyui_is_followed_through_nvml_and_its_own_view() {
                 matches!(comfy.try_wait(), Ok(Some(_)))
                     || (std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() && state.exists())
             });
+            // A stand-in that lost its port writes its state, then exits: another's answer
+            // on that port is not its own.
+            std::thread::sleep(Duration::from_millis(300));
             if up && matches!(comfy.try_wait(), Ok(None)) {
                 return Some((comfy, port));
             }

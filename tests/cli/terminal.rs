@@ -61,7 +61,6 @@ fn a_narrow_terminal_wraps_the_table_between_flags_never_inside_one() {
         "--disable-pinned-memory,",
         "--disable-async-offload,",
         "--disable-nvml-pressure,",
-        "--vram-headroom",
     ] {
         assert!(
             screen
@@ -70,6 +69,14 @@ fn a_narrow_terminal_wraps_the_table_between_flags_never_inside_one() {
             "{flag} is split:\n{screen}"
         );
     }
+    // A flag and its value stay on one line too.
+    assert!(
+        screen.lines().any(|l| l
+            .split_once("| --vram-headroom ")
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|v| v.parse::<f64>().is_ok())),
+        "--vram-headroom is parted from its value:\n{screen}"
+    );
 }
 
 #[test]

@@ -112,7 +112,10 @@ def main():
             names = z.namelist()
         check("ISSUE.md" in names and "workflow.json" in names, "the report downloads (%d files)" % len(names), names)
         page.wait_for_selector("#vrambisect-panel .vb-report", timeout=10000)
-        check("Redacted" in page.inner_text("#vrambisect-panel .vb-report"), "the panel says what was redacted")
+        report_text = page.inner_text("#vrambisect-panel .vb-report")
+        check("Redacted" in report_text, "the panel says what was redacted")
+        check("Check before filing: the user name 'model'" in report_text,
+              "the panel passes on the program's warnings", report_text)
 
         # After a reload (as after a restart) the verdict is shown again.
         page.evaluate("() => localStorage.removeItem('vrambisect.seen-diagnosis')")

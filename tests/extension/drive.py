@@ -80,7 +80,8 @@ def drive(a, tmp, comfyui, flags, workflow, expect_fix, after=None):
     subprocess.run([tool, "extension", "install", "--comfyui", comfyui], check=True)
     port = free_port()
     url = "http://127.0.0.1:%d" % port
-    env = dict(os.environ, VRAMBISECT_EXTENSION_TOOL=tool)
+    # A login name that is also a word of ComfyUI's code: the report warns of it, in the panel.
+    env = dict(os.environ, VRAMBISECT_EXTENSION_TOOL=tool, USER="model", LOGNAME="model")
     env.pop("CUDA_VISIBLE_DEVICES", None)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     log_path = os.path.join(tmp, "comfyui.log")
