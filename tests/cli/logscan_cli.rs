@@ -216,6 +216,9 @@ fn bad_input_is_one_line_and_exit_2() {
     .unwrap();
     let gz = dir.path().join("comfyui.log.gz");
     std::fs::write(&gz, b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03").unwrap();
+    // What a terminal shows where ComfyUI was killed, pasted alone.
+    let killed = dir.path().join("killed.txt");
+    std::fs::write(&killed, "Killed\n").unwrap();
     let workflow = root().join("fixtures/workflows/empty_invert_save.json");
     let cases: &[(String, &str)] = &[
         (
@@ -242,6 +245,10 @@ fn bad_input_is_one_line_and_exit_2() {
         (
             dir.path().to_str().unwrap().into(),
             "is a folder, not a log file",
+        ),
+        (
+            killed.to_str().unwrap().into(),
+            "its only line is not a ComfyUI startup, prompt or error line (a shell prints 'Killed' when something killed the program it ran; for ComfyUI on Linux that is most often the kernel's OOM killer",
         ),
     ];
     for (path, message) in cases {
