@@ -54,12 +54,6 @@ pub fn scan(input: input::Input, mode: Mode) -> Result<LogReport> {
         .read_to_end(&mut head)
         .map_err(|e| Error::usage(format!("cannot read {shown}: {e}")))?;
     let prefix = relay::detect(&head);
-    // Nothing but the shell's word for a program something killed (`Killed`, `Killed: 9`).
-    let only_killed = {
-        let text = String::from_utf8_lossy(&head);
-        let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-        lines.clone().count() > 0 && lines.all(|l| l == "Killed" || l == "Killed: 9")
-    };
     // A log printed by a command typed at a shell (`tail -n 50 comfyui.log`) says so at its top.
     let viewed_by_a_command = head
         .split(|b| *b == b'\n')
@@ -79,8 +73,11 @@ pub fn scan(input: input::Input, mode: Mode) -> Result<LogReport> {
     // Refuse only text with nothing of ComfyUI or PyTorch in it: a fragment is read for what
     // it shows, and the report says what it could not see.
     if scanned.recognized == 0 && !mentions_comfy {
+        // What a shell prints where something killed the program it ran (`Killed`, `zsh:
+        // killed`, `exited with code 137`): the catalogue's `killed`, and nothing of ComfyUI.
+        let killed = scanned.tallies.iter().any(|t| t.signature.id == "killed");
         let hint = match looks_like {
-            _ if only_killed => "a shell prints 'Killed' when something killed the program it ran; for ComfyUI on Linux that is most often the kernel's OOM killer, once RAM and swap ran out: look for 'Out of memory: Killed process' in dmesg or journalctl -k, and give the whole console output to see more".to_string(),
+            _ if killed => "a shell prints 'Killed' when something killed the program it ran; for ComfyUI on Linux that is most often the kernel's OOM killer, once RAM and swap ran out: look for 'Out of memory: Killed process' in dmesg or journalctl -k, and give the whole console output to see more".to_string(),
             Some(kind) => format!(
                 "it looks like {kind}; give ComfyUI's console output saved to a file, or its user/comfyui.log"
             ),
