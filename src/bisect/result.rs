@@ -749,24 +749,17 @@ impl BisectResult {
 /// 3 of up to 13 more runs: 2 looked for a cheaper fix, 1 confirmed the recommendation in full"
 /// ("looked for a cheaper fix in 2 of up to 13 more runs" where no confirmation was needed).
 fn cheaper_text(c: &Cheaper) -> String {
-    let tried = c.runs.saturating_sub(c.confirmations);
+    let (runs, budget) = (c.runs, c.budget);
+    let tried = runs.saturating_sub(c.confirmations);
     let mut text = match c.confirmations {
-        0 => format!(
-            "looked for a cheaper fix in {tried} of up to {} more runs",
-            c.budget
+        0 => format!("looked for a cheaper fix in {tried} of up to {budget} more runs"),
+        1 => format!(
+            "took {runs} of up to {budget} more runs: {tried} looked for a cheaper fix, 1 confirmed the recommendation in full"
         ),
-        _ => format!(
-            "took {} of up to {} more runs: {tried} looked for a cheaper fix",
-            c.runs, c.budget
+        n => format!(
+            "took {runs} of up to {budget} more runs: {tried} looked for a cheaper fix, {n} confirmation runs in full (a fix that fails its confirmation is dropped)"
         ),
     };
-    match c.confirmations {
-        0 => {}
-        1 => text.push_str(", 1 confirmed the recommendation in full"),
-        n => text.push_str(&format!(
-            ", {n} confirmation runs in full (a fix that fails its confirmation is dropped)"
-        )),
-    }
     if let Some(why) = &c.cut_short {
         text.push_str(&format!(" (cut short: {why})"));
     }

@@ -149,11 +149,15 @@ fn comfyui_dir(
     if let Some(d) = &req.comfyui {
         return (Some((d.clone(), "--comfyui".into())), None);
     }
-    if let Some(spec) = &src.spec {
-        return (Some((spec.comfyui.clone(), "session.json".into())), None);
-    }
-    if let Some(spec) = src.regress.as_ref().and_then(|r| r.spec.as_ref()) {
-        return (Some((spec.comfyui.clone(), "session.json".into())), None);
+    // A bisect's session.json, or a regress's.
+    let regress = src.regress.as_ref().and_then(|r| r.spec.as_ref());
+    if let Some(dir) = src
+        .spec
+        .as_ref()
+        .map(|s| &s.comfyui)
+        .or(regress.map(|s| &s.comfyui))
+    {
+        return (Some((dir.clone(), "session.json".into())), None);
     }
     if let Some(d) = log.and_then(install_from_log) {
         return (Some((d, "the run's log (custom node paths)".into())), None);
@@ -362,12 +366,7 @@ pub(super) fn environment(
             .python
             .clone()
             .or_else(|| src.spec.as_ref().and_then(|s| s.python.clone()))
-            .or_else(|| {
-                src.regress
-                    .as_ref()
-                    .and_then(|r| r.spec.as_ref())
-                    .map(|s| s.python.clone())
-            }),
+            .or_else(|| Some(src.regress.as_ref()?.spec.as_ref()?.python.clone())),
         run: primary.and_then(|d| {
             Some(RunFacts {
                 label: format!("run {}", d.label),

@@ -81,15 +81,26 @@ fn execution_error(history: &Value) -> Option<&Value> {
 
 /// Builds the bundle.
 pub(crate) fn build(req: &Request, files: &FailureFiles) -> Result<super::Built> {
-    let from_stdin = files.log == Path::new("-");
-    let log = match from_stdin {
-        true => read_stdin()?,
-        false => read_log(&files.log)?,
-    };
-    let label = if from_stdin {
-        "standard input".to_string()
+    // The log, how to name it, the folder it came from and the zip's default name.
+    let (log, label, folder, stem) = if files.log == Path::new("-") {
+        let here = Path::new(".").to_path_buf();
+        (
+            read_stdin()?,
+            "standard input".to_string(),
+            here,
+            "stdin".to_string(),
+        )
     } else {
-        files.log.display().to_string()
+        let stem = files
+            .log
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned());
+        (
+            read_log(&files.log)?,
+            files.log.display().to_string(),
+            files.log.parent().unwrap_or(Path::new(".")).to_path_buf(),
+            stem.unwrap_or_else(|| "log".into()),
+        )
     };
     let reading = logscan::scan_bytes(&label, log.as_bytes(), logscan::Mode::Prefilter)?;
     let workflow = files
@@ -102,21 +113,11 @@ pub(crate) fn build(req: &Request, files: &FailureFiles) -> Result<super::Built>
         .as_deref()
         .map(|p| read_json(p, "--history"))
         .transpose()?;
-    let source_dir = match from_stdin {
-        true => crate::paths::canonical(Path::new(".")),
-        false => crate::paths::canonical(files.log.parent().unwrap_or(Path::new("."))),
-    };
-    let output = req.output.clone().unwrap_or_else(|| {
-        let stem = match from_stdin {
-            true => Some("stdin".to_string()),
-            false => files
-                .log
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned()),
-        }
-        .unwrap_or_else(|| "log".into());
-        PathBuf::from(format!("vrambisect-report-{stem}.zip"))
-    });
+    let source_dir = crate::paths::canonical(&folder);
+    let output = req
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("vrambisect-report-{stem}.zip")));
     super::check_output(&output)?;
     let (comfyui, comfyui_unknown) = match (&req.comfyui, super::install_from_log(&log)) {
         (Some(d), _) => (Some((d.clone(), "--comfyui".to_string())), None),

@@ -446,29 +446,22 @@ pub struct Redactor {
 /// `\bNAME\b` for several names, longest first, case-insensitive.
 fn word_pattern(names: &[String]) -> Option<Regex> {
     // Word edges by hand: `\b` fails next to a name that ends in a dot or a space.
-    names_pattern(names, "[^A-Za-z0-9_.-]", "[^A-Za-z0-9_-]")
+    names_pattern(names, "^|[^A-Za-z0-9_.-]", "[^A-Za-z0-9_-]|$")
 }
 
 /// A user name also inside longer names (`alice_portrait_v3.safetensors`, `alice-renders`):
 /// only letters and digits continue a name.
 fn name_pattern(names: &[String]) -> Option<Regex> {
-    names_pattern(names, "[^A-Za-z0-9]", "[^A-Za-z0-9]")
+    names_pattern(names, "^|[^A-Za-z0-9]", "[^A-Za-z0-9]|$")
 }
 
-/// Any of `names` (case-insensitive) as a whole segment of a path: a separator on each side.
+/// Any of `names` as a whole segment of a path: a separator on each side.
 fn segment_pattern(names: &[String]) -> Option<Regex> {
-    if names.is_empty() {
-        return None;
-    }
-    let alts: Vec<String> = names.iter().map(|n| regex::escape(n)).collect();
-    Regex::new(&format!(
-        r"(?i)(?P<pre>[/\\])(?:{})(?P<post>[/\\])",
-        alts.join("|")
-    ))
-    .ok()
+    names_pattern(names, r"[/\\]", r"[/\\]")
 }
 
-/// Any of `names` (longest first, case-insensitive) between a `before` and an `after` class.
+/// Any of `names` (longest first, case-insensitive) between what may come `before` and
+/// `after` it (regex alternatives).
 fn names_pattern(names: &[String], before: &str, after: &str) -> Option<Regex> {
     if names.is_empty() {
         return None;
@@ -477,7 +470,7 @@ fn names_pattern(names: &[String], before: &str, after: &str) -> Option<Regex> {
     names.sort_by_key(|n| std::cmp::Reverse(n.len()));
     let alts: Vec<String> = names.iter().map(|n| regex::escape(n)).collect();
     Regex::new(&format!(
-        r"(?i)(?P<pre>^|{before})(?P<name>{})(?P<post>{after}|$)",
+        r"(?i)(?P<pre>{before})(?P<name>{})(?P<post>{after})",
         alts.join("|")
     ))
     .ok()
