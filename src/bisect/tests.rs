@@ -609,6 +609,17 @@ struct StopAfter<'a> {
     ran: Vec<String>,
 }
 
+impl<'a> StopAfter<'a> {
+    /// `inner`, interrupted once `left` runs have been made.
+    fn new(inner: &'a mut Scripted, left: u32) -> StopAfter<'a> {
+        StopAfter {
+            inner,
+            left,
+            ran: Vec::new(),
+        }
+    }
+}
+
 impl super::search::Oracle for StopAfter<'_> {
     fn run(
         &mut self,
@@ -642,11 +653,7 @@ fn a_flaky_search_stops_at_its_confidence_and_not_before() {
         let c = culprit.clone();
         let sp = space(&[], toggles);
         let mut inner = Scripted::new(Box::new(move |s| has(s, &c)), 0.7, seed + 1);
-        let mut oracle = StopAfter {
-            inner: &mut inner,
-            left: u32::MAX,
-            ran: Vec::new(),
-        };
+        let mut oracle = StopAfter::new(&mut inner, u32::MAX);
         let mut search = Search::new(&sp, &mut oracle, flaky_settings(), Vec::new());
         let found = search.run().unwrap();
         let tallies = search.tallies.clone();
@@ -659,11 +666,8 @@ fn a_flaky_search_stops_at_its_confidence_and_not_before() {
         assert!(lo <= 0.7 && 0.7 <= hi + 0.02, "seed {seed}: {lo}-{hi}");
 
         // With every run kept, the session is done: resumed, it runs nothing more.
-        let mut none = StopAfter {
-            inner: &mut Scripted::deterministic(Box::new(|_| true)),
-            left: 0,
-            ran: Vec::new(),
-        };
+        let mut never = Scripted::deterministic(Box::new(|_| true));
+        let mut none = StopAfter::new(&mut never, 0);
         let again = Search::new(&sp, &mut none, flaky_settings(), tallies.clone()).run();
         assert_eq!(again.unwrap().kind, VerdictKind::FixedBy, "seed {seed}");
 
@@ -671,11 +675,8 @@ fn a_flaky_search_stops_at_its_confidence_and_not_before() {
         let mut fewer = tallies.clone();
         let last = fewer.iter().position(|t| t.config.key == last_key).unwrap();
         fewer[last].trials.pop();
-        let mut none = StopAfter {
-            inner: &mut Scripted::deterministic(Box::new(|_| true)),
-            left: 0,
-            ran: Vec::new(),
-        };
+        let mut never = Scripted::deterministic(Box::new(|_| true));
+        let mut none = StopAfter::new(&mut never, 0);
         let before = Search::new(&sp, &mut none, flaky_settings(), fewer).run();
         assert_eq!(
             before.unwrap().kind,
@@ -698,11 +699,7 @@ fn a_resumed_flaky_search_goes_on_as_if_never_stopped() {
         drop(search);
 
         let mut oracle = Scripted::new(Box::new(fix), 0.7, seed);
-        let mut stopping = StopAfter {
-            inner: &mut oracle,
-            left: stop_at,
-            ran: Vec::new(),
-        };
+        let mut stopping = StopAfter::new(&mut oracle, stop_at);
         let mut first = Search::new(&sp, &mut stopping, flaky_settings(), Vec::new());
         let cut = first.run().unwrap();
         assert_eq!(cut.kind, VerdictKind::Incomplete);
@@ -1563,11 +1560,7 @@ mod quick {
         let runs = search.runs;
         for stop_at in 1..runs {
             let mut inner = oracle();
-            let mut first = super::StopAfter {
-                inner: &mut inner,
-                left: stop_at,
-                ran: Vec::new(),
-            };
+            let mut first = super::StopAfter::new(&mut inner, stop_at);
             let mut search = Search::new(&sp, &mut first, first_fix(), Vec::new())
                 .with_recorded(recorded(Outcome::Oom));
             assert_eq!(search.run().unwrap().kind, VerdictKind::Incomplete);
@@ -1678,11 +1671,7 @@ mod quick {
             for stop_at in 1..runs {
                 let mut inner = Scripted::deterministic(rule());
                 inner.quick = Some(true);
-                let mut first = super::StopAfter {
-                    inner: &mut inner,
-                    left: stop_at,
-                    ran: Vec::new(),
-                };
+                let mut first = super::StopAfter::new(&mut inner, stop_at);
                 let mut search = Search::new(&sp, &mut first, first_fix(), Vec::new());
                 let stopped = search.run().unwrap();
                 assert_eq!(stopped.kind, VerdictKind::Incomplete);
