@@ -219,6 +219,8 @@ fn bad_input_is_one_line_and_exit_2() {
     // What a terminal shows where ComfyUI was killed, pasted alone.
     let killed = dir.path().join("killed.txt");
     std::fs::write(&killed, "Killed\n").unwrap();
+    let zsh = dir.path().join("zsh.txt");
+    std::fs::write(&zsh, "zsh: killed     python main.py\n").unwrap();
     let workflow = root().join("fixtures/workflows/empty_invert_save.json");
     let cases: &[(String, &str)] = &[
         (
@@ -245,6 +247,10 @@ fn bad_input_is_one_line_and_exit_2() {
         (
             dir.path().to_str().unwrap().into(),
             "is a folder, not a log file",
+        ),
+        (
+            zsh.to_str().unwrap().into(),
+            "(a shell prints 'Killed' when something killed the program it ran;",
         ),
         (
             killed.to_str().unwrap().into(),
