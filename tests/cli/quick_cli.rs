@@ -383,11 +383,12 @@ fn a_failure_before_the_first_sampling_step_needs_no_shortened_check() {
 fn a_full_run_that_disagrees_sends_the_search_back_to_full_runs() {
     // --disable-pinned-memory only moves the failure past step 10: shortened runs pass with
     // it, the workflow does not. Without it the failure strikes late (at VAE decode, after
-    // 20 steps of 0.2 s), so the run of --disable-pinned-memory alone (the CUDA OOM's usual
+    // 20 steps of 0.5 s), so the run of --disable-pinned-memory alone (the CUDA OOM's usual
     // fix among the toggles, so tried first) is made shortened (a full run that fails would
     // cost more than a shortened one and its confirmation); its confirmation fails, and the
-    // search goes on in full.
-    let scenario = json!({"timing": {"step_time": 0.2}, "rules": [
+    // search goes on in full. (At 0.2 s a step, a loaded machine's slower start-up tipped
+    // that choice to a full run: the sampling must dwarf the start-up by a margin.)
+    let scenario = json!({"timing": {"step_time": 0.5}, "rules": [
         {"when": {"flags": {"--disable-async-offload": true}}, "effect": "pass"},
         {"when": {"all": [{"state": {"dynamic_vram": true}}, {"flags": {"--disable-pinned-memory": true}}]},
          "effect": "oom", "node": "KSampler", "at_step": 12},
